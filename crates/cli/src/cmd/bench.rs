@@ -1,0 +1,311 @@
+//! `neardup bench fingerprint`: end-to-end fingerprinting throughput on real text.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use neardup_core::normalize::{normalize_into, strip_html};
+use neardup_core::{Features, FingerprintConfig, NormalizeConfig, SimHasher, Tokenizer};
+
+use crate::input::{Format, InputArgs};
+use crate::run::for_each_batch;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Fingerprinting throughput (MB/s) from JSON Lines, end to end, on real
+    /// text: English from the Rust toolchain's HTML documentation, Chinese from
+    /// Debian's Chinese documentation packages (or any --source).
+    #[command(after_help = "Examples:
+  neardup bench fingerprint                      # English and Chinese, 1 and 2 threads
+  neardup bench fingerprint --lang zh --source /usr/share/doc/debian-reference-zh-cn")]
+    Fingerprint(FingerprintArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FingerprintArgs {
+    /// Which text: en, zh, or both.
+    #[arg(long, default_value = "both", value_parser = ["en", "zh", "both"])]
+    pub lang: String,
+
+    /// A directory (or file) of HTML or text to take the text from.
+    #[arg(long, value_name = "PATH")]
+    pub source: Option<PathBuf>,
+
+    /// Corpus size in MB (the text is repeated if the source is smaller).
+    #[arg(long, default_value_t = 64, value_name = "MB")]
+    pub mb: usize,
+
+    /// Measure with 1 to this many threads.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub max_threads: usize,
+}
+
+pub fn run(cmd: Command) -> Result<ExitCode> {
+    let Command::Fingerprint(args) = cmd;
+    let langs: &[&str] = match args.lang.as_str() {
+        "en" => &["en"],
+        "zh" => &["zh"],
+        _ => &["en", "zh"],
+    };
+    for &lang in langs {
+        let source = match &args.source {
+            Some(s) => s.clone(),
+            None => default_source(lang)?,
+        };
+        let docs = collect_docs(&source, lang, args.mb << 20)?;
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("corpus.jsonl");
+        let bytes = write_jsonl(&path, &docs)?;
+        println!(
+            "# {lang}: {} documents, {:.1} MB of JSON Lines, from {}",
+            docs.len(),
+            bytes as f64 / 1e6,
+            source.display()
+        );
+        let configs: Vec<(&str, FingerprintConfig)> = if lang == "en" {
+            vec![
+                (
+                    "words, tf, xxh3",
+                    config(Tokenizer::Words, Features::Tokens),
+                ),
+                (
+                    "word 3-shingles, tf, xxh3",
+                    config(Tokenizer::Words, Features::Shingles(3)),
+                ),
+                ("default (auto, 3-shingles)", FingerprintConfig::default()),
+            ]
+        } else {
+            vec![
+                (
+                    "jieba words, tf, xxh3",
+                    config(Tokenizer::Jieba, Features::Tokens),
+                ),
+                (
+                    "jieba 3-shingles, tf, xxh3",
+                    config(Tokenizer::Jieba, Features::Shingles(3)),
+                ),
+                (
+                    "char 3-grams, tf, xxh3",
+                    config(Tokenizer::Chars, Features::Ngrams(3)),
+                ),
+                ("default (auto, 3-shingles)", FingerprintConfig::default()),
+            ]
+        };
+        let texts: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let text_mb = texts.iter().map(|t| t.len()).sum::<usize>() as f64 / 1e6;
+        // What normalisation alone costs (NFKC, case folding, whitespace).
+        let (mut out, mut tmp) = (String::new(), String::new());
+        let norm = NormalizeConfig::default();
+        let t = Instant::now();
+        for text in &texts {
+            normalize_into(&norm, text, &mut out, &mut tmp);
+        }
+        let norm_s = t.elapsed().as_secs_f64();
+        println!(
+            "  normalisation alone (NFKC + case fold + whitespace): {:.0} MB/s",
+            text_mb / norm_s
+        );
+        println!(
+            "  {:<30} {:>10} {:>10} {:>8}",
+            "configuration", "1 thread", "N threads", "scaling"
+        );
+        for (name, config) in configs {
+            let hasher = SimHasher::new(config)?;
+            let one = single_thread(&path, &hasher)?;
+            let mut line = format!("  {name:<30} {:>7.0} MB/s", bytes as f64 / 1e6 / one);
+            let n = args.max_threads.max(1);
+            if n > 1 {
+                let multi = pipeline(&path, &hasher, n)?;
+                line.push_str(&format!(
+                    " {:>5.0} MB/s ({n}) {:>5.2}x",
+                    bytes as f64 / 1e6 / multi,
+                    one / multi
+                ));
+            }
+            println!("{line}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn config(tokenizer: Tokenizer, features: Features) -> FingerprintConfig {
+    FingerprintConfig {
+        tokenizer,
+        features,
+        ..FingerprintConfig::default()
+    }
+}
+
+/// Reads, parses and fingerprints the file on this one thread; seconds.
+fn single_thread(path: &Path, hasher: &SimHasher) -> Result<f64> {
+    let args = jsonl_args(path);
+    let started = Instant::now();
+    let mut reader = crate::input::DocReader::new(&args)?;
+    let mut checksum = 0u64;
+    while let Some(batch) = reader.next_batch()? {
+        for record in batch {
+            match record.parse(&args, false) {
+                Ok(Some(doc)) => checksum ^= hasher.fingerprint(&doc.text).as_u64(),
+                Ok(None) => {}
+                Err(e) => bail!("{e:?}"),
+            }
+        }
+    }
+    std::hint::black_box(checksum);
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// The real multi-threaded pipeline with `threads` workers; seconds.
+fn pipeline(path: &Path, hasher: &SimHasher, threads: usize) -> Result<f64> {
+    let args = jsonl_args(path);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let started = Instant::now();
+    let mut checksum = 0u64;
+    pool.install(|| {
+        for_each_batch(
+            &args,
+            false,
+            true,
+            |doc| hasher.fingerprint(&doc.text),
+            |_, fps| {
+                for fp in fps {
+                    checksum ^= fp.as_u64();
+                }
+                Ok(())
+            },
+        )
+    })?;
+    std::hint::black_box(checksum);
+    Ok(started.elapsed().as_secs_f64())
+}
+
+fn jsonl_args(path: &Path) -> InputArgs {
+    InputArgs {
+        inputs: vec![path.to_path_buf()],
+        format: Format::Jsonl,
+        lines: false,
+        text_field: "text".into(),
+        id_field: "id".into(),
+        lossy: false,
+        skip_invalid: false,
+    }
+}
+
+fn default_source(lang: &str) -> Result<PathBuf> {
+    if lang == "en" {
+        let out = std::process::Command::new("rustc")
+            .args(["--print", "sysroot"])
+            .output()
+            .context("cannot run `rustc --print sysroot` to find the Rust documentation; pass --source DIR")?;
+        let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let book = Path::new(&sysroot).join("share/doc/rust/html/book");
+        if book.is_dir() {
+            return Ok(book);
+        }
+        bail!(
+            "no Rust documentation at {}: install it with `rustup component add rust-docs`, or pass --source DIR",
+            book.display()
+        );
+    }
+    for candidate in [
+        "/usr/share/doc/debian-reference-zh-cn",
+        "/usr/share/doc/debian-edu-doc-zh-cn",
+    ] {
+        if Path::new(candidate).is_dir() {
+            return Ok(PathBuf::from(candidate));
+        }
+    }
+    bail!(
+        "no Chinese text found: `apt-get install debian-reference-zh-cn debian-edu-doc-zh-cn`, or pass --source DIR"
+    )
+}
+
+/// Documents of about 4 KB cut at paragraph boundaries from the HTML and text
+/// files under `source`, repeated until `target` bytes.
+fn collect_docs(source: &Path, lang: &str, target: usize) -> Result<Vec<String>> {
+    let mut files = Vec::new();
+    collect_files(source, &mut files)?;
+    files.sort();
+    let mut paragraphs = Vec::new();
+    let mut stripped = String::new();
+    for f in files {
+        let Ok(raw) = std::fs::read_to_string(&f) else {
+            continue; // binary or not UTF-8
+        };
+        let text = if f.extension().is_some_and(|e| e == "html" || e == "htm") {
+            strip_html(&raw, &mut stripped);
+            stripped.as_str()
+        } else {
+            raw.as_str()
+        };
+        for p in text.split("\n\n").chain(text.split("  \n")) {
+            let p = p.split_whitespace().collect::<Vec<_>>().join(" ");
+            let useful = if lang == "zh" {
+                p.chars()
+                    .filter(|c| neardup_core::normalize::is_han(*c))
+                    .count()
+                    > 20
+            } else {
+                p.split(' ').count() > 8
+            };
+            if useful {
+                paragraphs.push(p);
+            }
+        }
+    }
+    if paragraphs.is_empty() {
+        bail!("no usable {lang} text under {}", source.display());
+    }
+    let mut docs = Vec::new();
+    let mut total = 0;
+    let mut doc = String::new();
+    'outer: loop {
+        for p in &paragraphs {
+            doc.push_str(p);
+            doc.push('\n');
+            if doc.len() >= 4096 {
+                total += doc.len();
+                docs.push(std::mem::take(&mut doc));
+                if total >= target {
+                    break 'outer;
+                }
+            }
+        }
+    }
+    Ok(docs)
+}
+
+fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    if path.is_file() {
+        out.push(path.to_path_buf());
+        return Ok(());
+    }
+    for entry in
+        std::fs::read_dir(path).with_context(|| format!("cannot list {}", path.display()))?
+    {
+        let p = entry?.path();
+        if p.is_dir() {
+            collect_files(&p, out)?;
+        } else if p
+            .extension()
+            .is_some_and(|e| e == "html" || e == "htm" || e == "txt" || e == "md")
+        {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+fn write_jsonl(path: &Path, docs: &[String]) -> Result<u64> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (i, d) in docs.iter().enumerate() {
+        serde_json::to_writer(&mut out, &serde_json::json!({"id": i, "text": d}))?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(std::fs::metadata(path)?.len())
+}

@@ -1,0 +1,7 @@
+//! One module per subcommand.
+
+pub mod bench;
+pub mod compare;
+pub mod config;
+pub mod fingerprint;
+pub mod idf;

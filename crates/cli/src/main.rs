@@ -1,0 +1,72 @@
+//! `neardup`: near-duplicate detection with SimHash fingerprints.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod input;
+mod output;
+mod pipeline_args;
+mod run;
+
+/// Near-duplicate detection with SimHash fingerprints (Charikar; Manku, Jain &
+/// Das Sarma, WWW 2007).
+///
+/// Fingerprint documents, compare them, and (soon) index and deduplicate them.
+/// Exit status: 0 on success, 1 where a command says so (compare: not
+/// near-duplicates), 2 on error.
+#[derive(Parser, Debug)]
+#[command(
+    name = "neardup",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Fingerprint documents: JSON Lines `{"id", "simhash"}` (or TSV) out.
+    Fingerprint(cmd::fingerprint::Args),
+    /// Compare two documents (or fingerprints): distance, similarity, verdict.
+    Compare(cmd::compare::Args),
+    /// Print the configuration that the pipeline flags describe (JSON), to save
+    /// and reuse with --config.
+    Config(cmd::config::Args),
+    /// Inverse document frequency tables learned from your corpus.
+    #[command(subcommand)]
+    Idf(cmd::idf::Command),
+    /// Measure throughput on real text.
+    #[command(subcommand)]
+    Bench(cmd::bench::Command),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Fingerprint(a) => cmd::fingerprint::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
+        Command::Config(a) => cmd::config::run(a),
+        Command::Idf(c) => cmd::idf::run(c),
+        Command::Bench(c) => cmd::bench::run(c),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("neardup: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

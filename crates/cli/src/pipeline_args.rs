@@ -1,0 +1,208 @@
+//! The fingerprint pipeline flags shared by every command that fingerprints text.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use neardup_core::{
+    Features, FingerprintConfig, HashFunction, IdfRef, IdfTable, Profile, SimHasher, Tokenizer,
+    Weights, Width,
+};
+
+/// How text becomes a fingerprint.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Fingerprint pipeline")]
+pub struct PipelineArgs {
+    /// Load a saved configuration (JSON, as `neardup config` prints); flags given
+    /// as well override its settings.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// A compatibility profile. `python-simhash` reproduces PyPI simhash's
+    /// fingerprints bit for bit and fixes every other pipeline setting.
+    #[arg(long, value_name = "NAME", value_parser = ["native", "python-simhash"],
+          conflicts_with_all = ["bits", "tokenizer", "features", "weights", "top", "hash", "seed", "stopwords", "html", "idf"])]
+    pub profile: Option<String>,
+
+    /// Fingerprint width.
+    #[arg(long, value_name = "BITS", value_parser = ["64", "128"])]
+    pub bits: Option<String>,
+
+    /// How text is cut into tokens: auto (jieba for Chinese runs, Unicode words
+    /// otherwise), words (UAX #29), jieba, chars.
+    #[arg(long, value_name = "NAME", value_parser = ["auto", "words", "jieba", "chars"])]
+    pub tokenizer: Option<String>,
+
+    /// What a feature is: tokens, shingles:W (W consecutive tokens) or ngrams:N
+    /// (N consecutive characters), with W and N from 1 to 16.
+    #[arg(long, value_name = "KIND", value_parser = parse_features)]
+    pub features: Option<Features>,
+
+    /// Feature weights: tf, binary, tfidf (with --idf FILE, or jieba's built-in
+    /// table through its keyword extractor), textrank (jieba).
+    #[arg(long, value_name = "NAME", value_parser = ["tf", "binary", "tfidf", "textrank"])]
+    pub weights: Option<String>,
+
+    /// Keep only the N heaviest features of each document.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub top: Option<u64>,
+
+    /// Feature hash function.
+    #[arg(long, value_name = "NAME", value_parser = ["xxh3", "fnv1a", "md5", "siphash"])]
+    pub hash: Option<String>,
+
+    /// Seed of the hash function (xxh3, siphash) and of vector hyperplanes.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// Remove English and Chinese stop words before making features.
+    #[arg(long)]
+    pub stopwords: bool,
+
+    /// Strip HTML tags, comments, scripts and styles, and decode entities.
+    #[arg(long)]
+    pub html: bool,
+
+    /// An IDF table learned with `neardup idf build` (implies --weights tfidf).
+    #[arg(long, value_name = "FILE")]
+    pub idf: Option<PathBuf>,
+}
+
+fn parse_features(s: &str) -> Result<Features, String> {
+    s.parse().map_err(|e: neardup_core::Error| e.to_string())
+}
+
+impl PipelineArgs {
+    /// The configuration the flags describe, and the IDF table if one is used.
+    pub fn resolve(&self) -> Result<(FingerprintConfig, Option<IdfTable>)> {
+        let mut config = match &self.config {
+            Some(path) => read_config(path)?,
+            None => FingerprintConfig::default(),
+        };
+        if self.profile.as_deref() == Some("python-simhash") {
+            return Ok((FingerprintConfig::python_simhash(), None));
+        }
+        if self.profile.as_deref() == Some("native") {
+            config.profile = Profile::Native;
+        }
+        if let Some(b) = &self.bits {
+            config.bits = Width::from_bits(b.parse()?)?;
+        }
+        if let Some(t) = &self.tokenizer {
+            config.tokenizer = t.parse::<Tokenizer>()?;
+        }
+        if let Some(f) = self.features {
+            config.features = f;
+        }
+        if let Some(w) = &self.weights {
+            config.weights = w.parse::<Weights>()?;
+        }
+        if let Some(n) = self.top {
+            config.top = Some(n as usize);
+        }
+        if let Some(h) = &self.hash {
+            config.hash = h.parse::<HashFunction>()?;
+        }
+        if let Some(s) = self.seed {
+            config.seed = s;
+        }
+        config.stopwords |= self.stopwords;
+        config.normalize.html |= self.html;
+
+        let idf_path = self.idf.clone().or_else(|| {
+            config
+                .idf
+                .as_ref()
+                .and_then(|r| r.path.as_ref().map(PathBuf::from))
+        });
+        let idf = match idf_path {
+            Some(path) => {
+                if self.weights.is_some() && config.weights != Weights::TfIdf {
+                    bail!("--idf goes with --weights tfidf (or leave --weights out)");
+                }
+                config.weights = Weights::TfIdf;
+                let table = read_idf(&path)?;
+                if let Some(r) = &config.idf {
+                    if r.digest != table.digest() {
+                        bail!(
+                            "{}: this IDF table ({}) is not the one the configuration names ({}); \
+                             pass the table the configuration was made with",
+                            path.display(),
+                            table.digest(),
+                            r.digest
+                        );
+                    }
+                }
+                config.idf = Some(IdfRef {
+                    path: Some(path.display().to_string()),
+                    digest: table.digest().to_owned(),
+                });
+                Some(table)
+            }
+            None => {
+                if config.idf.is_some() {
+                    bail!("the configuration uses an IDF table: pass it with --idf FILE");
+                }
+                None
+            }
+        };
+        config.validate()?;
+        Ok((config, idf))
+    }
+
+    /// A ready hasher for these flags.
+    pub fn hasher(&self) -> Result<SimHasher> {
+        let (config, idf) = self.resolve()?;
+        let feature_digest = features_digest(&config);
+        Ok(match idf {
+            Some(table) => {
+                if table.config_digest() != feature_digest {
+                    bail!(
+                        "the IDF table was learned from features made with another configuration \
+                         ({} here, {} in the table): use the same --tokenizer, --features, \
+                         --stopwords and normalisation as `neardup idf build` did",
+                        feature_digest,
+                        table.config_digest()
+                    );
+                }
+                SimHasher::with_idf(config, table)?
+            }
+            None => SimHasher::new(config)?,
+        })
+    }
+}
+
+/// The digest of what decides the feature strings (not their weights or hashes):
+/// an IDF table records it, and is used only with configurations that match.
+pub fn features_digest(config: &FingerprintConfig) -> String {
+    FingerprintConfig {
+        weights: Weights::Tf,
+        idf: None,
+        top: None,
+        hash: HashFunction::Xxh3,
+        seed: 0,
+        bits: Width::W64,
+        ..config.clone()
+    }
+    .digest()
+}
+
+pub fn read_config(path: &Path) -> Result<FingerprintConfig> {
+    let bytes = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let config: FingerprintConfig = serde_json::from_slice(&bytes).with_context(|| {
+        format!(
+            "{}: not a valid neardup configuration (see `neardup config` for the format)",
+            path.display()
+        )
+    })?;
+    config
+        .validate()
+        .with_context(|| format!("{}", path.display()))?;
+    Ok(config)
+}
+
+fn read_idf(path: &Path) -> Result<IdfTable> {
+    let file = fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    IdfTable::read(std::io::BufReader::new(file)).with_context(|| format!("{}", path.display()))
+}

@@ -1,0 +1,58 @@
+//! The one error type of the core library.
+
+/// Everything that can go wrong in `neardup-core`. Messages say what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A configuration value is impossible or two settings contradict each other.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A fingerprint string could not be parsed.
+    #[error("invalid fingerprint {input:?}: {reason}")]
+    InvalidFingerprint {
+        /// The offending text (shortened).
+        input: String,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// Two fingerprints (or a fingerprint and an index) have different widths.
+    #[error(
+        "fingerprint width mismatch: expected {expected} bits, got {got}; \
+         use fingerprints made with the same --bits"
+    )]
+    WidthMismatch {
+        /// The width required.
+        expected: u32,
+        /// The width found.
+        got: u32,
+    },
+
+    /// Two configurations differ where they must agree.
+    #[error(
+        "fingerprint configuration mismatch: {0}; fingerprints made with different \
+         settings cannot be compared: re-fingerprint with the same configuration"
+    )]
+    ConfigMismatch(String),
+
+    /// An IDF table file is malformed.
+    #[error("invalid IDF table at line {line}: {reason}")]
+    InvalidIdf {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A dense or sparse vector input is unusable.
+    #[error("invalid vector: {0}")]
+    InvalidVector(String),
+
+    /// An I/O error while writing or reading a stream given by the caller.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Result with the core [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

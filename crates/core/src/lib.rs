@@ -1,0 +1,48 @@
+//! # neardup-core
+//!
+//! SimHash fingerprints (Charikar, STOC 2002) for near-duplicate detection, as in
+//! Manku, Jain & Das Sarma, *Detecting Near-Duplicates for Web Crawling* (WWW 2007).
+//!
+//! A document goes through a configurable pipeline, described by one serialisable
+//! [`FingerprintConfig`]: normalisation (NFKC, case folding, optional HTML
+//! stripping, whitespace), tokenisation (Unicode words, jieba for Chinese,
+//! characters, or `auto` per script run), features (tokens, word shingles or
+//! character n-grams), weights (term frequency, binary, TF-IDF, TextRank), and a
+//! feature hash (xxh3, FNV-1a, MD5, SipHash). Each feature's f-bit hash votes on
+//! every bit with its weight; bit i of the fingerprint is set when the features
+//! with bit i set outweigh the others. Hamming distance between fingerprints then
+//! estimates the angle between the weighted feature vectors.
+//!
+//! ```
+//! use neardup_core::{FingerprintConfig, SimHasher, Fingerprint};
+//!
+//! let hasher = SimHasher::new(FingerprintConfig::default())?;
+//! let a = hasher.fingerprint("Detecting near-duplicates for web crawling is a hard problem at scale.");
+//! let b = hasher.fingerprint("Detecting near-duplicates for web crawling is a hard problem at Google scale.");
+//! let far = hasher.fingerprint("Completely different words about cooking pasta with fresh tomatoes.");
+//! assert!(a.distance(b)? < a.distance(far)?);
+//! println!("{a} {:.3}", a.similarity(b)?);
+//! # Ok::<(), neardup_core::Error>(())
+//! ```
+//!
+//! The library does no I/O of its own: it takes `&str` and writes to `io::Write`.
+
+mod accumulate;
+pub mod config;
+mod error;
+mod fingerprint;
+pub mod hash;
+mod idf;
+pub mod normalize;
+pub mod python_simhash;
+mod simhash;
+pub mod tokenize;
+
+pub use config::{
+    Features, FingerprintConfig, HashFunction, IdfRef, MAX_WIDTH, NormalizeConfig, Profile,
+    Tokenizer, Weights,
+};
+pub use error::{Error, Result};
+pub use fingerprint::{Fingerprint, Width};
+pub use idf::{IdfBuilder, IdfTable};
+pub use simhash::{Feature, Scratch, SimHasher};

@@ -1,0 +1,300 @@
+//! Tokenizers: Unicode words (UAX #29), jieba, characters, and `auto`.
+
+use std::sync::OnceLock;
+
+use jieba_rs::Jieba;
+use unicode_segmentation::UnicodeSegmentation;
+
+use crate::config::Tokenizer;
+use crate::normalize::is_han;
+
+/// The shared jieba segmenter, loaded once (about a quarter of a second) on first use.
+pub fn jieba() -> &'static Jieba {
+    static JIEBA: OnceLock<Jieba> = OnceLock::new();
+    JIEBA.get_or_init(Jieba::new)
+}
+
+/// Calls `emit` for each token of `text`, in order.
+pub fn for_each_token<'a>(tokenizer: Tokenizer, text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+    match tokenizer {
+        Tokenizer::Words => words(text, emit),
+        Tokenizer::Jieba => jieba_words(text, emit),
+        Tokenizer::Chars => chars(text, emit),
+        Tokenizer::Auto => auto(text, emit),
+    }
+}
+
+/// Unicode words (UAX #29 word boundaries, keeping the segments that hold a
+/// letter or digit, as `unicode_words` does), with an exact fast path for ASCII.
+pub fn words<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+    if text.is_ascii() {
+        ascii_words(text, emit);
+    } else {
+        text.unicode_words().for_each(emit);
+    }
+}
+
+fn jieba_words<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+    for chunk in Chunks::new(text, JIEBA_CHUNK) {
+        for token in jieba().cut(chunk, true) {
+            if token.word.chars().any(char::is_alphanumeric) {
+                emit(token.word);
+            }
+        }
+    }
+}
+
+/// jieba returns a `Vec` of a whole input's tokens; feeding it pieces of about
+/// this many bytes keeps memory flat on huge documents.
+const JIEBA_CHUNK: usize = 1 << 16;
+
+/// Pieces of `text` of about `target` bytes, cut after a character that is
+/// neither a letter nor a digit (punctuation, a space) where one is near, so
+/// that no word is cut in two; otherwise at a character boundary.
+struct Chunks<'a> {
+    rest: &'a str,
+    target: usize,
+}
+
+impl<'a> Chunks<'a> {
+    fn new(text: &'a str, target: usize) -> Self {
+        Chunks { rest: text, target }
+    }
+}
+
+impl<'a> Iterator for Chunks<'a> {
+    type Item = &'a str;
+    fn next(&mut self) -> Option<&'a str> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        if self.rest.len() <= 2 * self.target {
+            return Some(std::mem::take(&mut self.rest));
+        }
+        let mut cut = self.target;
+        while !self.rest.is_char_boundary(cut) {
+            cut += 1;
+        }
+        let window = &self.rest[cut..];
+        let soft = window
+            .char_indices()
+            .take_while(|&(i, _)| i < self.target)
+            .find(|&(_, c)| !c.is_alphanumeric())
+            .map(|(i, c)| cut + i + c.len_utf8());
+        let cut = soft.unwrap_or(cut);
+        let (head, tail) = self.rest.split_at(cut);
+        self.rest = tail;
+        Some(head)
+    }
+}
+
+fn chars<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+    for (i, c) in text.char_indices() {
+        if c.is_alphanumeric() {
+            emit(&text[i..i + c.len_utf8()]);
+        }
+    }
+}
+
+/// Per script run: Han runs go to jieba, everything else to Unicode words.
+fn auto<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+    if text.is_ascii() {
+        ascii_words(text, emit);
+        return;
+    }
+    let mut run_start = 0;
+    let mut in_han = false;
+    for (i, c) in text.char_indices() {
+        let han = is_han(c);
+        if han != in_han {
+            flush_run(&text[run_start..i], in_han, emit);
+            run_start = i;
+            in_han = han;
+        }
+    }
+    flush_run(&text[run_start..], in_han, emit);
+}
+
+fn flush_run<'a>(run: &'a str, han: bool, emit: &mut dyn FnMut(&'a str)) {
+    if run.is_empty() {
+        return;
+    }
+    if han {
+        for chunk in Chunks::new(run, JIEBA_CHUNK) {
+            for token in jieba().cut(chunk, true) {
+                emit(token.word);
+            }
+        }
+    } else {
+        words(run, emit);
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Letter,
+    Digit,
+    Underscore,
+    /// `:` joins letters only (MidLetter).
+    MidLetter,
+    /// `.` and `'` join letters or digits (MidNumLet, Single_Quote).
+    MidNumLet,
+    /// `,` and `;` join digits only (MidNum).
+    MidNum,
+    Other,
+}
+
+const fn class(b: u8) -> Class {
+    match b {
+        b'a'..=b'z' | b'A'..=b'Z' => Class::Letter,
+        b'0'..=b'9' => Class::Digit,
+        b'_' => Class::Underscore,
+        b':' => Class::MidLetter,
+        b'.' | b'\'' => Class::MidNumLet,
+        b',' | b';' => Class::MidNum,
+        _ => Class::Other,
+    }
+}
+
+static CLASS: [Class; 128] = {
+    let mut t = [Class::Other; 128];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = class(i as u8);
+        i += 1;
+    }
+    t
+};
+
+#[inline]
+fn is_word_class(c: Class) -> bool {
+    matches!(c, Class::Letter | Class::Digit | Class::Underscore)
+}
+
+/// UAX #29 words of ASCII text (rules WB5 to WB13b restricted to ASCII), keeping
+/// only segments with a letter or digit. Checked against `unicode-segmentation`
+/// by a property test.
+pub fn ascii_words<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+    let b = text.as_bytes();
+    let n = b.len();
+    let mut i = 0;
+    while i < n {
+        if !is_word_class(CLASS[b[i] as usize & 127]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut has_alnum = false;
+        loop {
+            let c = CLASS[b[i] as usize & 127];
+            has_alnum |= c != Class::Underscore;
+            let next = if i + 1 < n {
+                CLASS[b[i + 1] as usize & 127]
+            } else {
+                Class::Other
+            };
+            if is_word_class(next) {
+                i += 1;
+                continue;
+            }
+            // A single middle character joins two letters or two digits.
+            if i + 2 < n {
+                let after = CLASS[b[i + 2] as usize & 127];
+                let joins = match next {
+                    Class::MidLetter => c == Class::Letter && after == Class::Letter,
+                    Class::MidNumLet => {
+                        (c == Class::Letter && after == Class::Letter)
+                            || (c == Class::Digit && after == Class::Digit)
+                    }
+                    Class::MidNum => c == Class::Digit && after == Class::Digit,
+                    _ => false,
+                };
+                if joins {
+                    i += 2;
+                    continue;
+                }
+            }
+            break;
+        }
+        i += 1;
+        if has_alnum {
+            emit(&text[start..i]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn collect(t: Tokenizer, s: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        for_each_token(t, s, &mut |w| v.push(w.to_string()));
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// The ASCII fast path is exactly `unicode_words` on ASCII input.
+        #[test]
+        fn ascii_words_match_uax29(s in "[a-cA-C0-2_:.',; \\-!\n\t]{0,40}") {
+            let mut fast = Vec::new();
+            ascii_words(&s, &mut |w| fast.push(w));
+            let oracle: Vec<&str> = s.unicode_words().collect();
+            prop_assert_eq!(fast, oracle);
+        }
+
+        #[test]
+        fn ascii_words_match_uax29_any_ascii(s in "[ -~\n\t]{0,60}") {
+            let mut fast = Vec::new();
+            ascii_words(&s, &mut |w| fast.push(w));
+            let oracle: Vec<&str> = s.unicode_words().collect();
+            prop_assert_eq!(fast, oracle);
+        }
+    }
+
+    #[test]
+    fn words_keep_contractions_and_numbers() {
+        assert_eq!(
+            collect(Tokenizer::Words, "Don't pay $3.50, e.g. at 10:30!"),
+            ["Don't", "pay", "3.50", "e.g", "at", "10", "30"]
+        );
+    }
+
+    #[test]
+    fn jieba_cuts_chinese_and_keeps_english() {
+        let t = collect(Tokenizer::Jieba, "我们中出了一个叛徒 rust 语言");
+        assert!(t.contains(&"叛徒".to_string()), "{t:?}");
+        assert!(t.contains(&"rust".to_string()), "{t:?}");
+        assert!(!t.iter().any(|w| w.trim().is_empty()), "{t:?}");
+    }
+
+    #[test]
+    fn auto_sends_han_runs_to_jieba_and_the_rest_to_words() {
+        let t = collect(Tokenizer::Auto, "北京大学的 students' café 很好");
+        assert!(t.contains(&"北京大学".to_string()), "{t:?}");
+        assert!(t.contains(&"students".to_string()), "{t:?}");
+        assert!(t.contains(&"café".to_string()), "{t:?}");
+        assert!(
+            t.contains(&"很".to_string()) || t.contains(&"很好".to_string()),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn chunks_cover_the_text_and_respect_char_boundaries() {
+        let text = "中文，English words; ".repeat(50);
+        let parts: Vec<&str> = Chunks::new(&text, 37).collect();
+        assert!(parts.len() > 5);
+        assert_eq!(parts.concat(), text);
+        for p in &parts[..parts.len() - 1] {
+            assert!(!p.chars().last().unwrap().is_alphanumeric(), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn chars_are_letters_and_digits() {
+        assert_eq!(collect(Tokenizer::Chars, "a b,中1"), ["a", "b", "中", "1"]);
+    }
+}
