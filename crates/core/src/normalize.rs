@@ -7,21 +7,99 @@ use crate::config::NormalizeConfig;
 
 /// Normalises `text` into `out` (cleared first) as `config` says.
 ///
-/// ASCII text takes a fast path: NFKC is the identity on ASCII and case folding
-/// is `to_ascii_lowercase`.
+/// Characters that NFKC and case folding leave alone (ASCII, whose letters only
+/// lower-case; CJK ideographs, kana, Hangul syllables and a few punctuation
+/// marks) are copied as bytes. Only runs of other characters, with the character
+/// before them (a combining mark may compose with it), take the full Unicode
+/// path; a property test checks that this equals the full path on whole texts.
 pub fn normalize_into(config: &NormalizeConfig, text: &str, out: &mut String, tmp: &mut String) {
-    out.clear();
     let text = if config.html {
         strip_html(text, tmp);
         tmp.as_str()
     } else {
         text
     };
-    if text.is_ascii() {
-        normalize_ascii(config, text, out);
-        return;
+    let mut buf = std::mem::take(out).into_bytes();
+    buf.clear();
+    buf.reserve(text.len());
+    let mut ws = WhitespaceFolder::new(config);
+    let bytes = text.as_bytes();
+    let n = bytes.len();
+    let mut i = 0;
+    while i < n {
+        // A run of ASCII up to the next non-ASCII byte.
+        let k = bytes[i..]
+            .iter()
+            .position(|&b| b >= 0x80)
+            .map_or(n, |p| i + p);
+        if k > i {
+            // The last ASCII character stays behind if what follows may compose with it.
+            let end = if k < n && !is_stable(char_at(text, k)) {
+                k - 1
+            } else {
+                k
+            };
+            ws.push_ascii(&bytes[i..end], &mut buf);
+            i = end;
+            if i == k && k == n {
+                break;
+            }
+        }
+        // A stable non-ASCII character followed by a stable one (or the end).
+        let c = char_at(text, i);
+        let len = c.len_utf8();
+        let next_stable = i + len >= n || is_stable(char_at(text, i + len));
+        if is_stable(c) && next_stable {
+            ws.push(c, &mut buf);
+            i += len;
+            continue;
+        }
+        // A segment for the full Unicode path: up to the next stable character.
+        let mut j = i + len;
+        while j < n {
+            let c2 = char_at(text, j);
+            if is_stable(c2) {
+                break;
+            }
+            j += c2.len_utf8();
+        }
+        normalize_slow(config, &text[i..j], &mut ws, &mut buf);
+        i = j;
     }
-    let mut ws = WhitespaceFolder::new(config.whitespace);
+    *out = String::from_utf8(buf).expect("only whole characters were copied");
+}
+
+#[inline]
+fn char_at(text: &str, i: usize) -> char {
+    text[i..]
+        .chars()
+        .next()
+        .expect("i is a character boundary inside text")
+}
+
+/// Is `c` unchanged by NFKC and by case folding (ASCII letters aside, which only
+/// lower-case), and never the second character of a canonical composition?
+#[inline]
+fn is_stable(c: char) -> bool {
+    matches!(c as u32,
+        0x00..=0x7F             // ASCII
+        | 0x3001..=0x3002       // 、。
+        | 0x300C..=0x300F       // 「」『』
+        | 0x3041..=0x3096       // Hiragana letters (not the combining voicing marks)
+        | 0x30A1..=0x30FA       // Katakana letters
+        | 0x3400..=0x4DBF       // CJK extension A
+        | 0x4E00..=0x9FFF       // CJK unified ideographs
+        | 0xAC00..=0xD7A3       // Hangul syllables
+        | 0x2010 | 0x2013..=0x2014 | 0x2018..=0x2019 | 0x201C..=0x201D // dashes, quotes
+    )
+}
+
+fn normalize_slow(
+    config: &NormalizeConfig,
+    text: &str,
+    ws: &mut WhitespaceFolder,
+    out: &mut Vec<u8>,
+) {
     match (config.nfkc, config.casefold) {
         (true, true) => {
             // NFKC_Casefold in effect: NFKC, fold, NFKC again where folding
@@ -39,37 +117,6 @@ pub fn normalize_into(config: &NormalizeConfig, text: &str, out: &mut String, tm
             .for_each(|c| ws.push(c, out)),
         (false, false) => text.chars().for_each(|c| ws.push(c, out)),
     }
-}
-
-fn normalize_ascii(config: &NormalizeConfig, text: &str, out: &mut String) {
-    let bytes = text.as_bytes();
-    if !config.whitespace {
-        out.push_str(text);
-        if config.casefold {
-            out.make_ascii_lowercase();
-        }
-        return;
-    }
-    let mut buf = std::mem::take(out).into_bytes();
-    buf.reserve(bytes.len());
-    let mut pending_space = false;
-    for &b in bytes {
-        if b.is_ascii_whitespace() || b == 0x0b {
-            pending_space = !buf.is_empty();
-            continue;
-        }
-        if pending_space {
-            buf.push(b' ');
-            pending_space = false;
-        }
-        buf.push(if config.casefold {
-            b.to_ascii_lowercase()
-        } else {
-            b
-        });
-    }
-    // Only ASCII bytes were pushed.
-    *out = String::from_utf8(buf).expect("ASCII is UTF-8");
 }
 
 /// Is `c` a character of a script written without spaces between words, so that
@@ -97,46 +144,130 @@ pub fn is_han(c: char) -> bool {
 }
 
 /// Folds whitespace runs into one space, dropping them at the ends and between
-/// a character of a spaceless script and another or a punctuation mark.
+/// a character of a spaceless script and another or a punctuation mark; lower-cases
+/// ASCII when case folding.
 struct WhitespaceFolder {
     enabled: bool,
+    casefold: bool,
     pending: bool,
     last: Option<char>,
 }
 
 impl WhitespaceFolder {
-    fn new(enabled: bool) -> Self {
+    fn new(config: &NormalizeConfig) -> Self {
         WhitespaceFolder {
-            enabled,
+            enabled: config.whitespace,
+            casefold: config.casefold,
             pending: false,
             last: None,
         }
     }
 
+    /// Before a non-space character `c`: the pending space, unless it is a hard
+    /// wrap between CJK characters (or CJK and punctuation: full-width
+    /// punctuation is ASCII after NFKC).
     #[inline]
-    fn push(&mut self, c: char, out: &mut String) {
-        if !self.enabled {
-            out.push(c);
-            return;
-        }
-        if c.is_whitespace() {
-            self.pending = self.last.is_some();
-            return;
-        }
+    fn flush_pending(&mut self, c: char, out: &mut Vec<u8>) {
         if self.pending {
             self.pending = false;
-            // Joined when one side is CJK and the other CJK or punctuation
-            // (full-width punctuation is ASCII after NFKC): a hard wrap.
             let last = self.last.unwrap_or(' ');
             let cjk_or_punct = |c: char| is_spaceless_script(c) || !c.is_alphanumeric();
             let joined = (is_spaceless_script(last) || is_spaceless_script(c))
                 && cjk_or_punct(last)
                 && cjk_or_punct(c);
             if !joined {
-                out.push(' ');
+                out.push(b' ');
             }
         }
-        out.push(c);
+    }
+
+    /// ASCII bytes, the common case. Whitespace at either end of the run may
+    /// touch CJK text and goes through [`Self::flush_pending`]; the middle is
+    /// folded and lower-cased without branches.
+    #[inline]
+    fn push_ascii(&mut self, run: &[u8], out: &mut Vec<u8>) {
+        let casefold = self.casefold;
+        let lower = move |b: u8| b | ((casefold && b.is_ascii_uppercase()) as u8) << 5;
+        if !self.enabled {
+            out.extend(run.iter().map(|&b| lower(b)));
+            return;
+        }
+        let is_ws = |b: u8| b == b' ' || (0x09..=0x0d).contains(&b);
+        let lead = run.iter().take_while(|&&b| is_ws(b)).count();
+        if lead == run.len() {
+            if lead > 0 {
+                self.pending = self.last.is_some();
+            }
+            return;
+        }
+        let trail = run.iter().rev().take_while(|&&b| is_ws(b)).count();
+        let mid = &run[lead..run.len() - trail];
+        if lead > 0 {
+            self.pending = self.last.is_some();
+        }
+        if self.pending {
+            self.flush_pending(mid[0] as char, out);
+        }
+        let start = out.len();
+        out.resize(start + mid.len(), 0);
+        let dst = &mut out[start..];
+        let mut j = 0;
+        let mut prev_ws = false;
+        // Chunks with only single spaces (the usual case) are lower-cased and
+        // copied whole; the others are folded byte by byte.
+        const CHUNK: usize = 16;
+        let mut chunks = mid.chunks_exact(CHUNK);
+        for chunk in &mut chunks {
+            let chunk: &[u8; CHUNK] = chunk.try_into().expect("exact chunk");
+            let mut irregular = prev_ws && chunk[0] == b' ';
+            for &b in chunk {
+                irregular |= (0x09..=0x0d).contains(&b);
+            }
+            for k in 0..CHUNK - 1 {
+                irregular |= chunk[k] == b' ' && chunk[k + 1] == b' ';
+            }
+            if !irregular {
+                let lowered: [u8; CHUNK] = chunk.map(lower);
+                dst[j..j + CHUNK].copy_from_slice(&lowered);
+                j += CHUNK;
+                prev_ws = chunk[CHUNK - 1] == b' ';
+                continue;
+            }
+            for &b in chunk {
+                let ws = is_ws(b);
+                dst[j] = if ws { b' ' } else { lower(b) };
+                j += usize::from(!(ws && prev_ws));
+                prev_ws = ws;
+            }
+        }
+        for &b in chunks.remainder() {
+            let ws = is_ws(b);
+            dst[j] = if ws { b' ' } else { lower(b) };
+            j += usize::from(!(ws && prev_ws));
+            prev_ws = ws;
+        }
+        out.truncate(start + j);
+        self.last = Some(mid[mid.len() - 1] as char);
+        self.pending = trail > 0;
+    }
+
+    /// Any character, already normalised.
+    #[inline]
+    fn push(&mut self, c: char, out: &mut Vec<u8>) {
+        if c.is_ascii() {
+            // Case folding already happened on the paths that call this.
+            let casefold = std::mem::replace(&mut self.casefold, false);
+            self.push_ascii(&[c as u8], out);
+            self.casefold = casefold;
+            return;
+        }
+        if self.enabled && c.is_whitespace() {
+            self.pending = self.last.is_some();
+            return;
+        }
+        self.flush_pending(c, out);
+        let mut utf8 = [0u8; 4];
+        out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
         self.last = Some(c);
     }
 }
@@ -217,6 +348,36 @@ mod tests {
         assert_eq!(norm(c, "  Hello,\n\tWORLD  "), "hello, world");
         // The same text with one non-ASCII character goes the slow way.
         assert_eq!(norm(c, "  Hello,\n\tWORLD é "), "hello, world é");
+    }
+
+    /// The reference: the whole text through the Unicode iterators.
+    fn slow(config: NormalizeConfig, s: &str) -> String {
+        let mut out = Vec::new();
+        let mut ws = WhitespaceFolder::new(&config);
+        normalize_slow(&config, s, &mut ws, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        #[test]
+        fn fast_path_equals_full_unicode_path(
+            s in "[a-zA-Z \n\u{300}\u{301}\u{308}éÉﬁＡ１中文か\u{3099}\u{309a}ｶﾞ가\u{11a8}Σς…\u{a0}“”—–、。]{0,90}",
+            nfkc: bool, casefold: bool, whitespace: bool,
+        ) {
+            let c = NormalizeConfig { html: false, nfkc, casefold, whitespace };
+            proptest::prop_assert_eq!(norm(c, &s), slow(c, &s));
+        }
+
+        /// Long ASCII runs take the chunked path.
+        #[test]
+        fn chunked_ascii_equals_full_unicode_path(
+            s in "([a-zA-Z,.]{1,9}( |  |\n|\t \r\n)){0,30}(é|中)?[a-zA-Z ]{0,40}",
+            casefold: bool, whitespace: bool,
+        ) {
+            let c = NormalizeConfig { html: false, nfkc: true, casefold, whitespace };
+            proptest::prop_assert_eq!(norm(c, &s), slow(c, &s));
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use jieba_rs::{KeywordExtract, TextRank, TfIdf};
 
 use crate::accumulate::{UnitSums, WeightedSums};
-use crate::config::{Features, FingerprintConfig, Profile, Weights};
+use crate::config::{Features, FingerprintConfig, HashFunction, Profile, Weights};
 use crate::error::Error;
 use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
@@ -177,11 +177,18 @@ impl SimHasher {
             self.config.top.is_some() || !matches!(self.config.weights, Weights::Tf);
         if !needs_aggregation {
             // Term frequency: every occurrence adds weight 1; no counting needed.
-            let mut sums = UnitSums::new(self.width());
-            self.for_each_feature(&scratch.norm, &mut scratch.shingle, &mut |f| {
-                sums.add(self.hasher.hash(f.as_bytes()))
-            });
-            return sums.finish();
+            // The hash function is chosen once, outside the loop, so that the whole
+            // chain from tokenizer to sums inlines.
+            let (norm, shingle) = (&scratch.norm, &mut scratch.shingle);
+            return match (self.config.hash, self.width()) {
+                (HashFunction::Xxh3, Width::W64) => {
+                    let seed = self.config.seed;
+                    self.unit_fingerprint(norm, shingle, |f| {
+                        xxhash_rust::xxh3::xxh3_64_with_seed(f, seed) as u128
+                    })
+                }
+                _ => self.unit_fingerprint(norm, shingle, |f| self.hasher.hash(f)),
+            };
         }
         let counts = &mut scratch.counts;
         counts.clear();
@@ -201,6 +208,18 @@ impl SimHasher {
         for (h, w) in weighted {
             sums.add(h, w);
         }
+        sums.finish()
+    }
+
+    #[inline]
+    fn unit_fingerprint(
+        &self,
+        norm: &str,
+        shingle: &mut String,
+        hash: impl Fn(&[u8]) -> u128,
+    ) -> Fingerprint {
+        let mut sums = UnitSums::new(self.width());
+        self.for_each_feature(norm, shingle, &mut |f| sums.add(hash(f.as_bytes())));
         sums.finish()
     }
 
@@ -250,12 +269,8 @@ impl SimHasher {
     }
 
     /// Calls `emit` for every feature occurrence of normalised text, in order.
-    fn for_each_feature<'a>(
-        &self,
-        norm: &'a str,
-        shingle: &mut String,
-        emit: &mut dyn FnMut(&str),
-    ) {
+    #[inline]
+    fn for_each_feature<F: FnMut(&str)>(&self, norm: &str, shingle: &mut String, emit: &mut F) {
         let tokenizer = self.config.tokenizer;
         let stop = |t: &str| self.stopwords.is_some_and(|s| s.contains(t));
         match self.config.features {
@@ -266,33 +281,53 @@ impl SimHasher {
                 }
             }),
             Features::Shingles(w) => {
-                let mut ring: [&'a str; MAX_WIDTH] = [""; MAX_WIDTH];
+                // Tokens are slices of `norm`: keep their byte ranges. A shingle whose
+                // tokens are separated by single spaces is already a slice of `norm`
+                // (the usual case after whitespace folding); others are built.
+                let base = norm.as_ptr() as usize;
+                let bytes = norm.as_bytes();
+                let mut ring = [(0usize, 0usize); MAX_WIDTH];
+                // spaced[i]: token i follows the previous one after exactly one space.
+                let mut spaced = [false; MAX_WIDTH];
                 let mut seen = 0usize;
+                let mut prev_end = usize::MAX;
                 for_each_token(tokenizer, norm, &mut |t| {
                     if stop(t) {
                         return;
                     }
-                    ring[seen % w] = t;
+                    let start = t.as_ptr() as usize - base;
+                    let end = start + t.len();
+                    spaced[seen % w] =
+                        prev_end != usize::MAX && start == prev_end + 1 && bytes[prev_end] == b' ';
+                    prev_end = end;
+                    ring[seen % w] = (start, end);
                     seen += 1;
-                    if seen >= w {
-                        shingle.clear();
-                        for j in 0..w {
-                            if j > 0 {
-                                shingle.push(' ');
-                            }
-                            shingle.push_str(ring[(seen + j) % w]);
-                        }
-                        emit(shingle);
+                    if seen < w {
+                        return;
                     }
+                    let first = seen % w; // the oldest token of the window
+                    if (1..w).all(|j| spaced[(first + j) % w]) {
+                        emit(&norm[ring[first].0..end]);
+                        return;
+                    }
+                    shingle.clear();
+                    for j in 0..w {
+                        if j > 0 {
+                            shingle.push(' ');
+                        }
+                        let (s, e) = ring[(first + j) % w];
+                        shingle.push_str(&norm[s..e]);
+                    }
+                    emit(shingle);
                 });
                 // A document shorter than one shingle is one feature: all its tokens.
                 if seen > 0 && seen < w {
                     shingle.clear();
-                    for (j, t) in ring[..seen].iter().enumerate() {
+                    for (j, &(s, e)) in ring[..seen].iter().enumerate() {
                         if j > 0 {
                             shingle.push(' ');
                         }
-                        shingle.push_str(t);
+                        shingle.push_str(&norm[s..e]);
                     }
                     emit(shingle);
                 }
@@ -397,17 +432,62 @@ impl SimHasher {
         Ok(sums.finish())
     }
 
-    /// The fingerprint of a dense vector (an embedding): dimension j is sparse id j.
-    /// Its Hamming distances estimate angles: θ ≈ π·h/f.
+    /// The fingerprint of a dense vector (an embedding): sign random projection
+    /// on f Gaussian hyperplanes, so that the Hamming distance h estimates the
+    /// angle between vectors, θ ≈ π·h/f (Charikar 2002). The hyperplanes' entries
+    /// for dimension j come from a generator seeded by (seed, j): made on the fly,
+    /// never stored, the same on every machine.
     pub fn fingerprint_dense(&self, vector: &[f32]) -> Result<Fingerprint, Error> {
-        self.fingerprint_sparse(
-            vector
-                .iter()
-                .enumerate()
-                .filter(|&(_, &x)| x != 0.0)
-                .map(|(j, &x)| (j as u64, x as f64)),
-        )
+        let bits = self.width().bits() as usize;
+        let mut v = [0f64; 128];
+        for (j, &x) in vector.iter().enumerate() {
+            check_weight(x as f64)?;
+            if x == 0.0 {
+                continue;
+            }
+            let mut rng = SplitMix64(xxhash_rust::xxh3::xxh3_64_with_seed(
+                &(j as u64).to_le_bytes(),
+                self.config.seed,
+            ));
+            for pair in v[..bits].chunks_exact_mut(2) {
+                let (g0, g1) = gaussian_pair(&mut rng);
+                pair[0] += x as f64 * g0;
+                pair[1] += x as f64 * g1;
+            }
+        }
+        let mut value = 0u128;
+        for (i, &x) in v[..bits].iter().enumerate() {
+            if x > 0.0 {
+                value |= 1 << i;
+            }
+        }
+        Ok(Fingerprint::new(value, self.width()))
     }
+}
+
+/// SplitMix64 (Steele, Lea & Flood 2014): a tiny, well-mixed generator.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1].
+    fn unit(&mut self) -> f64 {
+        ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Two independent standard normal values (Box–Muller).
+fn gaussian_pair(rng: &mut SplitMix64) -> (f64, f64) {
+    let r = (-2.0 * rng.unit().ln()).sqrt();
+    let t = std::f64::consts::TAU * rng.unit();
+    (r * t.cos(), r * t.sin())
 }
 
 fn check_weight(w: f64) -> Result<(), Error> {
@@ -422,7 +502,7 @@ fn check_weight(w: f64) -> Result<(), Error> {
 
 /// Character n-grams of `text`; a text shorter than `n` characters (but not
 /// empty) is one feature.
-fn char_ngrams(text: &str, n: usize, emit: &mut dyn FnMut(&str)) {
+fn char_ngrams<F: FnMut(&str)>(text: &str, n: usize, emit: &mut F) {
     if text.is_empty() {
         return;
     }

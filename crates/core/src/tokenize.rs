@@ -15,7 +15,7 @@ pub fn jieba() -> &'static Jieba {
 }
 
 /// Calls `emit` for each token of `text`, in order.
-pub fn for_each_token<'a>(tokenizer: Tokenizer, text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+pub fn for_each_token<'a, F: FnMut(&'a str)>(tokenizer: Tokenizer, text: &'a str, emit: &mut F) {
     match tokenizer {
         Tokenizer::Words => words(text, emit),
         Tokenizer::Jieba => jieba_words(text, emit),
@@ -26,15 +26,62 @@ pub fn for_each_token<'a>(tokenizer: Tokenizer, text: &'a str, emit: &mut dyn Fn
 
 /// Unicode words (UAX #29 word boundaries, keeping the segments that hold a
 /// letter or digit, as `unicode_words` does), with an exact fast path for ASCII.
-pub fn words<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+pub fn words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     if text.is_ascii() {
         ascii_words(text, emit);
-    } else {
-        text.unicode_words().for_each(emit);
+        return;
+    }
+    // UAX #29 always breaks between a space and a following ASCII character that
+    // is not a space (no rule joins across it: ASCII has no Extend, Format or ZWJ
+    // characters), and no rule looks past such a space. So the text splits there
+    // into pieces segmented independently: long stretches of ASCII and common
+    // punctuation on the fast path, and around each other character the piece
+    // between two such breaks through `unicode-segmentation`.
+    let b = text.as_bytes();
+    let n = b.len();
+    let is_break = |i: usize| i > 0 && i < n && b[i - 1] == b' ' && b[i].is_ascii() && b[i] != b' ';
+    let mut pos = 0;
+    while pos < n {
+        let Some(k) = next_unknown(b, pos) else {
+            fast_words(&text[pos..], emit);
+            return;
+        };
+        // The last break at or before k, and the first one after it.
+        let start = (pos + 1..=k).rev().find(|&i| is_break(i)).unwrap_or(pos);
+        if start > pos {
+            fast_words(&text[pos..start], emit);
+        }
+        let end = (k + 1..n).find(|&i| is_break(i)).unwrap_or(n);
+        text[start..end].unicode_words().for_each(&mut *emit);
+        pos = end;
     }
 }
 
-fn jieba_words<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+/// The first non-ASCII character at or after `pos` that the fast tokenizer does
+/// not know.
+fn next_unknown(b: &[u8], mut pos: usize) -> Option<usize> {
+    while let Some(p) = b[pos..].iter().position(|&c| c >= 0x80) {
+        let k = pos + p;
+        if known_punct(&b[k..]).is_none() {
+            return Some(k);
+        }
+        pos = k + 3;
+    }
+    None
+}
+
+/// Common typographic punctuation, as UTF-8, with its UAX #29 word-break class:
+/// ‘ ’ are MidNumLet; – — “ ” … are Other.
+#[inline]
+fn known_punct(b: &[u8]) -> Option<Class> {
+    match b {
+        [0xE2, 0x80, 0x98 | 0x99, ..] => Some(Class::MidNumLet),
+        [0xE2, 0x80, 0x93 | 0x94 | 0x9C | 0x9D | 0xA6, ..] => Some(Class::Other),
+        _ => None,
+    }
+}
+
+fn jieba_words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     for chunk in Chunks::new(text, JIEBA_CHUNK) {
         for token in jieba().cut(chunk, true) {
             if token.word.chars().any(char::is_alphanumeric) {
@@ -88,7 +135,7 @@ impl<'a> Iterator for Chunks<'a> {
     }
 }
 
-fn chars<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+fn chars<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     for (i, c) in text.char_indices() {
         if c.is_alphanumeric() {
             emit(&text[i..i + c.len_utf8()]);
@@ -97,7 +144,7 @@ fn chars<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
 }
 
 /// Per script run: Han runs go to jieba, everything else to Unicode words.
-fn auto<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+fn auto<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     if text.is_ascii() {
         ascii_words(text, emit);
         return;
@@ -115,7 +162,7 @@ fn auto<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
     flush_run(&text[run_start..], in_han, emit);
 }
 
-fn flush_run<'a>(run: &'a str, han: bool, emit: &mut dyn FnMut(&'a str)) {
+fn flush_run<'a, F: FnMut(&'a str)>(run: &'a str, han: bool, emit: &mut F) {
     if run.is_empty() {
         return;
     }
@@ -167,58 +214,82 @@ static CLASS: [Class; 128] = {
 };
 
 #[inline]
-fn is_word_class(c: Class) -> bool {
+const fn is_word_class(c: Class) -> bool {
     matches!(c, Class::Letter | Class::Digit | Class::Underscore)
 }
 
 /// UAX #29 words of ASCII text (rules WB5 to WB13b restricted to ASCII), keeping
 /// only segments with a letter or digit. Checked against `unicode-segmentation`
 /// by a property test.
-pub fn ascii_words<'a>(text: &'a str, emit: &mut dyn FnMut(&'a str)) {
+#[inline]
+pub fn ascii_words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
+    fast_words(text, emit)
+}
+
+/// The class and byte length of the character at `i`: ASCII, or one of
+/// [`known_punct`] (the only non-ASCII characters `fast_words` is given).
+#[inline]
+fn class_at(b: &[u8], i: usize) -> (Class, usize) {
+    match b.get(i) {
+        None => (Class::Other, 0),
+        Some(&c) if c < 0x80 => (CLASS[c as usize], 1),
+        Some(_) => (known_punct(&b[i..]).unwrap_or(Class::Other), 3),
+    }
+}
+
+/// Letters, digits and `_`: the bytes that continue a word by themselves.
+static WORD_BYTE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = is_word_class(class(i as u8));
+        i += 1;
+    }
+    t
+};
+
+/// UAX #29 words of text made of ASCII and [`known_punct`] characters.
+fn fast_words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     let b = text.as_bytes();
     let n = b.len();
     let mut i = 0;
     while i < n {
-        if !is_word_class(CLASS[b[i] as usize & 127]) {
+        // Skip to the next word byte (non-ASCII bytes here are punctuation).
+        while i < n && !WORD_BYTE[b[i] as usize] {
             i += 1;
-            continue;
         }
-        let start = i;
-        let mut has_alnum = false;
-        loop {
-            let c = CLASS[b[i] as usize & 127];
-            has_alnum |= c != Class::Underscore;
-            let next = if i + 1 < n {
-                CLASS[b[i + 1] as usize & 127]
-            } else {
-                Class::Other
-            };
-            if is_word_class(next) {
-                i += 1;
-                continue;
-            }
-            // A single middle character joins two letters or two digits.
-            if i + 2 < n {
-                let after = CLASS[b[i + 2] as usize & 127];
-                let joins = match next {
-                    Class::MidLetter => c == Class::Letter && after == Class::Letter,
-                    Class::MidNumLet => {
-                        (c == Class::Letter && after == Class::Letter)
-                            || (c == Class::Digit && after == Class::Digit)
-                    }
-                    Class::MidNum => c == Class::Digit && after == Class::Digit,
-                    _ => false,
-                };
-                if joins {
-                    i += 2;
-                    continue;
-                }
-            }
+        if i == n {
             break;
         }
-        i += 1;
-        if has_alnum {
-            emit(&text[start..i]);
+        let start = i;
+        loop {
+            while i < n && WORD_BYTE[b[i] as usize] {
+                i += 1;
+            }
+            // A single middle character joins two letters or two digits.
+            let (mid, mid_len) = class_at(b, i);
+            if !matches!(mid, Class::MidLetter | Class::MidNumLet | Class::MidNum) {
+                break;
+            }
+            let last = CLASS[b[i - 1] as usize];
+            let (after, _) = class_at(b, i + mid_len);
+            let joins = match mid {
+                Class::MidLetter => last == Class::Letter && after == Class::Letter,
+                Class::MidNumLet => {
+                    (last == Class::Letter && after == Class::Letter)
+                        || (last == Class::Digit && after == Class::Digit)
+                }
+                _ => last == Class::Digit && after == Class::Digit,
+            };
+            if !joins {
+                break;
+            }
+            i += mid_len;
+        }
+        // Only a segment that starts with `_` can lack a letter or digit.
+        let word = &text[start..i];
+        if b[start] != b'_' || word.bytes().any(|c| c != b'_') {
+            emit(word);
         }
     }
 }
@@ -249,6 +320,30 @@ mod tests {
         fn ascii_words_match_uax29_any_ascii(s in "[ -~\n\t]{0,60}") {
             let mut fast = Vec::new();
             ascii_words(&s, &mut |w| fast.push(w));
+            let oracle: Vec<&str> = s.unicode_words().collect();
+            prop_assert_eq!(fast, oracle);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+        /// Splitting mixed text at spaces never changes UAX #29 words.
+        #[test]
+        fn words_match_uax29_on_mixed_text(s in "[a-c0-1 .':\u{301}\u{200d}\u{a0}\u{3000}é中か😀\u{fe0f}\n‘’–—“”…]{0,30}") {
+            let mut fast = Vec::new();
+            words(&s, &mut |w| fast.push(w));
+            let oracle: Vec<&str> = s.unicode_words().collect();
+            prop_assert_eq!(fast, oracle);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+        /// The fast tokenizer on ASCII with typographic punctuation.
+        #[test]
+        fn fast_words_match_uax29(s in "[a-b0-1.',:;_ ‘’–—“”…]{0,40}") {
+            let mut fast = Vec::new();
+            words(&s, &mut |w| fast.push(w));
             let oracle: Vec<&str> = s.unicode_words().collect();
             prop_assert_eq!(fast, oracle);
         }

@@ -107,12 +107,15 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
             "  normalisation alone (NFKC + case fold + whitespace): {:.0} MB/s",
             text_mb / norm_s
         );
+        stages(&path, lang, bytes)?;
         println!(
             "  {:<30} {:>10} {:>10} {:>8}",
             "configuration", "1 thread", "N threads", "scaling"
         );
         for (name, config) in configs {
             let hasher = SimHasher::new(config)?;
+            // Warm up: load jieba's dictionary and touch the code before timing.
+            hasher.fingerprint(&docs[0]);
             let one = single_thread(&path, &hasher)?;
             let mut line = format!("  {name:<30} {:>7.0} MB/s", bytes as f64 / 1e6 / one);
             let n = args.max_threads.max(1);
@@ -128,6 +131,54 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Cumulative cost of each stage on one thread, JSON Lines bytes per second:
+/// where the time goes.
+fn stages(path: &Path, lang: &str, bytes: u64) -> Result<()> {
+    let args = jsonl_args(path);
+    let tokenizer = if lang == "en" {
+        Tokenizer::Words
+    } else {
+        Tokenizer::Jieba
+    };
+    let hasher = SimHasher::new(config(tokenizer, Features::Tokens))?;
+    let norm_config = NormalizeConfig::default();
+    let mut line = String::from("  stages, cumulative (1 thread):");
+    for stage in 0..4 {
+        let started = Instant::now();
+        let mut reader = crate::input::DocReader::new(&args)?;
+        let (mut out, mut tmp) = (String::new(), String::new());
+        let mut checksum = 0u64;
+        while let Some(batch) = reader.next_batch()? {
+            for record in batch {
+                let Ok(Some(doc)) = record.parse(&args, false) else {
+                    bail!("unreadable benchmark corpus");
+                };
+                if stage >= 1 {
+                    normalize_into(&norm_config, &doc.text, &mut out, &mut tmp);
+                }
+                if stage == 2 {
+                    neardup_core::tokenize::for_each_token(tokenizer, &out, &mut |t| {
+                        checksum += t.len() as u64
+                    });
+                }
+                if stage == 3 {
+                    neardup_core::tokenize::for_each_token(tokenizer, &out, &mut |t| {
+                        checksum ^= hasher.hash_feature(t.as_bytes()) as u64
+                    });
+                }
+            }
+        }
+        std::hint::black_box(checksum);
+        let name = ["parse", "+normalise", "+tokenise", "+hash"][stage];
+        line.push_str(&format!(
+            " {name} {:.0} MB/s;",
+            bytes as f64 / 1e6 / started.elapsed().as_secs_f64()
+        ));
+    }
+    println!("{}", line.trim_end_matches(';'));
+    Ok(())
 }
 
 fn config(tokenizer: Tokenizer, features: Features) -> FingerprintConfig {

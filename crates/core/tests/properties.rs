@@ -1,0 +1,331 @@
+//! Property tests of the public fingerprinting API against slow, independent
+//! reference implementations written here.
+
+use neardup_core::{
+    Features, Fingerprint, FingerprintConfig, HashFunction, SimHasher, Tokenizer, Weights, Width,
+};
+use proptest::prelude::*;
+use unicode_segmentation::UnicodeSegmentation;
+
+/// The textbook SimHash: V[i] += w if bit i of the feature's hash is 1, else -= w;
+/// bit i is V[i] > 0.
+fn textbook(features: &[(u128, f64)], width: Width) -> Fingerprint {
+    let bits = width.bits() as usize;
+    let mut v = vec![0.0f64; bits];
+    for &(h, w) in features {
+        for (i, vi) in v.iter_mut().enumerate() {
+            if (h >> i) & 1 == 1 {
+                *vi += w;
+            } else {
+                *vi -= w;
+            }
+        }
+    }
+    let mut value = 0u128;
+    for (i, &x) in v.iter().enumerate() {
+        if x > 0.0 {
+            value |= 1 << i;
+        }
+    }
+    Fingerprint::new(value, width)
+}
+
+fn reference_hash(bytes: &[u8], width: Width) -> u128 {
+    match width {
+        Width::W64 => xxhash_rust::xxh3::xxh3_64(bytes) as u128,
+        Width::W128 => xxhash_rust::xxh3::xxh3_128(bytes),
+    }
+}
+
+/// An independent pipeline for ASCII text: lower-case, UAX #29 words, shingles
+/// joined by one space, term-frequency weights, xxh3.
+fn reference_fingerprint(text: &str, features: Features, width: Width) -> Fingerprint {
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = lower.unicode_words().collect();
+    let feats: Vec<String> = match features {
+        Features::Tokens => words.iter().map(|w| w.to_string()).collect(),
+        Features::Shingles(w) if words.len() < w => {
+            if words.is_empty() {
+                vec![]
+            } else {
+                vec![words.join(" ")]
+            }
+        }
+        Features::Shingles(w) => words.windows(w).map(|win| win.join(" ")).collect(),
+        Features::Ngrams(n) => {
+            let folded = lower.split_whitespace().collect::<Vec<_>>().join(" ");
+            let chars: Vec<char> = folded.chars().collect();
+            if chars.is_empty() {
+                vec![]
+            } else if chars.len() <= n {
+                vec![folded]
+            } else {
+                chars.windows(n).map(|c| c.iter().collect()).collect()
+            }
+        }
+    };
+    let hashed: Vec<(u128, f64)> = feats
+        .iter()
+        .map(|f| (reference_hash(f.as_bytes(), width), 1.0))
+        .collect();
+    textbook(&hashed, width)
+}
+
+fn hasher(tokenizer: Tokenizer, features: Features, weights: Weights, width: Width) -> SimHasher {
+    SimHasher::new(FingerprintConfig {
+        tokenizer,
+        features,
+        weights,
+        bits: width,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn width_of(wide: bool) -> Width {
+    if wide { Width::W128 } else { Width::W64 }
+}
+
+fn features_strategy() -> impl Strategy<Value = Features> {
+    prop_oneof![
+        Just(Features::Tokens),
+        (1usize..5).prop_map(Features::Shingles),
+        (1usize..6).prop_map(Features::Ngrams),
+    ]
+}
+
+/// English-like text: words, punctuation, irregular spacing and line breaks.
+fn english() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        (
+            prop::sample::select(vec![
+                "the", "The", "cat", "sat", "on", "a", "mat", "don't", "3.14", "U.S.A", "e-mail",
+                "x_y", "_", "it's", "42", "Rust", "fast", "SLOW",
+            ]),
+            prop::sample::select(vec![
+                " ", " ", " ", "  ", ", ", ".\n", "\t", "; ", " - ", "\r\n",
+            ]),
+        ),
+        0..60,
+    )
+    .prop_map(|parts| parts.into_iter().flat_map(|(w, s)| [w, s]).collect())
+}
+
+/// Text in several scripts.
+fn mixed() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "the ",
+            "Cat ",
+            "中华人民共和国",
+            "成立了",
+            "，",
+            "。",
+            "\n",
+            "北京 ",
+            "Café ",
+            "naïve ",
+            "ＡＢＣ ",
+            "ﬁne ",
+            "’s ",
+            "“quoted” ",
+            "— ",
+            "東京",
+            "かな",
+            "한국어 ",
+            "42 ",
+            " ",
+        ]),
+        0..40,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// The whole fast pipeline equals an independent slow one on English text,
+    /// at 64 and 128 bits.
+    #[test]
+    fn fast_pipeline_matches_independent_reference(
+        text in english(), features in features_strategy(), wide: bool,
+    ) {
+        let width = width_of(wide);
+        let h = hasher(Tokenizer::Words, features, Weights::Tf, width);
+        prop_assert_eq!(h.fingerprint(&text), reference_fingerprint(&text, features, width));
+    }
+
+    /// `fingerprint` equals the textbook sum over the features `features` lists,
+    /// for every tokenizer, feature kind, weighting and width.
+    #[test]
+    fn fingerprint_equals_its_listed_features(
+        text in mixed(),
+        tokenizer in prop::sample::select(vec![Tokenizer::Auto, Tokenizer::Words, Tokenizer::Jieba, Tokenizer::Chars]),
+        features in features_strategy(),
+        weights in prop::sample::select(vec![Weights::Tf, Weights::Binary]),
+        top in prop::option::of(1usize..20),
+        stopwords: bool,
+        wide: bool,
+    ) {
+        let width = width_of(wide);
+        let h = SimHasher::new(FingerprintConfig {
+            tokenizer, features, weights, top, stopwords, bits: width, ..Default::default()
+        }).unwrap();
+        let listed: Vec<(u128, f64)> = h.features(&text).iter().map(|f| (f.hash, f.weight)).collect();
+        prop_assert_eq!(h.fingerprint(&text), textbook(&listed, width));
+        // And the listed hashes are the hashes of the listed texts.
+        for f in h.features(&text) {
+            prop_assert_eq!(f.hash, h.hash_feature(f.text.as_bytes()));
+        }
+    }
+
+    /// Feature order does not matter; duplicates add up.
+    #[test]
+    fn weighted_features_order_does_not_matter(
+        mut feats in prop::collection::vec(("[a-z]{1,6}", 1u32..10), 0..40), wide: bool, seed: u64,
+    ) {
+        let h = hasher(Tokenizer::Words, Features::Tokens, Weights::Tf, width_of(wide));
+        let a = h.fingerprint_weighted(feats.iter().map(|(f, w)| (f.as_str(), *w as f64))).unwrap();
+        // A deterministic shuffle.
+        let n = feats.len();
+        for i in (1..n).rev() {
+            let j = (seed.wrapping_mul(i as u64 + 1) >> 7) as usize % (i + 1);
+            feats.swap(i, j);
+        }
+        let b = h.fingerprint_weighted(feats.iter().map(|(f, w)| (f.as_str(), *w as f64))).unwrap();
+        prop_assert_eq!(a, b);
+        // Splitting a weight into two entries changes nothing either.
+        let split = h.fingerprint_weighted(
+            feats.iter().flat_map(|(f, w)| [(f.as_str(), *w as f64 / 2.0), (f.as_str(), *w as f64 / 2.0)])
+        ).unwrap();
+        prop_assert_eq!(a, split);
+    }
+
+    /// Scaling every weight by a positive constant changes nothing.
+    #[test]
+    fn scaling_weights_changes_nothing(
+        feats in prop::collection::vec(("[a-z]{1,6}", 1u32..100), 0..40),
+        scale in prop::sample::select(vec![0.5f64, 2.0, 3.0, 1024.0]),
+        wide: bool,
+    ) {
+        let h = hasher(Tokenizer::Words, Features::Tokens, Weights::Tf, width_of(wide));
+        let a = h.fingerprint_weighted(feats.iter().map(|(f, w)| (f.as_str(), *w as f64))).unwrap();
+        let b = h.fingerprint_weighted(feats.iter().map(|(f, w)| (f.as_str(), *w as f64 * scale))).unwrap();
+        prop_assert_eq!(a, b);
+    }
+
+    /// Deterministic, and a document is at distance 0 from itself and from a
+    /// copy, whatever the configuration.
+    #[test]
+    fn deterministic_and_identical_inputs_give_zero(
+        text in mixed(),
+        hash in prop::sample::select(vec![HashFunction::Xxh3, HashFunction::Fnv1a, HashFunction::Md5, HashFunction::SipHash]),
+        features in features_strategy(),
+        wide: bool,
+    ) {
+        let config = FingerprintConfig { hash, features, bits: width_of(wide), ..Default::default() };
+        let a = SimHasher::new(config.clone()).unwrap().fingerprint(&text);
+        let b = SimHasher::new(config).unwrap().fingerprint(&text.clone());
+        prop_assert_eq!(a.distance(b).unwrap(), 0);
+        prop_assert_eq!(a.width(), width_of(wide));
+    }
+
+    /// Token weights of 1 each equal term-frequency features.
+    #[test]
+    fn token_list_equals_unit_weights(feats in prop::collection::vec("[a-z]{1,4}", 0..50), wide: bool) {
+        let h = hasher(Tokenizer::Words, Features::Tokens, Weights::Tf, width_of(wide));
+        let a = h.fingerprint_tokens(&feats);
+        let b = h.fingerprint_weighted(feats.iter().map(|f| (f.as_str(), 1.0))).unwrap();
+        prop_assert_eq!(a, b);
+    }
+
+    /// Random-hyperplane LSH on dense vectors: scale-invariant, and the negated
+    /// vector has the complementary fingerprint (ties aside, which random
+    /// real-valued vectors do not produce).
+    #[test]
+    fn dense_vectors_are_scale_invariant_and_negation_complements(
+        v in prop::collection::vec(-1.0f32..1.0, 8..64), wide: bool,
+    ) {
+        let width = width_of(wide);
+        let h = hasher(Tokenizer::Words, Features::Tokens, Weights::Tf, width);
+        let a = h.fingerprint_dense(&v).unwrap();
+        let scaled: Vec<f32> = v.iter().map(|x| x * 4.0).collect();
+        prop_assert_eq!(a, h.fingerprint_dense(&scaled).unwrap());
+        let neg: Vec<f32> = v.iter().map(|x| -x).collect();
+        let b = h.fingerprint_dense(&neg).unwrap();
+        prop_assert_eq!(a.distance(b).unwrap(), width.bits());
+    }
+}
+
+#[test]
+fn dense_fingerprints_estimate_angles() {
+    // Two vectors at a known angle: the Hamming distance over 128 bits estimates
+    // theta / pi; averaged over many seeds it is close.
+    let theta = std::f64::consts::PI / 6.0;
+    let dims = 64;
+    let mut total = 0u32;
+    let trials = 200;
+    for seed in 0..trials {
+        let h = SimHasher::new(FingerprintConfig {
+            bits: Width::W128,
+            seed,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut a = vec![0f32; dims];
+        let mut b = vec![0f32; dims];
+        a[0] = 1.0;
+        b[0] = theta.cos() as f32;
+        b[1] = theta.sin() as f32;
+        total += h
+            .fingerprint_dense(&a)
+            .unwrap()
+            .distance(h.fingerprint_dense(&b).unwrap())
+            .unwrap();
+    }
+    let estimate = total as f64 / (trials as f64 * 128.0) * std::f64::consts::PI;
+    assert!(
+        (estimate - theta).abs() < 0.05,
+        "estimated angle {estimate}, true {theta}"
+    );
+}
+
+#[test]
+fn non_finite_weights_are_refused() {
+    let h = SimHasher::new(FingerprintConfig::default()).unwrap();
+    assert!(h.fingerprint_dense(&[1.0, f32::NAN]).is_err());
+    assert!(h.fingerprint_weighted([("a", f64::INFINITY)]).is_err());
+}
+
+#[test]
+fn empty_documents_have_the_zero_fingerprint() {
+    for wide in [false, true] {
+        let h = hasher(
+            Tokenizer::Auto,
+            Features::Shingles(3),
+            Weights::Tf,
+            width_of(wide),
+        );
+        for text in ["", "   \n\t", "!!! ??? ..."] {
+            assert_eq!(h.fingerprint(text).value(), 0, "{text:?}");
+        }
+    }
+}
+
+#[test]
+fn near_duplicates_are_closer_than_different_documents() {
+    let h = SimHasher::new(FingerprintConfig::default()).unwrap();
+    let base = "The harbour master opened the gates at dawn, and the fishing boats slipped out \
+                one by one into the grey water. By noon the wind had turned, and the older captains \
+                began to bring their crews home early.";
+    let edited = base.replace("one by one", "one after another");
+    let other = "To bake a simple loaf, mix five hundred grams of flour with ten grams of salt, \
+                 seven grams of dried yeast and warm water, then knead the dough for ten minutes.";
+    let (a, b, c) = (
+        h.fingerprint(base),
+        h.fingerprint(&edited),
+        h.fingerprint(other),
+    );
+    assert!(a.distance(b).unwrap() < a.distance(c).unwrap());
+    assert!(a.distance(c).unwrap() > 10);
+}
