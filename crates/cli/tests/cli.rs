@@ -1,0 +1,532 @@
+//! Integration tests: the real `neardup` binary, good and bad input.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_neardup"))
+}
+
+fn sample() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.jsonl")
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("binary runs")
+}
+
+fn run_stdin(args: &[&str], input: &[u8]) -> Output {
+    let mut child = bin()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+fn json_lines(s: &str) -> Vec<Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn fp(v: &Value) -> u64 {
+    u64::from_str_radix(v["simhash"].as_str().unwrap(), 16).unwrap()
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn fingerprints_the_sample_in_order_with_ids() {
+    let o = run(&["fingerprint", sample().to_str().unwrap(), "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = json_lines(&stdout(&o));
+    let input = std::fs::read_to_string(sample()).unwrap();
+    let ids: Vec<Value> = json_lines(&input).iter().map(|v| v["id"].clone()).collect();
+    assert_eq!(
+        rows.iter().map(|r| r["id"].clone()).collect::<Vec<_>>(),
+        ids
+    );
+    for r in &rows {
+        assert_eq!(r["simhash"].as_str().unwrap().len(), 16);
+        assert_eq!(r.as_object().unwrap().len(), 2, "only id and simhash: {r}");
+    }
+    let by_id = |id: &str| rows.iter().find(|r| r["id"] == id).map(fp).unwrap();
+    // A planted near-duplicate is much closer than an unrelated document.
+    let near = (by_id("harbour") ^ by_id("harbour-copy")).count_ones();
+    let far = (by_id("harbour") ^ by_id("bread")).count_ones();
+    assert!(near < far, "near {near}, far {far}");
+    let zh_near = (by_id("zh-tea") ^ by_id("zh-tea-wrapped")).count_ones();
+    assert_eq!(
+        zh_near, 0,
+        "re-wrapped Chinese must fingerprint like the original"
+    );
+}
+
+#[test]
+fn same_output_whatever_the_thread_count() {
+    let a = run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "-q",
+        "--threads",
+        "1",
+    ]);
+    let b = run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "-q",
+        "--threads",
+        "2",
+    ]);
+    assert!(a.status.success() && b.status.success());
+    assert_eq!(a.stdout, b.stdout);
+}
+
+#[test]
+fn tsv_lines_stdin_and_128_bits() {
+    let o = run_stdin(
+        &["fingerprint", "--lines", "--tsv", "--bits", "128", "-q"],
+        b"first doc\nsecond doc\n\nfourth\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4);
+    for (i, l) in lines.iter().enumerate() {
+        let (id, hex) = l.split_once('\t').unwrap();
+        assert_eq!(id, (i + 1).to_string());
+        assert_eq!(hex.len(), 32);
+    }
+    // The empty third line has the all-zero fingerprint.
+    assert_eq!(lines[2], format!("3\t{}", "0".repeat(32)));
+}
+
+#[test]
+fn stdin_text_and_json_lines_are_recognised() {
+    let text = run_stdin(&["fingerprint", "-q"], b"just some text\non two lines\n");
+    assert_eq!(json_lines(&stdout(&text)).len(), 1);
+    let jsonl = run_stdin(
+        &["fingerprint", "-q"],
+        b"{\"text\": \"a b c\"}\n{\"text\": \"d e f\", \"id\": 9}\n",
+    );
+    let rows = json_lines(&stdout(&jsonl));
+    assert_eq!(rows[0]["id"], 1);
+    assert_eq!(rows[1]["id"], 9);
+}
+
+#[test]
+fn directories_are_read_recursively_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    write(dir.path(), "b.txt", b"second file");
+    write(dir.path(), "a.txt", b"first file");
+    write(&dir.path().join("sub"), "c.txt", b"third file");
+    let o = run(&["fingerprint", dir.path().to_str().unwrap(), "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ids: Vec<String> = json_lines(&stdout(&o))
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(
+        ids[0].ends_with("a.txt") && ids[1].ends_with("b.txt") && ids[2].ends_with("sub/c.txt"),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn output_file_is_atomic_and_carries_its_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fps.jsonl");
+    let o = run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "-q",
+        "--features",
+        "ngrams:4",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 23);
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("fps.jsonl.config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["features"], "ngrams:4");
+    // The saved configuration reproduces the fingerprints.
+    let again = run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "-q",
+        "--config",
+        dir.path().join("fps.jsonl.config.json").to_str().unwrap(),
+    ]);
+    assert_eq!(stdout(&again), std::fs::read_to_string(&out).unwrap());
+    // No temporary files left behind.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
+#[test]
+fn failed_run_leaves_no_output_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(
+        dir.path(),
+        "in.jsonl",
+        b"{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n{not json\n",
+    );
+    let out = dir.path().join("out.jsonl");
+    let o = run(&[
+        "fingerprint",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!out.exists(), "half-written output left behind");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "temporary file left behind"
+    );
+}
+
+#[test]
+fn invalid_utf8_names_file_and_offset_and_lossy_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(
+        dir.path(),
+        "bad.jsonl",
+        b"{\"text\": \"fine\"}\n{\"text\": \"caf\xe9\"}\n",
+    );
+    let o = run(&["fingerprint", input.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("bad.jsonl")
+            && err.contains("byte offset 30")
+            && err.contains("line 2")
+            && err.contains("--lossy"),
+        "{err}"
+    );
+    let o = run(&["fingerprint", input.to_str().unwrap(), "--lossy", "-q"]);
+    assert!(o.status.success());
+    assert_eq!(json_lines(&stdout(&o)).len(), 2);
+    // Whole-file text too.
+    let txt = write(dir.path(), "bad.txt", b"abc\xff");
+    let err = stderr(&run(&["fingerprint", txt.to_str().unwrap()]));
+    assert!(
+        err.contains("bad.txt") && err.contains("byte offset 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_json_names_the_line_and_skip_invalid_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(dir.path(), "in.jsonl", b"{\"text\": \"a\"}\n{\"text\": \"b\",}\n{\"body\": \"c\"}\n{\"text\": 5}\n{\"text\": \"e\"}\n");
+    let o = run(&["fingerprint", input.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("in.jsonl:2") && err.contains("--skip-invalid"),
+        "{err}"
+    );
+    let o = run(&["fingerprint", input.to_str().unwrap(), "--skip-invalid"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json_lines(&stdout(&o)).len(), 2);
+    let err = stderr(&o);
+    assert!(err.contains("3 invalid lines skipped"), "{err}");
+    assert!(
+        err.contains("in.jsonl:3") && err.contains("--text-field"),
+        "{err}"
+    );
+    // The text field can be renamed.
+    let o = run(&[
+        "fingerprint",
+        input.to_str().unwrap(),
+        "--skip-invalid",
+        "--text-field",
+        "body",
+        "-q",
+    ]);
+    assert_eq!(json_lines(&stdout(&o)).len(), 1);
+}
+
+#[test]
+fn empty_documents_are_counted() {
+    let o = run_stdin(&["fingerprint", "--lines"], b"one\n\n   \ntwo\n");
+    assert!(o.status.success());
+    assert!(
+        stderr(&o).contains("4 documents") && stderr(&o).contains("2 empty"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn impossible_parameters_are_refused_with_what_is_allowed() {
+    for (args, hint) in [
+        (
+            vec!["fingerprint", "--features", "shingles:0"],
+            "shingles:W",
+        ),
+        (vec!["fingerprint", "--bits", "32"], "64"),
+        (vec!["fingerprint", "--tokenizer", "spaces"], "jieba"),
+        (vec!["fingerprint", "--frobnicate"], "--frobnicate"),
+        (
+            vec![
+                "fingerprint",
+                "--profile",
+                "python-simhash",
+                "--bits",
+                "128",
+            ],
+            "cannot be used",
+        ),
+        (
+            vec![
+                "fingerprint",
+                "--weights",
+                "textrank",
+                "--features",
+                "shingles:2",
+            ],
+            "--features tokens",
+        ),
+        (vec!["fingerprint", "/no/such/file"], "/no/such/file"),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(hint), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn python_simhash_profile_matches_the_golden_values() {
+    // Golden values written by the independent Python reference (see the core crate's tests).
+    let golden = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../core/tests/data/python_simhash_golden.jsonl"),
+    )
+    .unwrap();
+    let mut input = String::new();
+    let mut expected = Vec::new();
+    for line in golden.lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        if let Some(t) = row["case"]["text"].as_str() {
+            input.push_str(&serde_json::json!({"text": t}).to_string());
+            input.push('\n');
+            expected.push(row["simhash"].as_str().unwrap().to_owned());
+        }
+    }
+    let o = run_stdin(
+        &[
+            "fingerprint",
+            "--profile",
+            "python-simhash",
+            "--format",
+            "jsonl",
+            "-q",
+        ],
+        input.as_bytes(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: Vec<String> = json_lines(&stdout(&o))
+        .iter()
+        .map(|r| r["simhash"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn compare_reports_distance_verdict_and_explanation() {
+    let o = run(&[
+        "compare",
+        "--text",
+        "--json",
+        "--features",
+        "tokens",
+        "--explain",
+        "the quick brown fox jumps over the lazy dog",
+        "the quick brown fox jumped over the lazy dog",
+    ]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let d = v["distance"].as_u64().unwrap();
+    assert_eq!(v["near_duplicate"], d <= 3);
+    assert_eq!(o.status.code(), Some(if d <= 3 { 0 } else { 1 }));
+    let expected_sim = (std::f64::consts::PI * d as f64 / 64.0).cos();
+    assert!((v["similarity"].as_f64().unwrap() - expected_sim).abs() < 1e-9);
+    let explained: Vec<&str> = v["explain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["feature"].as_str().unwrap())
+        .collect();
+    if d > 0 {
+        assert!(
+            explained.iter().all(|f| *f == "jumps" || *f == "jumped"),
+            "{explained:?}"
+        );
+        assert!(!explained.is_empty());
+    }
+    let same = run(&["compare", "--text", "same words here", "same words here"]);
+    assert_eq!(same.status.code(), Some(0));
+    assert!(stdout(&same).contains("distance    0 of 64 bits"));
+    let fps = run(&["compare", "--simhash", "ff", "f0", "-k", "3"]);
+    assert_eq!(fps.status.code(), Some(1));
+    assert!(stdout(&fps).contains("distance    4 of 64 bits"));
+    let bad = run(&["compare", "--simhash", "xyz", "f0"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn idf_tables_are_built_used_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("sample.idf");
+    let o = run(&[
+        "idf",
+        "build",
+        sample().to_str().unwrap(),
+        "--features",
+        "tokens",
+        "--min-df",
+        "1",
+        "-o",
+        table.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&table).unwrap();
+    assert!(
+        text.starts_with("# neardup-idf 1 {\"documents\":23"),
+        "{}",
+        &text[..80]
+    );
+    let with = run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "--features",
+        "tokens",
+        "--idf",
+        table.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(with.status.success(), "{}", stderr(&with));
+    let without = run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "--features",
+        "tokens",
+        "-q",
+    ]);
+    assert_ne!(
+        with.stdout, without.stdout,
+        "IDF weights must change some fingerprints"
+    );
+    // A table learned from other features is refused.
+    let o = run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "--features",
+        "shingles:2",
+        "--idf",
+        table.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("learned from features made with another configuration"),
+        "{}",
+        stderr(&o)
+    );
+    // A corrupt table is refused with its line.
+    let bad = write(
+        dir.path(),
+        "bad.idf",
+        b"# neardup-idf 1 {\"documents\":1,\"config\":\"x\",\"default_idf\":1.0}\nnot a row\n",
+    );
+    let o = run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "--idf",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("line 2"), "{}", stderr(&o));
+}
+
+#[test]
+fn large_single_document_works() {
+    // 32 MB on one JSON line: streamed into one document, fingerprinted.
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::with_capacity(32 << 20);
+    let words = [
+        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta",
+    ];
+    let mut i = 0usize;
+    while text.len() < 32 << 20 {
+        text.push_str(words[i * 7 % 8]);
+        text.push(' ');
+        i += 1;
+    }
+    let line = serde_json::json!({"id": "big", "text": text}).to_string();
+    let input = write(dir.path(), "big.jsonl", line.as_bytes());
+    let o = run(&["fingerprint", input.to_str().unwrap(), "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json_lines(&stdout(&o))[0]["id"], "big");
+}
+
+#[test]
+fn broken_pipe_is_not_an_error() {
+    let mut input = String::new();
+    for i in 0..50_000 {
+        input.push_str(&format!("document number {i} with some words\n"));
+    }
+    let mut child = bin()
+        .args(["fingerprint", "--lines", "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // stdout is dropped here: the next writes fail with a broken pipe.
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(first.contains("simhash"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
