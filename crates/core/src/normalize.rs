@@ -19,9 +19,8 @@ pub fn normalize_into(config: &NormalizeConfig, text: &str, out: &mut String, tm
     } else {
         text
     };
-    let mut buf = std::mem::take(out).into_bytes();
-    buf.clear();
-    buf.reserve(text.len());
+    out.clear();
+    out.reserve(text.len());
     let mut ws = WhitespaceFolder::new(config);
     let bytes = text.as_bytes();
     let n = bytes.len();
@@ -34,39 +33,39 @@ pub fn normalize_into(config: &NormalizeConfig, text: &str, out: &mut String, tm
             .map_or(n, |p| i + p);
         if k > i {
             // The last ASCII character stays behind if what follows may compose with it.
-            let end = if k < n && !is_stable(char_at(text, k)) {
+            let end = if k < n && simple_map(config, char_at(text, k)).is_none() {
                 k - 1
             } else {
                 k
             };
-            ws.push_ascii(&bytes[i..end], &mut buf);
+            ws.push_ascii(&text[i..end], out);
             i = end;
-            if i == k && k == n {
+            if i == n {
                 break;
             }
         }
-        // A stable non-ASCII character followed by a stable one (or the end).
+        // A simple non-ASCII character followed by a simple one (or the end).
         let c = char_at(text, i);
         let len = c.len_utf8();
-        let next_stable = i + len >= n || is_stable(char_at(text, i + len));
-        if is_stable(c) && next_stable {
-            ws.push(c, &mut buf);
-            i += len;
-            continue;
+        if let Some(mapped) = simple_map(config, c) {
+            if i + len >= n || simple_map(config, char_at(text, i + len)).is_some() {
+                ws.push(mapped, out);
+                i += len;
+                continue;
+            }
         }
-        // A segment for the full Unicode path: up to the next stable character.
+        // A segment for the full Unicode path: up to the next simple character.
         let mut j = i + len;
         while j < n {
             let c2 = char_at(text, j);
-            if is_stable(c2) {
+            if simple_map(config, c2).is_some() {
                 break;
             }
             j += c2.len_utf8();
         }
-        normalize_slow(config, &text[i..j], &mut ws, &mut buf);
+        normalize_slow(config, &text[i..j], &mut ws, out);
         i = j;
     }
-    *out = String::from_utf8(buf).expect("only whole characters were copied");
 }
 
 #[inline]
@@ -75,6 +74,32 @@ fn char_at(text: &str, i: usize) -> char {
         .chars()
         .next()
         .expect("i is a character boundary inside text")
+}
+
+/// What NFKC and case folding make of `c`, for characters where that is one
+/// character found without tables and `c` never composes with the character
+/// before it: the [`is_stable`] ones (unchanged), full-width ASCII forms (their
+/// ASCII character) and the ideographic space. `None` for all others.
+#[inline]
+fn simple_map(config: &NormalizeConfig, c: char) -> Option<char> {
+    if is_stable(c) {
+        return Some(c);
+    }
+    if !config.nfkc {
+        return None;
+    }
+    match c as u32 {
+        0xFF01..=0xFF5E => {
+            let a = char::from_u32(c as u32 - 0xFEE0).expect("ASCII");
+            Some(if config.casefold {
+                a.to_ascii_lowercase()
+            } else {
+                a
+            })
+        }
+        0x3000 => Some(' '),
+        _ => None,
+    }
 }
 
 /// Is `c` unchanged by NFKC and by case folding (ASCII letters aside, which only
@@ -98,7 +123,7 @@ fn normalize_slow(
     config: &NormalizeConfig,
     text: &str,
     ws: &mut WhitespaceFolder,
-    out: &mut Vec<u8>,
+    out: &mut String,
 ) {
     match (config.nfkc, config.casefold) {
         (true, true) => {
@@ -167,7 +192,7 @@ impl WhitespaceFolder {
     /// wrap between CJK characters (or CJK and punctuation: full-width
     /// punctuation is ASCII after NFKC).
     #[inline]
-    fn flush_pending(&mut self, c: char, out: &mut Vec<u8>) {
+    fn flush_pending(&mut self, c: char, out: &mut String) {
         if self.pending {
             self.pending = false;
             let last = self.last.unwrap_or(' ');
@@ -176,89 +201,78 @@ impl WhitespaceFolder {
                 && cjk_or_punct(last)
                 && cjk_or_punct(c);
             if !joined {
-                out.push(b' ');
+                out.push(' ');
             }
         }
     }
 
-    /// ASCII bytes, the common case. Whitespace at either end of the run may
-    /// touch CJK text and goes through [`Self::flush_pending`]; the middle is
-    /// folded and lower-cased without branches.
+    /// ASCII text, the common case. Whitespace at either end of the run may touch
+    /// CJK text and goes through [`Self::flush_pending`]; in the middle, chunks
+    /// with only single spaces are copied whole and the others folded byte by byte.
     #[inline]
-    fn push_ascii(&mut self, run: &[u8], out: &mut Vec<u8>) {
-        let casefold = self.casefold;
-        let lower = move |b: u8| b | ((casefold && b.is_ascii_uppercase()) as u8) << 5;
+    fn push_ascii(&mut self, run: &str, out: &mut String) {
+        let start = out.len();
+        self.fold_ascii(run, out);
+        if self.casefold {
+            out[start..].make_ascii_lowercase();
+        }
+    }
+
+    fn fold_ascii(&mut self, run: &str, out: &mut String) {
         if !self.enabled {
-            out.extend(run.iter().map(|&b| lower(b)));
+            out.push_str(run);
             return;
         }
         let is_ws = |b: u8| b == b' ' || (0x09..=0x0d).contains(&b);
-        let lead = run.iter().take_while(|&&b| is_ws(b)).count();
-        if lead == run.len() {
+        let b = run.as_bytes();
+        let lead = b.iter().take_while(|&&c| is_ws(c)).count();
+        if lead == b.len() {
             if lead > 0 {
                 self.pending = self.last.is_some();
             }
             return;
         }
-        let trail = run.iter().rev().take_while(|&&b| is_ws(b)).count();
+        let trail = b.iter().rev().take_while(|&&c| is_ws(c)).count();
         let mid = &run[lead..run.len() - trail];
+        let mb = mid.as_bytes();
         if lead > 0 {
             self.pending = self.last.is_some();
         }
         if self.pending {
-            self.flush_pending(mid[0] as char, out);
+            self.flush_pending(mb[0] as char, out);
         }
-        let start = out.len();
-        out.resize(start + mid.len(), 0);
-        let dst = &mut out[start..];
-        let mut j = 0;
-        let mut prev_ws = false;
-        // Chunks with only single spaces (the usual case) are lower-cased and
-        // copied whole; the others are folded byte by byte.
         const CHUNK: usize = 16;
-        let mut chunks = mid.chunks_exact(CHUNK);
-        for chunk in &mut chunks {
-            let chunk: &[u8; CHUNK] = chunk.try_into().expect("exact chunk");
+        let mut prev_ws = false;
+        let mut k = 0;
+        while k + CHUNK <= mb.len() {
+            let chunk: &[u8; CHUNK] = mb[k..k + CHUNK].try_into().expect("exact chunk");
             let mut irregular = prev_ws && chunk[0] == b' ';
-            for &b in chunk {
-                irregular |= (0x09..=0x0d).contains(&b);
+            for &c in chunk {
+                irregular |= (0x09..=0x0d).contains(&c);
             }
-            for k in 0..CHUNK - 1 {
-                irregular |= chunk[k] == b' ' && chunk[k + 1] == b' ';
+            for j in 0..CHUNK - 1 {
+                irregular |= chunk[j] == b' ' && chunk[j + 1] == b' ';
             }
-            if !irregular {
-                let lowered: [u8; CHUNK] = chunk.map(lower);
-                dst[j..j + CHUNK].copy_from_slice(&lowered);
-                j += CHUNK;
+            if irregular {
+                fold_bytes(chunk, &mut prev_ws, out);
+            } else {
+                out.push_str(&mid[k..k + CHUNK]);
                 prev_ws = chunk[CHUNK - 1] == b' ';
-                continue;
             }
-            for &b in chunk {
-                let ws = is_ws(b);
-                dst[j] = if ws { b' ' } else { lower(b) };
-                j += usize::from(!(ws && prev_ws));
-                prev_ws = ws;
-            }
+            k += CHUNK;
         }
-        for &b in chunks.remainder() {
-            let ws = is_ws(b);
-            dst[j] = if ws { b' ' } else { lower(b) };
-            j += usize::from(!(ws && prev_ws));
-            prev_ws = ws;
-        }
-        out.truncate(start + j);
-        self.last = Some(mid[mid.len() - 1] as char);
+        fold_bytes(&mb[k..], &mut prev_ws, out);
+        self.last = Some(mb[mb.len() - 1] as char);
         self.pending = trail > 0;
     }
 
     /// Any character, already normalised.
     #[inline]
-    fn push(&mut self, c: char, out: &mut Vec<u8>) {
+    fn push(&mut self, c: char, out: &mut String) {
         if c.is_ascii() {
+            let mut utf8 = [0u8; 1];
             // Case folding already happened on the paths that call this.
-            let casefold = std::mem::replace(&mut self.casefold, false);
-            self.push_ascii(&[c as u8], out);
-            self.casefold = casefold;
+            self.fold_ascii(c.encode_utf8(&mut utf8), out);
             return;
         }
         if self.enabled && c.is_whitespace() {
@@ -266,9 +280,20 @@ impl WhitespaceFolder {
             return;
         }
         self.flush_pending(c, out);
-        let mut utf8 = [0u8; 4];
-        out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+        out.push(c);
         self.last = Some(c);
+    }
+}
+
+/// Appends ASCII bytes with whitespace runs folded to one space.
+#[inline]
+fn fold_bytes(bytes: &[u8], prev_ws: &mut bool, out: &mut String) {
+    for &c in bytes {
+        let ws = c == b' ' || (0x09..=0x0d).contains(&c);
+        if !(ws && *prev_ws) {
+            out.push(if ws { ' ' } else { c as char });
+        }
+        *prev_ws = ws;
     }
 }
 
@@ -352,17 +377,17 @@ mod tests {
 
     /// The reference: the whole text through the Unicode iterators.
     fn slow(config: NormalizeConfig, s: &str) -> String {
-        let mut out = Vec::new();
+        let mut out = String::new();
         let mut ws = WhitespaceFolder::new(&config);
         normalize_slow(&config, s, &mut ws, &mut out);
-        String::from_utf8(out).unwrap()
+        out
     }
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
         #[test]
         fn fast_path_equals_full_unicode_path(
-            s in "[a-zA-Z \n\u{300}\u{301}\u{308}éÉﬁＡ１中文か\u{3099}\u{309a}ｶﾞ가\u{11a8}Σς…\u{a0}“”—–、。]{0,90}",
+            s in "[a-zA-Z \n\u{300}\u{301}\u{308}éÉﬁＡ１中文か\u{3099}\u{309a}ｶﾞ가\u{11a8}Σς…\u{a0}“”—–、。，：（）！\u{3000}ｂ]{0,90}",
             nfkc: bool, casefold: bool, whitespace: bool,
         ) {
             let c = NormalizeConfig { html: false, nfkc, casefold, whitespace };

@@ -84,7 +84,7 @@ fn known_punct(b: &[u8]) -> Option<Class> {
 fn jieba_words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     for chunk in Chunks::new(text, JIEBA_CHUNK) {
         for token in jieba().cut(chunk, true) {
-            if token.word.chars().any(char::is_alphanumeric) {
+            if token.word.chars().any(|c| is_han(c) || c.is_alphanumeric()) {
                 emit(token.word);
             }
         }
