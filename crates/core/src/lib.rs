@@ -29,10 +29,12 @@
 
 mod accumulate;
 pub mod config;
+pub mod dedup;
 mod error;
 mod fingerprint;
 pub mod hash;
 mod idf;
+pub mod index;
 pub mod normalize;
 pub mod python_simhash;
 mod simhash;
@@ -42,7 +44,9 @@ pub use config::{
     Features, FingerprintConfig, HashFunction, IdfRef, MAX_WIDTH, NormalizeConfig, Profile,
     Tokenizer, Weights,
 };
+pub use dedup::{Dedup, Policy};
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, Width};
 pub use idf::{IdfBuilder, IdfTable};
+pub use index::{Index, Match, TableDesign};
 pub use simhash::{Feature, Scratch, SimHasher};

@@ -1,0 +1,126 @@
+//! [`Bits`]: the fingerprint word of an index, `u64` or `u128`, so that one
+//! generic code path serves both widths.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use crate::fingerprint::{Fingerprint, Width};
+
+/// An unsigned word holding a fingerprint.
+pub trait Bits: Copy + Ord + Eq + Hash + Debug + Default + Send + Sync + 'static {
+    /// The width.
+    const WIDTH: Width;
+    /// Number of bits.
+    const BITS: u32;
+    /// Hamming distance.
+    fn distance(self, other: Self) -> u32;
+    /// The low 128 bits as a u128.
+    fn to_u128(self) -> u128;
+    /// From the low bits of a u128.
+    fn from_u128(v: u128) -> Self;
+    /// The top `n` bits as an integer (0 < n <= 64).
+    fn top(self, n: u32) -> u64;
+    /// Bits `[start, start + len)` (from the least significant), in the low bits.
+    fn field(self, start: u32, len: u32) -> Self;
+    /// Shift left.
+    fn shl(self, n: u32) -> Self;
+    /// Bitwise or.
+    fn or(self, other: Self) -> Self;
+    /// Bitwise and.
+    fn and(self, other: Self) -> Self;
+    /// Bitwise xor.
+    fn xor(self, other: Self) -> Self;
+    /// All ones in `[start, start + len)`.
+    fn mask(start: u32, len: u32) -> Self;
+    /// Zero.
+    fn zero() -> Self;
+    /// Little-endian bytes (8 or 16).
+    fn write_le(self, out: &mut Vec<u8>);
+    /// From little-endian bytes.
+    fn read_le(bytes: &[u8]) -> Self;
+}
+
+macro_rules! impl_bits {
+    ($t:ty, $width:expr) => {
+        impl Bits for $t {
+            const WIDTH: Width = $width;
+            const BITS: u32 = <$t>::BITS;
+            #[inline]
+            fn distance(self, other: Self) -> u32 {
+                (self ^ other).count_ones()
+            }
+            #[inline]
+            fn to_u128(self) -> u128 {
+                self as u128
+            }
+            #[inline]
+            fn from_u128(v: u128) -> Self {
+                v as $t
+            }
+            #[inline]
+            fn top(self, n: u32) -> u64 {
+                debug_assert!(n > 0 && n <= 64);
+                (self >> (Self::BITS - n)) as u64
+            }
+            #[inline]
+            fn field(self, start: u32, len: u32) -> Self {
+                if len == Self::BITS {
+                    return self;
+                }
+                (self >> start) & ((1 << len) - 1)
+            }
+            #[inline]
+            fn shl(self, n: u32) -> Self {
+                if n >= Self::BITS { 0 } else { self << n }
+            }
+            #[inline]
+            fn or(self, other: Self) -> Self {
+                self | other
+            }
+            #[inline]
+            fn and(self, other: Self) -> Self {
+                self & other
+            }
+            #[inline]
+            fn xor(self, other: Self) -> Self {
+                self ^ other
+            }
+            #[inline]
+            fn mask(start: u32, len: u32) -> Self {
+                if len == 0 {
+                    return 0;
+                }
+                let ones: $t = if len == Self::BITS {
+                    !0
+                } else {
+                    (1 << len) - 1
+                };
+                ones << start
+            }
+            #[inline]
+            fn zero() -> Self {
+                0
+            }
+            fn write_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn read_le(bytes: &[u8]) -> Self {
+                <$t>::from_le_bytes(bytes.try_into().expect("right length"))
+            }
+        }
+    };
+}
+
+impl_bits!(u64, Width::W64);
+impl_bits!(u128, Width::W128);
+
+/// The word of a fingerprint, checking its width.
+pub fn word_of<B: Bits>(fp: Fingerprint) -> Result<B, crate::Error> {
+    if fp.width() != B::WIDTH {
+        return Err(crate::Error::WidthMismatch {
+            expected: B::BITS,
+            got: fp.width().bits(),
+        });
+    }
+    Ok(B::from_u128(fp.value()))
+}

@@ -1,0 +1,485 @@
+//! Table designs (Manku, Jain & Das Sarma §3.1) and the planner that picks one.
+//!
+//! Two f-bit fingerprints within k bits of each other, with the bits cut into
+//! b > k blocks, agree exactly on at least b − k blocks. A table for each choice of
+//! b − k blocks, storing fingerprints permuted so those blocks come first, sorted,
+//! finds every such pair among the entries sharing the query's prefix. Designs
+//! nest: after choosing blocks, the remaining bits (which still hold all k
+//! differences) are cut again.
+
+use serde::{Deserialize, Serialize};
+
+use super::bits::Bits;
+use crate::error::Error;
+
+/// A run of bits `[start, start + len)` of the fingerprint (bit 0 is the least
+/// significant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// First bit.
+    pub start: u32,
+    /// Number of bits.
+    pub len: u32,
+}
+
+/// One table: the fingerprint's segments in key order (most significant first),
+/// the first `prefix_segments` of them forming the sorted prefix.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Table {
+    /// Every bit of the fingerprint, as segments in key order.
+    pub order: Vec<Segment>,
+    /// How many of the first segments make the prefix.
+    pub prefix_segments: usize,
+}
+
+impl Table {
+    /// Bits in the prefix.
+    pub fn prefix_bits(&self) -> u32 {
+        self.order[..self.prefix_segments]
+            .iter()
+            .map(|s| s.len)
+            .sum()
+    }
+
+    /// The key: the fingerprint's bits in this table's order. A bit permutation,
+    /// so Hamming distances between keys equal those between fingerprints.
+    #[inline]
+    pub fn permute<B: Bits>(&self, x: B) -> B {
+        let mut key = B::zero();
+        let mut pos = B::BITS;
+        for s in &self.order {
+            pos -= s.len;
+            key = key.or(x.field(s.start, s.len).shl(pos));
+        }
+        key
+    }
+
+    /// The prefix bits, in the fingerprint's own bit positions.
+    pub fn prefix_mask<B: Bits>(&self) -> B {
+        self.order[..self.prefix_segments]
+            .iter()
+            .fold(B::zero(), |m, s| m.or(B::mask(s.start, s.len)))
+    }
+}
+
+/// A complete design: which tables an index keeps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableDesign {
+    /// Fingerprint width.
+    pub bits: u32,
+    /// The largest distance the design finds exactly.
+    pub k: u32,
+    /// Blocks cut at each level (each level picks blocks − k of them).
+    pub levels: Vec<u32>,
+    /// The tables.
+    pub tables: Vec<Table>,
+}
+
+/// Most tables a design may have.
+pub const MAX_TABLES: usize = 1024;
+
+impl TableDesign {
+    /// The design cutting the bits into `levels[0]` blocks, picking `levels[0] − k`,
+    /// then cutting the remaining bits into `levels[1]` blocks, and so on.
+    pub fn new(bits: u32, k: u32, levels: &[u32]) -> Result<TableDesign, Error> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if bits != 64 && bits != 128 {
+            return bad(format!("fingerprint width {bits}: use 64 or 128"));
+        }
+        if levels.is_empty() {
+            return bad("a design needs at least one level of blocks".into());
+        }
+        let mut count = 1usize;
+        let mut remaining = bits;
+        for &b in levels {
+            if b <= k {
+                return bad(format!(
+                    "{b} blocks cannot find distance {k}: a level needs more than k blocks"
+                ));
+            }
+            if b > remaining {
+                return bad(format!("cannot cut {remaining} bits into {b} blocks"));
+            }
+            count = count.saturating_mul(binomial(b, b - k));
+            if count > MAX_TABLES {
+                return bad(format!("the design has more than {MAX_TABLES} tables"));
+            }
+            // The remaining bits after this level, for the next level's check:
+            // at least the smallest choice leaves this many.
+            let small = remaining / b;
+            remaining -= small * (b - k);
+        }
+        let all = vec![Segment {
+            start: 0,
+            len: bits,
+        }];
+        let mut tables = Vec::with_capacity(count);
+        build(&all, levels, k, &mut Vec::new(), &mut tables);
+        Ok(TableDesign {
+            bits,
+            k,
+            levels: levels.to_vec(),
+            tables,
+        })
+    }
+
+    /// Smallest and largest prefix over the tables.
+    pub fn prefix_range(&self) -> (u32, u32) {
+        let ps = self.tables.iter().map(Table::prefix_bits);
+        (ps.clone().min().unwrap_or(0), ps.max().unwrap_or(0))
+    }
+
+    /// Expected candidates a query inspects over all tables, for `n` uniformly
+    /// random fingerprints.
+    pub fn expected_candidates(&self, n: f64) -> f64 {
+        self.tables
+            .iter()
+            .map(|t| n / 2f64.powi(t.prefix_bits() as i32))
+            .sum()
+    }
+
+    /// A one-line description, as the paper writes them.
+    pub fn describe(&self) -> String {
+        let (lo, hi) = self.prefix_range();
+        let levels: Vec<String> = self
+            .levels
+            .iter()
+            .map(|b| format!("{b} blocks pick {}", b - self.k))
+            .collect();
+        let prefix = if lo == hi {
+            format!("{lo}")
+        } else {
+            format!("{lo}-{hi}")
+        };
+        format!(
+            "{} tables ({}), prefix {prefix} bits",
+            self.tables.len(),
+            levels.join(", then ")
+        )
+    }
+}
+
+fn build(
+    remaining: &[Segment],
+    levels: &[u32],
+    k: u32,
+    chosen: &mut Vec<Segment>,
+    out: &mut Vec<Table>,
+) {
+    let Some((&b, rest_levels)) = levels.split_first() else {
+        let mut order = chosen.clone();
+        order.extend_from_slice(remaining);
+        out.push(Table {
+            order,
+            prefix_segments: chosen.len(),
+        });
+        return;
+    };
+    let parts = split(remaining, b);
+    for combo in combinations(b as usize, (b - k) as usize) {
+        let before = chosen.len();
+        let mut rest = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            if combo.contains(&i) {
+                chosen.extend_from_slice(part);
+            } else {
+                rest.extend_from_slice(part);
+            }
+        }
+        build(&rest, rest_levels, k, chosen, out);
+        chosen.truncate(before);
+    }
+}
+
+/// Cuts the bits of `segments` (most significant first) into `b` consecutive parts
+/// of near-equal size, the larger ones first (13,13,13,13,12 for 64 bits in 5).
+fn split(segments: &[Segment], b: u32) -> Vec<Vec<Segment>> {
+    // Walk bits from the most significant; segments are given in that order.
+    let total: u32 = segments.iter().map(|s| s.len).sum();
+    let (q, r) = (total / b, total % b);
+    let mut parts = Vec::with_capacity(b as usize);
+    let mut queue: Vec<Segment> = segments.to_vec();
+    queue.reverse(); // pop() yields the most significant segment first
+    for i in 0..b {
+        let mut need = q + u32::from(i < r);
+        let mut part = Vec::new();
+        while need > 0 {
+            let s = queue.pop().expect("enough bits");
+            if s.len <= need {
+                need -= s.len;
+                part.push(s);
+            } else {
+                // Take the top `need` bits of this segment.
+                part.push(Segment {
+                    start: s.start + s.len - need,
+                    len: need,
+                });
+                queue.push(Segment {
+                    start: s.start,
+                    len: s.len - need,
+                });
+                need = 0;
+            }
+        }
+        parts.push(part);
+    }
+    parts
+}
+
+fn binomial(n: u32, k: u32) -> usize {
+    let k = k.min(n - k) as usize;
+    let mut r = 1usize;
+    for i in 0..k {
+        r = r * (n as usize - i) / (i + 1);
+    }
+    r
+}
+
+/// All k-subsets of 0..n in lexicographic order.
+fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut c: Vec<usize> = (0..k).collect();
+    loop {
+        out.push(c.clone());
+        let Some(i) = (0..k).rev().find(|&i| c[i] != i + n - k) else {
+            return out;
+        };
+        c[i] += 1;
+        for j in i + 1..k {
+            c[j] = c[j - 1] + 1;
+        }
+    }
+}
+
+/// One design the planner considered, with its estimated costs.
+#[derive(Clone, Debug)]
+pub struct PlanOption {
+    /// The design.
+    pub design: TableDesign,
+    /// Expected candidates per query, over all tables.
+    pub candidates: f64,
+    /// Bytes of memory per stored fingerprint (all tables, directories included).
+    pub bytes_per_fingerprint: f64,
+    /// Estimated nanoseconds per query (probes plus candidate checks).
+    pub query_ns: f64,
+    /// Estimated pair comparisons in a self-join of `n` fingerprints.
+    pub join_comparisons: f64,
+}
+
+/// The planner's answer: the chosen design and every design it considered.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Index of the chosen option in `options`.
+    pub chosen: usize,
+    /// Why: a sentence.
+    pub reason: String,
+    /// Every design considered, by increasing table count.
+    pub options: Vec<PlanOption>,
+}
+
+/// Cost model: a table probe costs about two cache misses; a candidate check is
+/// a sequential popcount. Measured orders of magnitude, not exact.
+const PROBE_NS: f64 = 80.0;
+const CANDIDATE_NS: f64 = 1.5;
+
+/// Bytes one table spends per fingerprint: the key and a 4-byte item number.
+pub fn entry_bytes(bits: u32) -> f64 {
+    bits as f64 / 8.0 + 4.0
+}
+
+/// Considers one- and two-level designs for `bits`, `k` and `n` stored
+/// fingerprints, and picks the fastest for queries that fits in `memory` bytes
+/// (or the smallest if none fits).
+pub fn plan(bits: u32, k: u32, n: f64, memory: Option<f64>) -> Result<Plan, Error> {
+    if bits != 64 && bits != 128 {
+        return Err(Error::InvalidConfig(format!(
+            "fingerprint width {bits}: use 64 or 128"
+        )));
+    }
+    let max_k = bits / 8;
+    if k > max_k {
+        return Err(Error::InvalidConfig(format!(
+            "k = {k} is too large for {bits}-bit fingerprints: use k <= {max_k} \
+             (tables would share too few bits to narrow the search)"
+        )));
+    }
+    let mut options = Vec::new();
+    let mut seen = Vec::new();
+    let max_b = (k + 12).min(bits);
+    let mut try_levels = |levels: &[u32]| {
+        if let Ok(d) = TableDesign::new(bits, k, levels) {
+            let key = (d.tables.len(), d.prefix_range());
+            if seen.contains(&key) {
+                return;
+            }
+            seen.push(key);
+            let candidates = d.expected_candidates(n);
+            let tables = d.tables.len() as f64;
+            let dir = 4.0 * 2f64.powi(directory_bits(d.prefix_range().0, n) as i32) / n.max(1.0);
+            options.push(PlanOption {
+                bytes_per_fingerprint: tables * (entry_bytes(bits) + dir),
+                query_ns: tables * PROBE_NS + candidates * CANDIDATE_NS,
+                join_comparisons: d
+                    .tables
+                    .iter()
+                    .map(|t| n * n / 2f64.powi(t.prefix_bits() as i32 + 1))
+                    .sum(),
+                candidates,
+                design: d,
+            });
+        }
+    };
+    for b in k + 1..=max_b {
+        try_levels(&[b]);
+    }
+    for b1 in k + 1..=max_b {
+        for b2 in k + 1..=max_b {
+            try_levels(&[b1, b2]);
+        }
+    }
+    if options.is_empty() {
+        return Err(Error::InvalidConfig(format!(
+            "no design with at most {MAX_TABLES} tables finds distance {k} at {bits} bits"
+        )));
+    }
+    options.sort_by(|a, b| {
+        a.design
+            .tables
+            .len()
+            .cmp(&b.design.tables.len())
+            .then(b.design.prefix_range().0.cmp(&a.design.prefix_range().0))
+    });
+    let fits = |o: &PlanOption| memory.is_none_or(|m| o.bytes_per_fingerprint * n <= m);
+    let chosen = match (0..options.len())
+        .filter(|&i| fits(&options[i]))
+        .min_by(|&a, &b| options[a].query_ns.total_cmp(&options[b].query_ns))
+    {
+        Some(i) => i,
+        None => (0..options.len())
+            .min_by(|&a, &b| {
+                options[a]
+                    .bytes_per_fingerprint
+                    .total_cmp(&options[b].bytes_per_fingerprint)
+            })
+            .expect("options is not empty"),
+    };
+    let reason = if fits(&options[chosen]) {
+        "the fastest estimated query among the designs that fit in memory".to_owned()
+    } else {
+        "no design fits in the memory given: the smallest one".to_owned()
+    };
+    Ok(Plan {
+        chosen,
+        reason,
+        options,
+    })
+}
+
+/// The design for a self-join of `n` fingerprints: the least estimated work,
+/// sorting every table plus comparing within equal prefixes.
+pub fn plan_join(bits: u32, k: u32, n: f64) -> Result<TableDesign, Error> {
+    let p = plan(bits, k, n, None)?;
+    let sort_ns_per_entry = 12.0;
+    let best = p
+        .options
+        .iter()
+        .min_by(|a, b| {
+            let cost = |o: &PlanOption| {
+                o.design.tables.len() as f64 * n * sort_ns_per_entry
+                    + o.join_comparisons * CANDIDATE_NS
+            };
+            cost(a).total_cmp(&cost(b))
+        })
+        .expect("options is not empty");
+    Ok(best.design.clone())
+}
+
+/// Directory bits for a table: about one directory slot per entry, never more
+/// than the prefix.
+pub fn directory_bits(prefix_bits: u32, n: f64) -> u32 {
+    let by_n = n.max(2.0).log2().floor() as u32;
+    by_n.clamp(1, 26).min(prefix_bits.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paper_designs_for_64_bits_k_3() {
+        let n = 2f64.powi(34);
+        let p = plan(64, 3, n, None).unwrap();
+        let find = |tables: usize, lo: u32, hi: u32| {
+            p.options
+                .iter()
+                .find(|o| o.design.tables.len() == tables && o.design.prefix_range() == (lo, hi))
+                .unwrap_or_else(|| panic!("no {tables}-table design with prefix {lo}-{hi}"))
+        };
+        // Paper §3.1: 4 tables of 16-bit prefix, ~2^18 candidates per table; 10
+        // tables, 25-26 bits, <= 512; 16 tables, 28 bits, ~64; 20 tables, 31-33 bits, <= 8.
+        let o = find(4, 16, 16);
+        assert_eq!(o.candidates / 4.0, 2f64.powi(18));
+        let o = find(10, 25, 26);
+        assert!(o.candidates / 10.0 <= 512.0);
+        let o = find(16, 28, 28);
+        assert_eq!(o.design.levels, vec![4, 4]);
+        assert_eq!(o.candidates / 16.0, 64.0);
+        let o = find(20, 31, 33);
+        assert!(o.candidates / 20.0 <= 8.0);
+    }
+
+    #[test]
+    fn every_table_is_a_permutation_of_all_bits() {
+        for (bits, k, levels) in [
+            (64, 3, vec![5]),
+            (64, 3, vec![4, 4]),
+            (128, 6, vec![8, 7]),
+            (64, 0, vec![2]),
+        ] {
+            let d = TableDesign::new(bits, k, &levels).unwrap();
+            for t in &d.tables {
+                let mut covered = vec![false; bits as usize];
+                for s in &t.order {
+                    for b in s.start..s.start + s.len {
+                        assert!(!covered[b as usize], "bit {b} twice");
+                        covered[b as usize] = true;
+                    }
+                }
+                assert!(covered.iter().all(|&c| c));
+            }
+        }
+    }
+
+    #[test]
+    fn permutation_preserves_distance_and_puts_the_prefix_on_top() {
+        let d = TableDesign::new(64, 3, &[6]).unwrap();
+        let (x, y) = (0x0123_4567_89ab_cdefu64, 0xfedc_ba98_7654_3210u64);
+        for t in &d.tables {
+            assert_eq!(t.permute(x).distance(t.permute(y)), x.distance(y));
+            let p = t.prefix_bits();
+            let m = t.prefix_mask::<u64>();
+            // Equal under the prefix mask iff the permuted tops agree.
+            let z = x ^ (!m & 0xffff);
+            assert_eq!(t.permute(x).top(p), t.permute(z).top(p));
+            assert_eq!(m.count_ones(), p);
+        }
+    }
+
+    #[test]
+    fn impossible_designs_are_refused() {
+        assert!(TableDesign::new(64, 3, &[3]).is_err());
+        assert!(TableDesign::new(64, 3, &[20]).is_err());
+        assert!(plan(64, 9, 1e6, None).is_err());
+        assert!(plan(128, 16, 1e6, None).is_ok());
+    }
+
+    #[test]
+    fn memory_budget_is_respected() {
+        let n = 1e9;
+        let p = plan(64, 3, n, Some(64e9)).unwrap();
+        let o = &p.options[p.chosen];
+        assert!(o.bytes_per_fingerprint * n <= 64e9);
+        let roomy = plan(64, 3, n, None).unwrap();
+        assert!(roomy.options[roomy.chosen].query_ns <= o.query_ns);
+    }
+}

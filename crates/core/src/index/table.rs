@@ -1,0 +1,117 @@
+//! One permuted, sorted table with a directory on its top bits.
+
+use super::bits::Bits;
+use super::design::Table;
+
+/// Fingerprints of one table, permuted, grouped by their top `dir_bits` bits
+/// (a counting sort, which also yields the directory), with the item number of
+/// each. Buckets are a superset of the prefix runs: queries check every entry's
+/// distance, so nothing is missed.
+#[derive(Clone, Debug)]
+pub struct SortedTable<B: Bits> {
+    pub(crate) table: Table,
+    pub(crate) prefix_bits: u32,
+    pub(crate) keys: Vec<B>,
+    pub(crate) items: Vec<u32>,
+    pub(crate) dir_bits: u32,
+    /// `dir[b]..dir[b + 1]` are the entries whose key's top `dir_bits` bits are `b`.
+    pub(crate) dir: Vec<u32>,
+}
+
+/// Directory bits for `n` entries: about two entries per bucket, never more than
+/// the prefix.
+pub(crate) fn dir_bits_for(n: usize, prefix_bits: u32) -> u32 {
+    let log = usize::BITS - n.max(2).leading_zeros() - 1;
+    log.saturating_sub(1).clamp(1, 26).min(prefix_bits)
+}
+
+impl<B: Bits> SortedTable<B> {
+    /// Builds the table over `fps[i]` for every item `i`.
+    pub fn build(table: &Table, fps: &[B]) -> Self {
+        let prefix_bits = table.prefix_bits();
+        let dir_bits = dir_bits_for(fps.len(), prefix_bits);
+        let buckets = 1usize << dir_bits;
+        let mut dir = vec![0u32; buckets + 1];
+        let keys_tmp: Vec<B> = fps.iter().map(|&f| table.permute(f)).collect();
+        for k in &keys_tmp {
+            dir[k.top(dir_bits) as usize + 1] += 1;
+        }
+        for b in 0..buckets {
+            dir[b + 1] += dir[b];
+        }
+        let mut fill: Vec<u32> = dir[..buckets].to_vec();
+        let mut keys = vec![B::zero(); fps.len()];
+        let mut items = vec![0u32; fps.len()];
+        for (i, &k) in keys_tmp.iter().enumerate() {
+            let slot = &mut fill[k.top(dir_bits) as usize];
+            keys[*slot as usize] = k;
+            items[*slot as usize] = i as u32;
+            *slot += 1;
+        }
+        SortedTable {
+            table: table.clone(),
+            prefix_bits,
+            keys,
+            items,
+            dir_bits,
+            dir,
+        }
+    }
+
+    /// The entries of `key`'s bucket.
+    #[inline]
+    pub fn bucket(&self, key: B) -> std::ops::Range<usize> {
+        let b = key.top(self.dir_bits) as usize;
+        self.dir[b] as usize..self.dir[b + 1] as usize
+    }
+
+    /// Appends `(item, distance)` for every entry within `k` of the query (given
+    /// as the fingerprint, not yet permuted).
+    #[inline]
+    pub fn probe(&self, query: B, k: u32, out: &mut Vec<(u32, u32)>) {
+        let key = self.table.permute(query);
+        let range = self.bucket(key);
+        for (kk, &item) in self.keys[range.clone()].iter().zip(&self.items[range]) {
+            let d = kk.distance(key);
+            if d <= k {
+                out.push((item, d));
+            }
+        }
+    }
+
+    /// Hints the CPU to fetch the directory slot of `query`'s bucket.
+    #[inline]
+    pub fn prefetch_dir(&self, key: B) {
+        prefetch(&self.dir[key.top(self.dir_bits) as usize]);
+    }
+
+    /// Hints the CPU to fetch the first keys of a bucket.
+    #[inline]
+    pub fn prefetch_keys(&self, range: &std::ops::Range<usize>) {
+        if let Some(k) = self.keys.get(range.start) {
+            prefetch(k);
+        }
+    }
+
+    /// Bytes of memory held.
+    pub fn memory(&self) -> usize {
+        self.keys.len() * std::mem::size_of::<B>() + self.items.len() * 4 + self.dir.len() * 4
+    }
+}
+
+#[inline]
+fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: prefetch is a hint: it never faults and reads or writes nothing
+        // visible to the program; `r` is a valid reference anyway. SSE is part of
+        // every x86-64 CPU.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                (r as *const T).cast::<i8>(),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}

@@ -1,0 +1,228 @@
+//! The index, the self-join and dedup against brute force, on random and
+//! adversarial sets, at 64 and 128 bits.
+
+use neardup_core::dedup::{Dedup, Policy, clusters};
+use neardup_core::index::{Bits, Index, Match, TableDesign, self_join};
+use proptest::prelude::*;
+
+/// Fingerprint sets that stress the index: uniform, planted near-duplicates,
+/// many identical copies, and everything crowded into a few prefixes.
+fn fingerprints<B: Bits>(bits: u32) -> impl Strategy<Value = Vec<B>> {
+    let word = move |hi: u64, lo: u64| {
+        B::from_u128(
+            ((hi as u128) << 64 | lo as u128)
+                & if bits == 64 {
+                    u64::MAX as u128
+                } else {
+                    u128::MAX
+                },
+        )
+    };
+    (
+        prop::collection::vec((any::<u64>(), any::<u64>()), 1..60),
+        prop::collection::vec((0usize..60, prop::collection::vec(0u32..128, 0..5)), 0..80),
+        0usize..4,
+        any::<u64>(),
+    )
+        .prop_map(move |(bases, variants, mode, crowd)| {
+            let mut v: Vec<B> = bases.iter().map(|&(h, l)| word(h, l)).collect();
+            for (i, flips) in variants {
+                let mut x = v[i % v.len()];
+                for f in flips {
+                    x = x.xor(B::mask(f % bits, 1));
+                }
+                v.push(x);
+            }
+            match mode {
+                1 => {
+                    let x = v[0];
+                    v.extend(std::iter::repeat_n(x, 50));
+                }
+                2 => {
+                    // Crowd: the top 40 bits equal for all.
+                    let top = B::mask(bits - 40, 40);
+                    let c = word(crowd, crowd.rotate_left(17)).and(top);
+                    v = v
+                        .into_iter()
+                        .map(|x| x.and(top.xor(B::mask(0, bits))).or(c))
+                        .collect();
+                }
+                _ => {}
+            }
+            v
+        })
+}
+
+fn brute_query<B: Bits>(entries: &[(u64, B)], q: B, k: u32) -> Vec<Match> {
+    let mut out: Vec<Match> = entries
+        .iter()
+        .filter(|(_, f)| f.distance(q) <= k)
+        .map(|&(id, f)| Match {
+            distance: f.distance(q),
+            id,
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+fn brute_pairs<B: Bits>(fps: &[B], k: u32) -> Vec<(u32, u32, u32)> {
+    let mut out = Vec::new();
+    for i in 0..fps.len() {
+        for j in i + 1..fps.len() {
+            let d = fps[i].distance(fps[j]);
+            if d <= k {
+                out.push((i as u32, j as u32, d));
+            }
+        }
+    }
+    out
+}
+
+fn design(bits: u32, k: u32, choice: usize) -> TableDesign {
+    let options: Vec<Vec<u32>> = vec![
+        vec![k + 1],
+        vec![k + 2],
+        vec![k + 3],
+        vec![k + 1, k + 1],
+        vec![k + 2, k + 1],
+    ];
+    // A nested design may not exist for small k (nothing left to cut): then one level.
+    TableDesign::new(bits, k, &options[choice % options.len()])
+        .unwrap_or_else(|_| TableDesign::new(bits, k, &[k + 1]).unwrap())
+}
+
+fn check_all<B: Bits>(
+    fps: Vec<B>,
+    bits: u32,
+    k: u32,
+    choice: usize,
+    queries: Vec<B>,
+) -> Result<(), TestCaseError> {
+    let d = design(bits, k, choice);
+    let entries: Vec<(u64, B)> = fps
+        .iter()
+        .enumerate()
+        .map(|(i, &f)| (i as u64 * 7 + 3, f))
+        .collect();
+    let index = Index::build(d.clone(), entries.clone()).unwrap();
+    // Queries: every stored fingerprint, near variants, and random ones.
+    let mut qs: Vec<B> = fps.iter().take(20).copied().collect();
+    qs.extend(queries);
+    for &q in &qs {
+        for qk in [0, k / 2, k] {
+            prop_assert_eq!(index.query(q, qk).unwrap(), brute_query(&entries, q, qk));
+        }
+    }
+    let batch = index.query_batch(&qs, k).unwrap();
+    for (q, got) in qs.iter().zip(batch) {
+        prop_assert_eq!(got, brute_query(&entries, *q, k));
+    }
+    // Self-join.
+    prop_assert_eq!(self_join(&fps, k, &d).unwrap(), brute_pairs(&fps, k));
+    let by_id: Vec<(u64, u64, u32)> = brute_pairs(&fps, k)
+        .into_iter()
+        .map(|(a, b, dd)| (entries[a as usize].0, entries[b as usize].0, dd))
+        .collect();
+    prop_assert_eq!(index.self_join(k).unwrap(), by_id);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(120))]
+
+    #[test]
+    fn index_64_is_exact(fps in fingerprints::<u64>(64), k in 0u32..8, choice in 0usize..5, qs in prop::collection::vec(any::<u64>(), 0..5)) {
+        check_all(fps, 64, k, choice, qs)?;
+    }
+
+    #[test]
+    fn index_128_is_exact(fps in fingerprints::<u128>(128), k in 0u32..16, choice in 0usize..5, qs in prop::collection::vec(any::<u128>(), 0..5)) {
+        check_all(fps, 128, k, choice, qs)?;
+    }
+
+    /// Additions (past the merge threshold) and deletions keep the index exact.
+    #[test]
+    fn add_and_delete_stay_exact(fps in fingerprints::<u64>(64), more in prop::collection::vec(any::<u64>(), 0..200), k in 1u32..5, drop_mod in 2u64..7) {
+        let d = design(64, k, 0);
+        let mut live: Vec<(u64, u64)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
+        let mut index = Index::build(d, live.clone()).unwrap();
+        for (j, &f) in more.iter().enumerate() {
+            let id = 10_000 + j as u64;
+            // Near copies of stored ones, so that new entries have neighbours.
+            let f = if j % 2 == 0 { fps[j % fps.len()] ^ (1 << (j % 64)) } else { f };
+            index.add(id, f).unwrap();
+            live.push((id, f));
+        }
+        let removed = index.delete(|id| id % drop_mod == 0);
+        let before = live.len();
+        live.retain(|(id, _)| id % drop_mod != 0);
+        prop_assert_eq!(removed, before - live.len());
+        prop_assert_eq!(index.len(), live.len());
+        for &(_, q) in live.iter().take(30) {
+            prop_assert_eq!(index.query(q, k).unwrap(), brute_query(&live, q, k));
+        }
+        let fps_live: Vec<u64> = live.iter().map(|e| e.1).collect();
+        let expected: Vec<(u64, u64, u32)> = brute_pairs(&fps_live, k).into_iter().map(|(a, b, dd)| (live[a as usize].0, live[b as usize].0, dd)).collect();
+        prop_assert_eq!(index.self_join(k).unwrap(), expected);
+    }
+
+    /// Dedup: pairs, components and the incremental policy against brute force.
+    #[test]
+    fn dedup_matches_brute_force(fps in fingerprints::<u64>(64), k in 0u32..5) {
+        let d = design(64, k, 1);
+        let dd = Dedup::new(&fps, k, &d).unwrap();
+        let mut pairs = Vec::new();
+        dd.for_each_pair(|a, b, dist| { pairs.push((a, b, dist)); Ok::<(), ()>(()) }).unwrap();
+        pairs.sort_unstable();
+        let expected = brute_pairs(&fps, k);
+        prop_assert_eq!(dd.pair_count(), expected.len() as u64);
+        prop_assert_eq!(&pairs, &expected);
+
+        // Components: brute-force union-find; representative = first document.
+        let n = fps.len();
+        let mut comp: Vec<usize> = (0..n).collect();
+        fn root(c: &mut [usize], mut x: usize) -> usize { while c[x] != x { x = c[x]; } x }
+        for &(a, b, _) in &expected {
+            let (ra, rb) = (root(&mut comp, a as usize), root(&mut comp, b as usize));
+            if ra != rb { comp[ra.max(rb)] = ra.min(rb); }
+        }
+        let reps: Vec<u32> = (0..n).map(|i| root(&mut comp, i) as u32).collect();
+        let first_of: Vec<u32> = reps.iter().map(|&r| (0..n).find(|&j| reps[j] == r).unwrap() as u32).collect();
+        prop_assert_eq!(dd.representatives(Policy::Components), first_of);
+
+        // Incremental: keep unless within k of an earlier kept document; a
+        // dropped document's representative is the earliest kept one within k.
+        let mut rep = vec![0u32; n];
+        let mut kept: Vec<usize> = Vec::new();
+        for i in 0..n {
+            match kept.iter().find(|&&j| fps[j].distance(fps[i]) <= k) {
+                Some(&j) => rep[i] = j as u32,
+                None => { kept.push(i); rep[i] = i as u32; }
+            }
+        }
+        let got = dd.representatives(Policy::Incremental);
+        prop_assert_eq!(&got, &rep);
+        // Clusters never chain under the incremental policy.
+        for (r, members) in clusters(&got) {
+            for m in members {
+                prop_assert!(fps[m as usize].distance(fps[r as usize]) <= k);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_million_identical_fingerprints_are_one_cluster_quickly() {
+    // The big bucket: linear in the output (the clusters), not quadratic.
+    let mut fps = vec![0xdead_beef_u64; 1_000_000];
+    fps.extend((0..1000u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+    let d = TableDesign::new(64, 3, &[5]).unwrap();
+    let dd = Dedup::new(&fps, 3, &d).unwrap();
+    assert_eq!(dd.distinct(), 1001);
+    assert_eq!(dd.pair_count(), 1_000_000 * 999_999 / 2);
+    let reps = dd.representatives(Policy::Components);
+    assert!(reps[..1_000_000].iter().all(|&r| r == 0));
+    let reps = dd.representatives(Policy::Incremental);
+    assert!(reps[..1_000_000].iter().all(|&r| r == 0));
+}
