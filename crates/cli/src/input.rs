@@ -81,6 +81,33 @@ impl fmt::Display for Id {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Id;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an integer id")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Id, E> {
+                Ok(Id::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Id, E> {
+                i64::try_from(v)
+                    .map(Id::Int)
+                    .map_err(|_| E::custom(format!("id {v} does not fit in 64 signed bits")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Id, E> {
+                Ok(Id::Str(v.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Id, E> {
+                Ok(Id::Str(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 impl Id {
     /// Writes the id as a JSON value.
     pub fn write_json(&self, out: &mut Vec<u8>) {
@@ -111,7 +138,6 @@ pub struct Doc {
     pub id: Id,
     pub text: String,
     /// The input record, unchanged (kept only when asked, for --keep/--drop).
-    #[allow(dead_code)] // read by `neardup dedup --keep/--drop`
     pub raw: Option<Vec<u8>>,
 }
 

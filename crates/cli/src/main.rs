@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod fpfile;
 mod input;
 mod output;
 mod pipeline_args;
@@ -13,7 +14,7 @@ mod run;
 /// Near-duplicate detection with SimHash fingerprints (Charikar; Manku, Jain &
 /// Das Sarma, WWW 2007).
 ///
-/// Fingerprint documents, compare them, and (soon) index and deduplicate them.
+/// Fingerprint documents, compare them, plan indexes, and deduplicate corpora.
 /// Exit status: 0 on success, 1 where a command says so (compare: not
 /// near-duplicates), 2 on error.
 #[derive(Parser, Debug)]
@@ -34,6 +35,10 @@ enum Command {
     Fingerprint(cmd::fingerprint::Args),
     /// Compare two documents (or fingerprints): distance, similarity, verdict.
     Compare(cmd::compare::Args),
+    /// Find near-duplicates in a corpus: pairs, clusters, kept and dropped records.
+    Dedup(cmd::dedup::Args),
+    /// Choose a table design for N fingerprints and k, and explain it.
+    Plan(cmd::plan::Args),
     /// Print the configuration that the pipeline flags describe (JSON), to save
     /// and reuse with --config.
     Config(cmd::config::Args),
@@ -51,6 +56,8 @@ fn main() -> ExitCode {
         Command::Fingerprint(a) => cmd::fingerprint::run(a),
         Command::Compare(a) => cmd::compare::run(a),
         Command::Config(a) => cmd::config::run(a),
+        Command::Dedup(a) => cmd::dedup::run(a),
+        Command::Plan(a) => cmd::plan::run(a),
         Command::Idf(c) => cmd::idf::run(c),
         Command::Bench(c) => cmd::bench::run(c),
     };

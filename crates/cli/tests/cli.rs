@@ -530,3 +530,194 @@ fn broken_pipe_is_not_an_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn plan_lists_the_papers_designs() {
+    let o = run(&["plan", "--n", "2^34", "--k", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for (tables, prefix) in [("4", "16"), ("10", "25-26"), ("16", "28"), ("20", "31-33")] {
+        assert!(
+            out.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 2 && f[0] == tables && f[1] == prefix
+            }),
+            "no {tables}-table design with prefix {prefix}:\n{out}"
+        );
+    }
+    let o = run(&["plan", "--n", "1e9", "--k", "3", "--memory", "64G"]);
+    assert!(stdout(&o).contains("chosen:"));
+    let o = run(&["plan", "--n", "1e9", "--k", "9"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run(&["plan", "--n", "lots"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+/// Fingerprints with distances known by construction: a=0, b=a^0b111 (3 from a),
+/// c=b^0b1000 (1 from b, 4 from a), d=a (identical), e far from all.
+fn dedup_fixture(dir: &Path) -> PathBuf {
+    write(
+        dir,
+        "fps.jsonl",
+        b"{\"id\":\"a\",\"simhash\":\"0000000000000000\"}\n\
+          {\"id\":\"b\",\"simhash\":\"0000000000000007\"}\n\
+          {\"id\":\"c\",\"simhash\":\"000000000000000f\"}\n\
+          {\"id\":\"d\",\"simhash\":\"0000000000000000\"}\n\
+          {\"id\":\"e\",\"simhash\":\"ffffffffffff0000\"}\n",
+    )
+}
+
+#[test]
+fn dedup_from_fingerprints_components_and_incremental() {
+    let dir = tempfile::tempdir().unwrap();
+    let fps = dedup_fixture(dir.path());
+    let p = |n: &str| dir.path().join(n);
+    let o = run(&[
+        "dedup",
+        "--fingerprints",
+        fps.to_str().unwrap(),
+        "--k",
+        "3",
+        "--pairs",
+        p("pairs").to_str().unwrap(),
+        "--clusters",
+        p("clusters").to_str().unwrap(),
+        "--keep",
+        p("keep").to_str().unwrap(),
+        "--drop",
+        p("drop").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut pairs: Vec<(String, String, u64)> =
+        json_lines(&std::fs::read_to_string(p("pairs")).unwrap())
+            .iter()
+            .map(|v| {
+                (
+                    v["a"].as_str().unwrap().into(),
+                    v["b"].as_str().unwrap().into(),
+                    v["distance"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+    pairs.sort();
+    let expected: Vec<(String, String, u64)> =
+        [("a", "b", 3), ("a", "d", 0), ("b", "c", 1), ("b", "d", 3)]
+            .iter()
+            .map(|&(a, b, d)| (a.into(), b.into(), d))
+            .collect();
+    assert_eq!(pairs, expected);
+    // Components: a-b-c-d chain into one cluster, represented by a.
+    let clusters = json_lines(&std::fs::read_to_string(p("clusters")).unwrap());
+    assert_eq!(clusters.len(), 1);
+    assert_eq!(clusters[0]["representative"], "a");
+    assert_eq!(clusters[0]["size"], 4);
+    let input = std::fs::read_to_string(&fps).unwrap();
+    let lines: Vec<&str> = input.lines().collect();
+    assert_eq!(
+        std::fs::read_to_string(p("keep")).unwrap(),
+        format!("{}\n{}\n", lines[0], lines[4])
+    );
+    assert_eq!(
+        std::fs::read_to_string(p("drop")).unwrap().lines().count(),
+        3
+    );
+    assert!(
+        stderr(&o).contains("5 documents (4 distinct fingerprints), 4 pairs"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Incremental: a kept; b near a dropped; c near only b (dropped) kept; d dropped.
+    let o = run(&[
+        "dedup",
+        "--fingerprints",
+        fps.to_str().unwrap(),
+        "--k",
+        "3",
+        "--policy",
+        "incremental",
+        "--keep",
+        p("keep2").to_str().unwrap(),
+        "--clusters",
+        p("clusters2").to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let kept: Vec<String> = json_lines(&std::fs::read_to_string(p("keep2")).unwrap())
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kept, ["a", "c", "e"]);
+    let clusters = json_lines(&std::fs::read_to_string(p("clusters2")).unwrap());
+    assert_eq!(clusters[0]["members"], serde_json::json!(["a", "b", "d"]));
+}
+
+#[test]
+fn dedup_documents_keeps_records_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("keep.jsonl");
+    let drop = dir.path().join("drop.jsonl");
+    let o = run(&[
+        "dedup",
+        sample().to_str().unwrap(),
+        "--keep",
+        keep.to_str().unwrap(),
+        "--drop",
+        drop.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let input = std::fs::read_to_string(sample()).unwrap();
+    let kept = std::fs::read_to_string(&keep).unwrap();
+    let dropped = std::fs::read_to_string(&drop).unwrap();
+    // Every input line lands in exactly one of the two, unchanged.
+    assert_eq!(
+        kept.lines().count() + dropped.lines().count(),
+        input.lines().count()
+    );
+    for l in kept.lines().chain(dropped.lines()) {
+        assert!(input.lines().any(|i| i == l));
+    }
+    // The re-wrapped copies are dropped: they normalise to their originals.
+    assert!(
+        dropped.contains("\"bread-wrapped\"") && dropped.contains("\"zh-tea-wrapped\""),
+        "{dropped}"
+    );
+    // The same from standard input (records kept in memory).
+    let o = run_stdin(&["dedup", "--drop", "-", "-q"], input.as_bytes());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), dropped);
+}
+
+#[test]
+fn dedup_refuses_bad_fingerprint_files_and_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(
+        dir.path(),
+        "bad.jsonl",
+        b"{\"id\":1,\"simhash\":\"00ff\"}\n{\"id\":2,\"simhash\":\"zz\"}\n",
+    );
+    let o = run(&["dedup", "--fingerprints", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("bad.jsonl:2"), "{}", stderr(&o));
+    let mixed = write(
+        dir.path(),
+        "mixed.jsonl",
+        format!(
+            "{{\"simhash\":\"ff\"}}\n{{\"simhash\":\"{}\"}}\n",
+            "f".repeat(32)
+        )
+        .as_bytes(),
+    );
+    let o = run(&["dedup", "--fingerprints", mixed.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("mixed.jsonl:2") && stderr(&o).contains("one width"),
+        "{}",
+        stderr(&o)
+    );
+    let fps = dedup_fixture(dir.path());
+    let o = run(&["dedup", "--fingerprints", fps.to_str().unwrap(), "--k", "9"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("at most 8"), "{}", stderr(&o));
+}

@@ -44,6 +44,7 @@ pub struct FingerprintArgs {
 
 pub fn run(cmd: Command) -> Result<ExitCode> {
     let Command::Fingerprint(args) = cmd;
+    let mut out = std::io::stdout().lock();
     let langs: &[&str] = match args.lang.as_str() {
         "en" => &["en"],
         "zh" => &["zh"],
@@ -58,12 +59,13 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("corpus.jsonl");
         let bytes = write_jsonl(&path, &docs)?;
-        println!(
+        writeln!(
+            out,
             "# {lang}: {} documents, {:.1} MB of JSON Lines, from {}",
             docs.len(),
             bytes as f64 / 1e6,
             source.display()
-        );
+        )?;
         let configs: Vec<(&str, FingerprintConfig)> = if lang == "en" {
             vec![
                 (
@@ -96,24 +98,26 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
         let texts: Vec<&str> = docs.iter().map(String::as_str).collect();
         let text_mb = texts.iter().map(|t| t.len()).sum::<usize>() as f64 / 1e6;
         // What normalisation alone costs (NFKC, case folding, whitespace).
-        let (mut out, mut tmp) = (String::new(), String::new());
+        let (mut norm_out, mut tmp) = (String::new(), String::new());
         let norm = NormalizeConfig::default();
         let norm_s = best_of(REPEATS, || {
             let t = Instant::now();
             for text in &texts {
-                normalize_into(&norm, text, &mut out, &mut tmp);
+                normalize_into(&norm, text, &mut norm_out, &mut tmp);
             }
             Ok(t.elapsed().as_secs_f64())
         })?;
-        println!(
+        writeln!(
+            out,
             "  normalisation alone (NFKC + case fold + whitespace): {:.0} MB/s of text",
             text_mb / norm_s
-        );
-        stages(&path, lang, bytes)?;
-        println!(
+        )?;
+        stages(&mut out, &path, lang, bytes)?;
+        writeln!(
+            out,
             "  {:<30} {:>10} {:>10} {:>8}   (end to end from JSON Lines, best of {REPEATS})",
             "configuration", "1 thread", "N threads", "scaling"
-        );
+        )?;
         for (name, config) in configs {
             let hasher = SimHasher::new(config)?;
             // Warm up: load jieba's dictionary and touch the code before timing.
@@ -129,7 +133,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
                     one / multi
                 ));
             }
-            println!("{line}");
+            writeln!(out, "{line}")?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -137,7 +141,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
 
 /// Cumulative cost of each stage on one thread, JSON Lines bytes per second:
 /// where the time goes.
-fn stages(path: &Path, lang: &str, bytes: u64) -> Result<()> {
+fn stages(out: &mut impl Write, path: &Path, lang: &str, bytes: u64) -> Result<()> {
     let args = jsonl_args(path);
     let tokenizer = if lang == "en" {
         Tokenizer::Words
@@ -151,7 +155,7 @@ fn stages(path: &Path, lang: &str, bytes: u64) -> Result<()> {
         let seconds = best_of(REPEATS, || {
             let started = Instant::now();
             let mut reader = crate::input::DocReader::new(&args)?;
-            let (mut out, mut tmp) = (String::new(), String::new());
+            let (mut norm_out, mut tmp) = (String::new(), String::new());
             let mut checksum = 0u64;
             while let Some(batch) = reader.next_batch()? {
                 for record in batch {
@@ -159,15 +163,15 @@ fn stages(path: &Path, lang: &str, bytes: u64) -> Result<()> {
                         bail!("unreadable benchmark corpus");
                     };
                     if stage >= 1 {
-                        normalize_into(&norm_config, &doc.text, &mut out, &mut tmp);
+                        normalize_into(&norm_config, &doc.text, &mut norm_out, &mut tmp);
                     }
                     if stage == 2 {
-                        neardup_core::tokenize::for_each_token(tokenizer, &out, &mut |t| {
+                        neardup_core::tokenize::for_each_token(tokenizer, &norm_out, &mut |t| {
                             checksum += t.len() as u64
                         });
                     }
                     if stage == 3 {
-                        neardup_core::tokenize::for_each_token(tokenizer, &out, &mut |t| {
+                        neardup_core::tokenize::for_each_token(tokenizer, &norm_out, &mut |t| {
                             checksum ^= hasher.hash_feature(t.as_bytes()) as u64
                         });
                     }
@@ -182,7 +186,7 @@ fn stages(path: &Path, lang: &str, bytes: u64) -> Result<()> {
             bytes as f64 / 1e6 / seconds
         ));
     }
-    println!("{}", line.trim_end_matches(';'));
+    writeln!(out, "{}", line.trim_end_matches(';'))?;
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! `neardup compare A B`: distance, estimated similarity, verdict, explanation.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -81,6 +82,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .then(|| explain(&hasher, &ta, &tb, fa, fb, args.explain_top));
         (fa, fb, explained)
     };
+    let mut out = std::io::stdout().lock();
     let distance = fa.distance(fb)?;
     let similarity = fa.similarity(fb)?;
     let near = distance <= args.k;
@@ -96,31 +98,44 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .map(|r| json!({"feature": r.feature, "weight_a": r.weight_a, "weight_b": r.weight_b, "pull": r.pull}))
                 .collect();
         }
-        println!("{v}");
+        writeln!(out, "{v}")?;
     } else {
-        println!("a           {fa}");
-        println!("b           {fb}");
-        println!("distance    {distance} of {bits} bits");
-        println!("similarity  {similarity:.4} (estimated cosine, cos(pi*{distance}/{bits}))");
-        println!(
+        writeln!(out, "a           {fa}")?;
+        writeln!(out, "b           {fb}")?;
+        writeln!(out, "distance    {distance} of {bits} bits")?;
+        writeln!(
+            out,
+            "similarity  {similarity:.4} (estimated cosine, cos(pi*{distance}/{bits}))"
+        )?;
+        writeln!(
+            out,
             "verdict     {} (k = {})",
             if near { "near-duplicates" } else { "different" },
             args.k
-        );
+        )?;
         if let Some(rows) = &explained {
-            println!();
+            writeln!(out)?;
             if rows.is_empty() {
-                println!(
+                writeln!(
+                    out,
                     "no feature pulls the differing bits (the documents have the same features)"
-                );
+                )?;
             } else {
-                println!("features that pulled the {distance} differing bits most:");
-                println!("{:>9} {:>9} {:>9}  feature", "pull", "weight A", "weight B");
+                writeln!(
+                    out,
+                    "features that pulled the {distance} differing bits most:"
+                )?;
+                writeln!(
+                    out,
+                    "{:>9} {:>9} {:>9}  feature",
+                    "pull", "weight A", "weight B"
+                )?;
                 for r in rows {
-                    println!(
+                    writeln!(
+                        out,
                         "{:>9.2} {:>9.2} {:>9.2}  {}",
                         r.pull, r.weight_a, r.weight_b, r.feature
-                    );
+                    )?;
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! `neardup config`: the configuration the pipeline flags describe.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -22,12 +23,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
     let (config, _) = args.pipeline.resolve()?;
     let mut json = serde_json::to_string_pretty(&config)?;
     json.push('\n');
     match &args.output {
         Some(path) => write_atomic(path, json.as_bytes())?,
-        None => print!("{json}"),
+        None => write!(out, "{json}")?,
     }
     Ok(ExitCode::SUCCESS)
 }

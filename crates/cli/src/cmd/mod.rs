@@ -3,5 +3,7 @@
 pub mod bench;
 pub mod compare;
 pub mod config;
+pub mod dedup;
 pub mod fingerprint;
 pub mod idf;
+pub mod plan;

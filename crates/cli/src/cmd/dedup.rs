@@ -1,0 +1,316 @@
+//! `neardup dedup`: near-duplicate pairs, clusters, and the deduplicated corpus.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use clap::ValueEnum;
+use neardup_core::Width;
+use neardup_core::dedup::{Dedup, Policy, clusters};
+use neardup_core::index::{Bits, plan_join};
+
+use crate::fpfile;
+use crate::input::{Id, InputArgs};
+use crate::output::Output;
+use crate::pipeline_args::PipelineArgs;
+use crate::run::{for_each_batch, init_threads, summary};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PolicyArg {
+    /// Union-find over the pairs: clusters are connected components; each keeps
+    /// its first document.
+    Components,
+    /// In input order, keep a document unless it is within k of one already kept
+    /// (clusters never chain).
+    Incremental,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  neardup dedup corpus.jsonl --pairs pairs.jsonl --keep clean.jsonl
+  neardup dedup docs/ --k 4 --clusters clusters.jsonl --policy incremental
+  neardup fingerprint corpus.jsonl -o fps.jsonl && neardup dedup --fingerprints fps.jsonl --pairs pairs.jsonl")]
+pub struct Args {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+
+    /// Read ready fingerprints (`{"id", "simhash"}` JSON Lines or TSV, as
+    /// `neardup fingerprint` writes) instead of documents.
+    #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
+    pub fingerprints: Option<PathBuf>,
+
+    /// Near-duplicates: Hamming distance at most K.
+    #[arg(short, long, default_value_t = 3)]
+    pub k: u32,
+
+    /// How pairs become kept and dropped documents.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Components)]
+    pub policy: PolicyArg,
+
+    /// Write every pair within k: `{"a": id, "b": id, "distance": d}` per line.
+    #[arg(long, value_name = "FILE")]
+    pub pairs: Option<PathBuf>,
+
+    /// Write each cluster of two or more: `{"representative": id, "size": n, "members": [ids]}`.
+    #[arg(long, value_name = "FILE")]
+    pub clusters: Option<PathBuf>,
+
+    /// Write the input records that survive, unchanged.
+    #[arg(long, value_name = "FILE")]
+    pub keep: Option<PathBuf>,
+
+    /// Write the input records that are removed, unchanged.
+    #[arg(long, value_name = "FILE")]
+    pub drop: Option<PathBuf>,
+
+    /// Worker threads (default: all cores).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// What the first pass gathered.
+struct Gathered {
+    ids: Vec<Id>,
+    values: Vec<u128>,
+    width: Width,
+    /// Input records, kept when they cannot be read again (standard input).
+    raw: Option<Vec<Vec<u8>>>,
+    /// For a fingerprint file: its bytes and each record's line.
+    file: Option<fpfile::FingerprintFile>,
+    bytes: u64,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    init_threads(args.threads)?;
+    let max_k = 8;
+    if args.k > max_k * 2 {
+        bail!(
+            "--k {} is too large: use at most 8 for 64-bit and 16 for 128-bit fingerprints",
+            args.k
+        );
+    }
+    let started = Instant::now();
+    let wants_records = args.keep.is_some() || args.drop.is_some();
+    let from_stdin =
+        args.input.inputs.is_empty() || args.input.inputs.iter().any(|p| p.as_os_str() == "-");
+    let mut g = match &args.fingerprints {
+        Some(path) => {
+            let f = fpfile::read(path)?;
+            let (config, _) = args.pipeline.resolve()?;
+            if let Some(file_config) = &f.config {
+                if args.pipeline.config.is_some() {
+                    config.check_compatible(file_config)?;
+                }
+            }
+            Gathered {
+                ids: f.ids.clone(),
+                values: f.values.clone(),
+                width: f.width,
+                raw: None,
+                bytes: f.bytes.len() as u64,
+                file: Some(f),
+            }
+        }
+        None => {
+            let hasher = args.pipeline.hasher()?;
+            let keep_raw = wants_records && from_stdin;
+            let mut ids = Vec::new();
+            let mut values = Vec::new();
+            let mut raw = keep_raw.then(Vec::new);
+            let stats = for_each_batch(
+                &args.input,
+                keep_raw,
+                args.quiet,
+                |doc| hasher.fingerprint(&doc.text).value(),
+                |docs, fps| {
+                    for (doc, fp) in docs.into_iter().zip(fps) {
+                        ids.push(doc.id);
+                        values.push(fp);
+                        if let (Some(r), Some(bytes)) = (raw.as_mut(), doc.raw) {
+                            r.push(bytes);
+                        }
+                    }
+                    Ok(())
+                },
+            )?;
+            if !args.quiet {
+                eprintln!(
+                    "neardup: fingerprinted {}",
+                    summary(&stats, started.elapsed())
+                );
+            }
+            Gathered {
+                ids,
+                values,
+                width: hasher.width(),
+                raw,
+                file: None,
+                bytes: stats.bytes,
+            }
+        }
+    };
+    let max = g.width.bits() / 8;
+    if args.k > max {
+        bail!(
+            "--k {} is too large for {}-bit fingerprints: use at most {max}",
+            args.k,
+            g.width
+        );
+    }
+    let policy = match args.policy {
+        PolicyArg::Components => Policy::Components,
+        PolicyArg::Incremental => Policy::Incremental,
+    };
+    let values = std::mem::take(&mut g.values);
+    let (dedup, reps) = match g.width {
+        Width::W64 => join::<u64>(&values, args.k, policy)?,
+        Width::W128 => join::<u128>(&values, args.k, policy)?,
+    };
+    drop(values);
+    write_outputs(&args, &g, &dedup, &reps)?;
+    let removed = reps
+        .iter()
+        .enumerate()
+        .filter(|&(i, &r)| r as usize != i)
+        .count();
+    let cluster_count = {
+        let mut has = vec![false; reps.len()];
+        for (i, &r) in reps.iter().enumerate() {
+            if r as usize != i {
+                has[r as usize] = true;
+            }
+        }
+        has.iter().filter(|&&h| h).count()
+    };
+    if !args.quiet {
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!(
+            "neardup: {} documents ({} distinct fingerprints), {} pairs within k = {}, {} clusters, {} removed, {} kept; {:.2} s ({:.0} docs/s, {:.1} MB/s)",
+            dedup.documents(),
+            dedup.distinct(),
+            dedup.pair_count(),
+            args.k,
+            cluster_count,
+            removed,
+            dedup.documents() - removed,
+            secs,
+            dedup.documents() as f64 / secs.max(1e-9),
+            g.bytes as f64 / 1e6 / secs.max(1e-9),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn join<B: Bits>(values: &[u128], k: u32, policy: Policy) -> Result<(Dedup, Vec<u32>)> {
+    let fps: Vec<B> = values.iter().map(|&v| B::from_u128(v)).collect();
+    let design = plan_join(B::BITS, k, fps.len() as f64)?;
+    let dedup = Dedup::new(&fps, k, &design)?;
+    let reps = dedup.representatives(policy);
+    Ok((dedup, reps))
+}
+
+fn write_outputs(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32]) -> Result<()> {
+    let mut line = Vec::with_capacity(256);
+    if let Some(path) = &args.pairs {
+        let mut out = Output::create(Some(path))?;
+        dedup.for_each_pair(|a, b, d| {
+            line.clear();
+            line.extend_from_slice(b"{\"a\":");
+            g.ids[a as usize].write_json(&mut line);
+            line.extend_from_slice(b",\"b\":");
+            g.ids[b as usize].write_json(&mut line);
+            writeln!(line, ",\"distance\":{d}}}")?;
+            out.write_all(&line)
+        })?;
+        out.finish()?;
+    }
+    if let Some(path) = &args.clusters {
+        let mut out = Output::create(Some(path))?;
+        for (rep, members) in clusters(reps) {
+            line.clear();
+            line.extend_from_slice(b"{\"representative\":");
+            g.ids[rep as usize].write_json(&mut line);
+            write!(line, ",\"size\":{},\"members\":[", members.len())?;
+            for (j, m) in members.iter().enumerate() {
+                if j > 0 {
+                    line.push(b',');
+                }
+                g.ids[*m as usize].write_json(&mut line);
+            }
+            line.extend_from_slice(b"]}\n");
+            out.write_all(&line)?;
+        }
+        out.finish()?;
+    }
+    if args.keep.is_none() && args.drop.is_none() {
+        return Ok(());
+    }
+    let mut keep = args
+        .keep
+        .as_deref()
+        .map(|p| Output::create(Some(p)))
+        .transpose()?;
+    let mut drop = args
+        .drop
+        .as_deref()
+        .map(|p| Output::create(Some(p)))
+        .transpose()?;
+    let mut emit = |doc: usize, bytes: &[u8]| -> Result<()> {
+        let kept = reps[doc] as usize == doc;
+        let target = if kept { keep.as_mut() } else { drop.as_mut() };
+        if let Some(out) = target {
+            out.write_all(bytes)?;
+            if !bytes.ends_with(b"\n") {
+                out.write_all(b"\n")?;
+            }
+        }
+        Ok(())
+    };
+    if let Some(file) = &g.file {
+        for (doc, &(s, e)) in file.lines.iter().enumerate() {
+            emit(doc, &file.bytes[s..e])?;
+        }
+    } else if let Some(raw) = &g.raw {
+        for (doc, bytes) in raw.iter().enumerate() {
+            emit(doc, bytes)?;
+        }
+    } else {
+        // Read the inputs again: the same records in the same order.
+        let mut doc = 0usize;
+        for_each_batch(
+            &args.input,
+            true,
+            true,
+            |_| (),
+            |docs, _| {
+                for d in docs {
+                    emit(doc, d.raw.as_deref().unwrap_or_default())?;
+                    doc += 1;
+                }
+                Ok(())
+            },
+        )?;
+        if doc != reps.len() {
+            bail!(
+                "the input changed while it was being deduplicated ({} records, then {doc})",
+                reps.len()
+            );
+        }
+    }
+    if let Some(o) = keep {
+        o.finish()?;
+    }
+    if let Some(o) = drop {
+        o.finish()?;
+    }
+    Ok(())
+}
