@@ -3,10 +3,8 @@
 //! Identical fingerprints are collapsed first, so a million copies of one page
 //! (the "big bucket") cost one entry in the join and work linear in the output.
 
-use rayon::prelude::*;
-
 use crate::error::Error;
-use crate::index::{Bits, TableDesign, self_join};
+use crate::index::{Bits, Collapsed, TableDesign, join_sorted_unique};
 
 /// How near-duplicates are resolved into kept and dropped documents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,12 +20,30 @@ pub enum Policy {
 /// The result of a self-join of documents' fingerprints.
 #[derive(Debug)]
 pub struct Dedup {
-    /// Distinct index of each document.
-    group: Vec<u32>,
-    /// Documents of each distinct fingerprint, in input order.
-    members: Vec<Vec<u32>>,
+    /// Documents grouped by identical fingerprint (the values are not kept).
+    groups: Groups,
     /// Pairs of distinct fingerprints within k: `(u, v, distance)`, u < v.
     distinct_pairs: Vec<(u32, u32, u32)>,
+}
+
+#[derive(Debug)]
+struct Groups {
+    order: Vec<u32>,
+    starts: Vec<u32>,
+    group_of: Vec<u32>,
+}
+
+impl Groups {
+    fn members(&self, g: u32) -> &[u32] {
+        &self.order[self.starts[g as usize] as usize..self.starts[g as usize + 1] as usize]
+    }
+    fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+    /// The first document (in input order) of group `g`.
+    fn first(&self, g: u32) -> u32 {
+        self.order[self.starts[g as usize] as usize]
+    }
 }
 
 impl Dedup {
@@ -38,63 +54,42 @@ impl Dedup {
                 "more than 4,294,967,294 documents in one run: split the input".into(),
             ));
         }
-        // Collapse identical fingerprints, distinct ones numbered by first occurrence.
-        let mut order: Vec<u32> = (0..fps.len() as u32).collect();
-        order.par_sort_unstable_by_key(|&i| (fps[i as usize], i));
-        let mut group = vec![0u32; fps.len()];
-        let mut firsts: Vec<u32> = Vec::new(); // first document of each run, in fp order
-        let mut run_of = vec![0u32; fps.len()];
-        for (pos, &i) in order.iter().enumerate() {
-            if pos == 0 || fps[order[pos - 1] as usize] != fps[i as usize] {
-                firsts.push(i);
-            }
-            run_of[i as usize] = firsts.len() as u32 - 1;
-        }
-        // Renumber runs by first occurrence in input order.
-        let mut by_first: Vec<u32> = (0..firsts.len() as u32).collect();
-        by_first.sort_unstable_by_key(|&r| firsts[r as usize]);
-        let mut renumber = vec![0u32; firsts.len()];
-        for (new, &r) in by_first.iter().enumerate() {
-            renumber[r as usize] = new as u32;
-        }
-        let mut members: Vec<Vec<u32>> = vec![Vec::new(); firsts.len()];
-        for i in 0..fps.len() {
-            let g = renumber[run_of[i] as usize];
-            group[i] = g;
-            members[g as usize].push(i as u32);
-        }
-        let distinct: Vec<B> = members.iter().map(|m| fps[m[0] as usize]).collect();
-        let distinct_pairs = self_join(&distinct, k, design)?;
+        let c = Collapsed::new(fps);
+        let distinct_pairs = join_sorted_unique(&c.distinct, k, design)?;
         Ok(Dedup {
-            group,
-            members,
+            groups: Groups {
+                order: c.order,
+                starts: c.starts,
+                group_of: c.group_of,
+            },
             distinct_pairs,
         })
     }
 
     /// Documents.
     pub fn documents(&self) -> usize {
-        self.group.len()
+        self.groups.group_of.len()
     }
 
     /// Distinct fingerprints.
     pub fn distinct(&self) -> usize {
-        self.members.len()
+        self.groups.len()
     }
 
     /// Document pairs within k (identical fingerprints included), counted without
     /// listing them.
     pub fn pair_count(&self) -> u64 {
-        let within: u64 = self
-            .members
-            .iter()
-            .map(|m| (m.len() as u64) * (m.len() as u64 - 1) / 2)
+        let within: u64 = (0..self.groups.len() as u32)
+            .map(|g| {
+                let m = self.groups.members(g).len() as u64;
+                m * (m - 1) / 2
+            })
             .sum();
         let across: u64 = self
             .distinct_pairs
             .iter()
             .map(|&(u, v, _)| {
-                self.members[u as usize].len() as u64 * self.members[v as usize].len() as u64
+                self.groups.members(u).len() as u64 * self.groups.members(v).len() as u64
             })
             .sum();
         within + across
@@ -106,7 +101,8 @@ impl Dedup {
         &self,
         mut f: impl FnMut(u32, u32, u32) -> Result<(), E>,
     ) -> Result<(), E> {
-        for m in &self.members {
+        for g in 0..self.groups.len() as u32 {
+            let m = self.groups.members(g);
             for (x, &a) in m.iter().enumerate() {
                 for &b in &m[x + 1..] {
                     f(a, b, 0)?;
@@ -114,8 +110,8 @@ impl Dedup {
             }
         }
         for &(u, v, d) in &self.distinct_pairs {
-            for &a in &self.members[u as usize] {
-                for &b in &self.members[v as usize] {
+            for &a in self.groups.members(u) {
+                for &b in self.groups.members(v) {
                     f(a.min(b), a.max(b), d)?;
                 }
             }
@@ -132,7 +128,7 @@ impl Dedup {
     }
 
     fn components(&self) -> Vec<u32> {
-        let n = self.members.len();
+        let n = self.groups.len();
         let mut parent: Vec<u32> = (0..n as u32).collect();
         fn find(parent: &mut [u32], mut x: u32) -> u32 {
             while parent[x as usize] != x {
@@ -145,22 +141,27 @@ impl Dedup {
         for &(u, v, _) in &self.distinct_pairs {
             let (a, b) = (find(&mut parent, u), find(&mut parent, v));
             if a != b {
-                // The root is the smaller distinct index: the earlier first document.
-                let (lo, hi) = (a.min(b), a.max(b));
-                parent[hi as usize] = lo;
+                // The root is the group whose first document comes first.
+                let (keep, join) = if self.groups.first(a) < self.groups.first(b) {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
+                parent[join as usize] = keep;
             }
         }
-        self.group
+        self.groups
+            .group_of
             .iter()
             .map(|&g| {
                 let root = find(&mut parent, g);
-                self.members[root as usize][0]
+                self.groups.first(root)
             })
             .collect()
     }
 
     fn incremental(&self) -> Vec<u32> {
-        let n = self.members.len();
+        let n = self.groups.len();
         // Adjacency of distinct fingerprints (compressed rows).
         let mut degree = vec![0u32; n + 1];
         for &(u, v, _) in &self.distinct_pairs {
@@ -180,8 +181,8 @@ impl Dedup {
         }
         // The first kept document of each distinct fingerprint, if any.
         let mut kept: Vec<u32> = vec![u32::MAX; n];
-        let mut rep = vec![0u32; self.group.len()];
-        for (doc, &g) in self.group.iter().enumerate() {
+        let mut rep = vec![0u32; self.documents()];
+        for (doc, &g) in self.groups.group_of.iter().enumerate() {
             let neighbours = &adj[degree[g as usize] as usize..degree[g as usize + 1] as usize];
             let best = std::iter::once(g)
                 .chain(neighbours.iter().copied())

@@ -21,6 +21,9 @@ pub enum Command {
   neardup bench fingerprint                      # English and Chinese, 1 and 2 threads
   neardup bench fingerprint --lang zh --source /usr/share/doc/debian-reference-zh-cn")]
     Fingerprint(FingerprintArgs),
+    /// Index build, online and batch queries, and the self-join, each next to a
+    /// brute-force scan measured in the same run.
+    Index(super::bench_index::IndexArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -43,7 +46,10 @@ pub struct FingerprintArgs {
 }
 
 pub fn run(cmd: Command) -> Result<ExitCode> {
-    let Command::Fingerprint(args) = cmd;
+    let args = match cmd {
+        Command::Fingerprint(args) => args,
+        Command::Index(args) => return super::bench_index::run(args),
+    };
     let mut out = std::io::stdout().lock();
     let langs: &[&str] = match args.lang.as_str() {
         "en" => &["en"],

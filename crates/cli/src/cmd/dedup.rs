@@ -194,7 +194,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if !args.quiet {
         let secs = started.elapsed().as_secs_f64();
         eprintln!(
-            "neardup: {} documents ({} distinct fingerprints), {} pairs within k = {}, {} clusters, {} removed, {} kept; {:.2} s ({:.0} docs/s, {:.1} MB/s)",
+            "neardup: {} documents ({} distinct fingerprints), {} pairs within k = {}, {} clusters, {} removed, {} kept; {:.2} s ({:.0} docs/s, {:.1} MB/s){}",
             dedup.documents(),
             dedup.distinct(),
             dedup.pair_count(),
@@ -205,9 +205,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
             secs,
             dedup.documents() as f64 / secs.max(1e-9),
             g.bytes as f64 / 1e6 / secs.max(1e-9),
+            peak_memory()
+                .map(|mb| format!(", peak memory {mb:.0} MB"))
+                .unwrap_or_default(),
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The process's peak resident memory in MB (Linux: VmHWM), if known.
+fn peak_memory() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
 }
 
 fn join<B: Bits>(values: &[u128], k: u32, policy: Policy) -> Result<(Dedup, Vec<u32>)> {

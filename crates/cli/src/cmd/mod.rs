@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_index;
 pub mod compare;
 pub mod config;
 pub mod dedup;

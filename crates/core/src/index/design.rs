@@ -54,6 +54,18 @@ impl Table {
         key
     }
 
+    /// The inverse of [`Table::permute`].
+    #[inline]
+    pub fn unpermute<B: Bits>(&self, key: B) -> B {
+        let mut x = B::zero();
+        let mut pos = B::BITS;
+        for s in &self.order {
+            pos -= s.len;
+            x = x.or(key.field(pos, s.len).shl(s.start));
+        }
+        x
+    }
+
     /// The prefix bits, in the fingerprint's own bit positions.
     pub fn prefix_mask<B: Bits>(&self) -> B {
         self.order[..self.prefix_segments]
@@ -394,11 +406,9 @@ pub fn plan_join(bits: u32, k: u32, n: f64) -> Result<TableDesign, Error> {
     Ok(best.design.clone())
 }
 
-/// Directory bits for a table: about one directory slot per entry, never more
-/// than the prefix.
+/// Directory bits for a table of `n` entries (the same rule the tables use).
 pub fn directory_bits(prefix_bits: u32, n: f64) -> u32 {
-    let by_n = n.max(2.0).log2().floor() as u32;
-    by_n.clamp(1, 26).min(prefix_bits.max(1))
+    super::table::dir_bits_for(n.min(usize::MAX as f64) as usize, prefix_bits)
 }
 
 #[cfg(test)]
@@ -456,6 +466,7 @@ mod tests {
         let (x, y) = (0x0123_4567_89ab_cdefu64, 0xfedc_ba98_7654_3210u64);
         for t in &d.tables {
             assert_eq!(t.permute(x).distance(t.permute(y)), x.distance(y));
+            assert_eq!(t.unpermute(t.permute(x)), x);
             let p = t.prefix_bits();
             let m = t.prefix_mask::<u64>();
             // Equal under the prefix mask iff the permuted tops agree.

@@ -6,6 +6,8 @@
 
 pub mod bits;
 pub mod design;
+mod mem;
+mod radix;
 pub(crate) mod table;
 
 use rayon::prelude::*;
@@ -77,7 +79,10 @@ impl<B: Bits> Index<B> {
             .design
             .tables
             .par_iter()
-            .map(|t| SortedTable::build(t, fps))
+            .map_init(
+                || (Vec::new(), Vec::new()),
+                |(entries, tmp), t| SortedTable::build_with(t, fps, entries, tmp),
+            )
             .collect();
         self.indexed = self.fps.len();
     }
@@ -302,13 +307,92 @@ fn merge<B: Bits>(old: &SortedTable<B>, t: &Table, fps: &[B], start: usize) -> S
     }
 }
 
+/// Fingerprints grouped by value: the distinct ones in ascending order, and the
+/// documents holding each.
+#[derive(Clone, Debug)]
+pub struct Collapsed<B: Bits> {
+    /// Distinct fingerprints, ascending.
+    pub distinct: Vec<B>,
+    /// Documents sorted by (fingerprint, document).
+    pub order: Vec<u32>,
+    /// `order[starts[g]..starts[g + 1]]` are the documents of `distinct[g]`, ascending.
+    pub starts: Vec<u32>,
+    /// The distinct index of each document.
+    pub group_of: Vec<u32>,
+}
+
+impl<B: Bits> Collapsed<B> {
+    /// Groups `fps` (document i has `fps[i]`) by value: one parallel sort.
+    pub fn new(fps: &[B]) -> Self {
+        let mut pairs: Vec<(B, u32)> = mem::with_huge_capacity(fps.len());
+        pairs.extend(fps.iter().enumerate().map(|(i, &f)| (f, i as u32)));
+        pairs.par_sort_unstable();
+        let mut distinct = Vec::new();
+        let mut starts = Vec::new();
+        let mut group_of = vec![0u32; fps.len()];
+        for (pos, &(f, doc)) in pairs.iter().enumerate() {
+            if pos == 0 || pairs[pos - 1].0 != f {
+                distinct.push(f);
+                starts.push(pos as u32);
+            }
+            group_of[doc as usize] = distinct.len() as u32 - 1;
+        }
+        starts.push(pairs.len() as u32);
+        let order = pairs.into_iter().map(|(_, d)| d).collect();
+        Collapsed {
+            distinct,
+            order,
+            starts,
+            group_of,
+        }
+    }
+
+    /// The documents of group `g`, ascending.
+    pub fn members(&self, g: u32) -> &[u32] {
+        &self.order[self.starts[g as usize] as usize..self.starts[g as usize + 1] as usize]
+    }
+}
+
 /// Every pair `(i, j, distance)` with `i < j` and `fps[i]`, `fps[j]` within `k`,
-/// each pair once: a pair is reported only by the first table whose prefix it
-/// shares, which is checked in O(tables) per pair without any set of pairs.
-/// Tables run in parallel. Identical fingerprints are pairs too; callers with
-/// many identical fingerprints should collapse them first (see [`crate::dedup`]).
+/// each pair once, sorted. Identical fingerprints are collapsed first and their
+/// pairs listed from the groups (see [`join_sorted_unique`]).
 pub fn self_join<B: Bits>(
     fps: &[B],
+    k: u32,
+    design: &TableDesign,
+) -> Result<Vec<(u32, u32, u32)>, Error> {
+    let c = Collapsed::new(fps);
+    let mut out = Vec::new();
+    for g in 0..c.distinct.len() as u32 {
+        let m = c.members(g);
+        for (x, &a) in m.iter().enumerate() {
+            for &b in &m[x + 1..] {
+                out.push((a, b, 0));
+            }
+        }
+    }
+    for (u, v, d) in join_sorted_unique(&c.distinct, k, design)? {
+        for &a in c.members(u) {
+            for &b in c.members(v) {
+                out.push((a.min(b), a.max(b), d));
+            }
+        }
+    }
+    out.par_sort_unstable();
+    Ok(out)
+}
+
+/// Every pair `(i, j, distance)`, `i < j`, of `sorted` (distinct fingerprints in
+/// ascending order) within `k`, each pair once, sorted.
+///
+/// Per table (tables in parallel): the permuted keys alone are radix-sorted by
+/// their top bits (8 or 16 bytes per fingerprint, twice, while sorting), and each
+/// group of equal top bits is compared pairwise. A pair is reported only by the
+/// first table whose prefix it shares, checked in O(tables) per pair without any
+/// set of pairs. Reported keys are un-permuted and found again in `sorted` by
+/// binary search.
+pub fn join_sorted_unique<B: Bits>(
+    sorted: &[B],
     k: u32,
     design: &TableDesign,
 ) -> Result<Vec<(u32, u32, u32)>, Error> {
@@ -324,73 +408,100 @@ pub fn self_join<B: Bits>(
             design.k
         )));
     }
+    debug_assert!(
+        sorted.windows(2).all(|w| w[0] < w[1]),
+        "input must be sorted and distinct"
+    );
     let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
-    let per_table: Vec<Vec<(u32, u32, u32)>> = design
+    let per_table: Vec<Vec<(B, B, u32)>> = design
         .tables
         .par_iter()
         .enumerate()
-        .map(|(ti, t)| {
-            let table = SortedTable::build(t, fps);
-            // The earlier tables' prefix masks, in this table's key space.
-            let earlier: Vec<B> = masks[..ti].iter().map(|&m| t.permute(m)).collect();
-            let p = table.prefix_bits;
-            // Prefixes can be longer than 64 bits at f = 128: compare masked words.
-            let prefix = B::mask(B::BITS - p, p);
-            let same_prefix = |a: B, b: B| a.xor(b).and(prefix) == B::zero();
-            let mut out = Vec::new();
-            let mut scratch: Vec<(B, u32)> = Vec::new();
-            let nb = table.dir.len() - 1;
-            for b in 0..nb {
-                let (lo, hi) = (table.dir[b] as usize, table.dir[b + 1] as usize);
-                if hi - lo < 2 {
-                    continue;
-                }
-                scratch.clear();
-                scratch.extend(
-                    table.keys[lo..hi]
-                        .iter()
-                        .copied()
-                        .zip(table.items[lo..hi].iter().copied()),
-                );
-                if scratch.len() > 32 {
-                    scratch.sort_unstable();
-                }
-                // Runs of equal prefix within the bucket (a small bucket is one
-                // "run" and the prefix is checked per pair).
-                let small = scratch.len() <= 32;
-                let mut run_start = 0;
-                while run_start < scratch.len() {
-                    let run_end = if small {
-                        scratch.len()
-                    } else {
-                        let first = scratch[run_start].0;
-                        run_start
-                            + scratch[run_start..]
-                                .iter()
-                                .take_while(|e| same_prefix(e.0, first))
-                                .count()
-                    };
-                    let run = &scratch[run_start..run_end];
-                    for (x, &(ka, ia)) in run.iter().enumerate() {
-                        for &(kb, ib) in &run[x + 1..] {
-                            let diff = ka.xor(kb);
-                            let d = diff.distance(B::zero());
-                            if d > k || (small && !same_prefix(ka, kb)) {
-                                continue;
-                            }
-                            if earlier.iter().any(|&m| diff.and(m) == B::zero()) {
-                                continue; // an earlier table reports it
-                            }
-                            out.push((ia.min(ib), ia.max(ib), d));
-                        }
-                    }
-                    run_start = run_end;
-                }
-            }
-            out
+        .map_init(
+            || (Vec::new(), Vec::new()),
+            |(keys, tmp), (ti, t)| join_table(sorted, t, &masks[..ti], k, keys, tmp),
+        )
+        .collect();
+    let mut pairs: Vec<(u32, u32, u32)> = per_table
+        .into_par_iter()
+        .flatten()
+        .map(|(a, b, d)| {
+            let ia = sorted.binary_search(&a).expect("a stored fingerprint") as u32;
+            let ib = sorted.binary_search(&b).expect("a stored fingerprint") as u32;
+            (ia.min(ib), ia.max(ib), d)
         })
         .collect();
-    let mut pairs: Vec<(u32, u32, u32)> = per_table.into_iter().flatten().collect();
     pairs.par_sort_unstable();
     Ok(pairs)
+}
+
+/// One table's pairs, as fingerprint values.
+/// `keys` and `tmp` are scratch buffers reused from table to table.
+fn join_table<B: Bits>(
+    fps: &[B],
+    t: &Table,
+    earlier_masks: &[B],
+    k: u32,
+    keys: &mut Vec<B>,
+    tmp: &mut Vec<B>,
+) -> Vec<(B, B, u32)> {
+    let p = t.prefix_bits();
+    let d = table::dir_bits_for(fps.len(), p);
+    if keys.capacity() < fps.len() {
+        *keys = mem::with_huge_capacity(fps.len());
+    }
+    keys.clear();
+    keys.extend(fps.iter().map(|&f| t.permute(f)));
+    radix::sort_by_top(keys, tmp, d);
+    // The earlier tables' prefix masks, in this table's key space.
+    let earlier: Vec<B> = earlier_masks.iter().map(|&m| t.permute(m)).collect();
+    // Prefixes can be longer than 64 bits at f = 128: compare masked words.
+    let prefix = B::mask(B::BITS - p, p);
+    let same_prefix = |a: B, b: B| a.xor(b).and(prefix) == B::zero();
+    let mut out = Vec::new();
+    let mut lo = 0;
+    while lo < keys.len() {
+        let top = keys[lo].top(d);
+        let hi = lo + keys[lo..].iter().take_while(|x| x.top(d) == top).count();
+        let bucket = &mut keys[lo..hi];
+        lo = hi;
+        if bucket.len() < 2 {
+            continue;
+        }
+        // Large buckets are sorted so that equal prefixes form runs; small ones
+        // are compared whole, checking the prefix per pair.
+        let small = bucket.len() <= 32;
+        if !small {
+            bucket.sort_unstable();
+        }
+        let mut run_start = 0;
+        while run_start < bucket.len() {
+            let run_end = if small {
+                bucket.len()
+            } else {
+                let first = bucket[run_start];
+                run_start
+                    + bucket[run_start..]
+                        .iter()
+                        .take_while(|&&e| same_prefix(e, first))
+                        .count()
+            };
+            let run = &bucket[run_start..run_end];
+            for (x, &ka) in run.iter().enumerate() {
+                for &kb in &run[x + 1..] {
+                    let diff = ka.xor(kb);
+                    let dist = diff.distance(B::zero());
+                    if dist > k || (small && !same_prefix(ka, kb)) {
+                        continue;
+                    }
+                    if earlier.iter().any(|&m| diff.and(m) == B::zero()) {
+                        continue; // an earlier table reports it
+                    }
+                    out.push((t.unpermute(ka), t.unpermute(kb), dist));
+                }
+            }
+            run_start = run_end;
+        }
+    }
+    out
 }

@@ -18,36 +18,59 @@ pub struct SortedTable<B: Bits> {
     pub(crate) dir: Vec<u32>,
 }
 
-/// Directory bits for `n` entries: about two entries per bucket, never more than
-/// the prefix.
+/// The directory of keys sorted by their top `dir_bits` bits: `dir[b]` is the
+/// first entry of bucket `b`, `dir[2^dir_bits]` the number of entries.
+pub(crate) fn directory<B: Bits>(sorted_keys: impl Iterator<Item = B>, dir_bits: u32) -> Vec<u32> {
+    let buckets = 1usize << dir_bits;
+    let mut dir = super::mem::with_huge_capacity(buckets + 1);
+    dir.resize(buckets + 1, 0u32);
+    for k in sorted_keys {
+        dir[k.top(dir_bits) as usize + 1] += 1;
+    }
+    for b in 0..buckets {
+        dir[b + 1] += dir[b];
+    }
+    dir
+}
+
+/// Directory bits for `n` entries: about eight entries per bucket (a cache line
+/// or two of keys), never more than the prefix.
 pub(crate) fn dir_bits_for(n: usize, prefix_bits: u32) -> u32 {
     let log = usize::BITS - n.max(2).leading_zeros() - 1;
-    log.saturating_sub(1).clamp(1, 26).min(prefix_bits)
+    log.saturating_sub(3).clamp(1, 26).min(prefix_bits)
 }
 
 impl<B: Bits> SortedTable<B> {
     /// Builds the table over `fps[i]` for every item `i`.
     pub fn build(table: &Table, fps: &[B]) -> Self {
+        Self::build_with(table, fps, &mut Vec::new(), &mut Vec::new())
+    }
+
+    /// [`SortedTable::build`] with scratch buffers reused from table to table, so
+    /// that their pages are faulted in once rather than per table.
+    pub fn build_with(
+        table: &Table,
+        fps: &[B],
+        entries: &mut Vec<(B, u32)>,
+        tmp: &mut Vec<(B, u32)>,
+    ) -> Self {
         let prefix_bits = table.prefix_bits();
         let dir_bits = dir_bits_for(fps.len(), prefix_bits);
-        let buckets = 1usize << dir_bits;
-        let mut dir = vec![0u32; buckets + 1];
-        let keys_tmp: Vec<B> = fps.iter().map(|&f| table.permute(f)).collect();
-        for k in &keys_tmp {
-            dir[k.top(dir_bits) as usize + 1] += 1;
+        if entries.capacity() < fps.len() {
+            *entries = super::mem::with_huge_capacity(fps.len());
         }
-        for b in 0..buckets {
-            dir[b + 1] += dir[b];
-        }
-        let mut fill: Vec<u32> = dir[..buckets].to_vec();
-        let mut keys = vec![B::zero(); fps.len()];
-        let mut items = vec![0u32; fps.len()];
-        for (i, &k) in keys_tmp.iter().enumerate() {
-            let slot = &mut fill[k.top(dir_bits) as usize];
-            keys[*slot as usize] = k;
-            items[*slot as usize] = i as u32;
-            *slot += 1;
-        }
+        entries.clear();
+        entries.extend(
+            fps.iter()
+                .enumerate()
+                .map(|(i, &f)| (table.permute(f), i as u32)),
+        );
+        super::radix::sort_by_top(entries, tmp, dir_bits);
+        let dir = directory(entries.iter().map(|e| e.0), dir_bits);
+        let mut keys = super::mem::with_huge_capacity(entries.len());
+        keys.extend(entries.iter().map(|e| e.0));
+        let mut items = super::mem::with_huge_capacity(entries.len());
+        items.extend(entries.iter().map(|e| e.1));
         SortedTable {
             table: table.clone(),
             prefix_bits,

@@ -1,0 +1,283 @@
+//! `neardup bench index`: the index against a brute-force scan, measured in the
+//! same run, on uniformly random fingerprints with 1% planted near-duplicates.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use neardup_core::dedup::Dedup;
+use neardup_core::index::{Index, plan, plan_join};
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  neardup bench index                          # N = 10 million, k = 3
+  neardup bench index --n 1000000 --queries 20000
+  neardup bench index --batch-n 100000000      # also 1M queries against 100M stored (needs ~14 GB)")]
+pub struct IndexArgs {
+    /// Stored fingerprints.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub n: usize,
+
+    /// Online queries timed one by one (half near a stored fingerprint, half random).
+    #[arg(long, default_value_t = 200_000)]
+    pub queries: usize,
+
+    /// Largest distance searched.
+    #[arg(long, default_value_t = 3)]
+    pub k: u32,
+
+    /// Also time a batch of 1 million queries against this many stored fingerprints.
+    #[arg(long)]
+    pub batch_n: Option<usize>,
+
+    /// Skip the whole-process self-join (which writes a fingerprint file and runs
+    /// `neardup dedup --fingerprints` on it).
+    #[arg(long)]
+    pub no_join: bool,
+}
+
+/// SplitMix64: reproducible random fingerprints.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn flip(&mut self, x: u64) -> u64 {
+        let flips = 1 + self.next() % 3;
+        let mut y = x;
+        for _ in 0..flips {
+            y ^= 1 << (self.next() % 64);
+        }
+        y
+    }
+}
+
+/// `n` uniformly random fingerprints, 1% of them near copies (1 to 3 bits
+/// flipped) of earlier ones.
+pub fn corpus(n: usize, seed: u64) -> Vec<u64> {
+    let mut rng = Rng(seed);
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        if i > 0 && rng.next() % 100 == 0 {
+            let j = (rng.next() % i as u64) as usize;
+            let x = rng.flip(v[j]);
+            v.push(x);
+        } else {
+            v.push(rng.next());
+        }
+    }
+    v
+}
+
+fn pool(threads: usize) -> Result<rayon::ThreadPool> {
+    Ok(rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub fn run(args: IndexArgs) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    let (n, k) = (args.n, args.k);
+    if n < 2 {
+        bail!("--n must be at least 2");
+    }
+    let fps = corpus(n, 1);
+    let p = plan(64, k, n as f64, None)?;
+    let design = p.options[p.chosen].design.clone();
+    writeln!(
+        out,
+        "# index: N = {n} random 64-bit fingerprints (1% planted near-duplicates), k = {k}"
+    )?;
+    writeln!(out, "  design: {}", design.describe())?;
+
+    // Build, 1 and 2 threads.
+    let mut index = None;
+    for threads in [1, 2] {
+        let t = Instant::now();
+        let built = pool(threads)?.install(|| {
+            Index::build(
+                design.clone(),
+                fps.iter().enumerate().map(|(i, &f)| (i as u64, f)),
+            )
+        })?;
+        writeln!(
+            out,
+            "  build: {:.2} s with {threads} thread(s)",
+            t.elapsed().as_secs_f64()
+        )?;
+        index = Some(built);
+    }
+    let index = index.expect("built");
+    writeln!(
+        out,
+        "  memory: {:.0} MB ({:.0} bytes per fingerprint)",
+        index.memory() as f64 / 1e6,
+        index.memory() as f64 / n as f64
+    )?;
+
+    // Online queries, one thread, each timed.
+    let mut rng = Rng(7);
+    let queries: Vec<u64> = (0..args.queries)
+        .map(|i| {
+            if i % 2 == 0 {
+                {
+                    let j = (rng.next() % n as u64) as usize;
+                    rng.flip(fps[j])
+                }
+            } else {
+                rng.next()
+            }
+        })
+        .collect();
+    let mut lat = Vec::with_capacity(queries.len());
+    let mut found = 0usize;
+    for &q in &queries {
+        let t = Instant::now();
+        let r = index.query(q, k)?;
+        lat.push(t.elapsed().as_nanos() as f64);
+        found += r.len();
+    }
+    lat.sort_by(f64::total_cmp);
+    // Brute force: a popcount scan of every stored fingerprint.
+    let brute_q = 20.min(queries.len());
+    let t = Instant::now();
+    let mut brute_found = 0usize;
+    for &q in &queries[..brute_q] {
+        brute_found += fps.iter().filter(|&&f| (f ^ q).count_ones() <= k).count();
+    }
+    let brute = t.elapsed().as_secs_f64() / brute_q as f64 * 1e9;
+    let index_found: usize = queries[..brute_q]
+        .iter()
+        .map(|&q| index.query(q, k).map(|r| r.len()))
+        .sum::<Result<usize, _>>()?;
+    if brute_found != index_found {
+        bail!("the index found {index_found} matches where brute force found {brute_found}");
+    }
+    writeln!(
+        out,
+        "  online query, 1 thread ({} queries, {found} matches): p50 {:.2} µs, p99 {:.2} µs, mean {:.2} µs; brute-force scan {:.0} µs per query ({:.0}x slower than p50)",
+        queries.len(),
+        percentile(&lat, 0.5) / 1e3,
+        percentile(&lat, 0.99) / 1e3,
+        lat.iter().sum::<f64>() / lat.len() as f64 / 1e3,
+        brute / 1e3,
+        brute / percentile(&lat, 0.5)
+    )?;
+
+    // Batch queries.
+    for threads in [1, 2] {
+        let t = Instant::now();
+        let r = pool(threads)?.install(|| index.query_batch(&queries, k))?;
+        let s = t.elapsed().as_secs_f64();
+        writeln!(
+            out,
+            "  batch of {} queries, {threads} thread(s): {:.3} s ({:.2} M queries/s, {} matches)",
+            queries.len(),
+            s,
+            queries.len() as f64 / s / 1e6,
+            r.iter().map(Vec::len).sum::<usize>()
+        )?;
+    }
+    drop(index);
+
+    // Self-join in memory, 1 and 2 threads.
+    let join_design = plan_join(64, k, n as f64)?;
+    for threads in [1, 2] {
+        let t = Instant::now();
+        let d = pool(threads)?.install(|| Dedup::new(&fps, k, &join_design))?;
+        writeln!(
+            out,
+            "  self-join in memory ({}), {threads} thread(s): {:.2} s, {} pairs",
+            join_design.describe(),
+            t.elapsed().as_secs_f64(),
+            d.pair_count()
+        )?;
+    }
+
+    if !args.no_join {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("fps.jsonl");
+        {
+            let mut w = std::io::BufWriter::new(std::fs::File::create(&path)?);
+            for (i, f) in fps.iter().enumerate() {
+                writeln!(w, "{{\"id\":{i},\"simhash\":\"{f:016x}\"}}")?;
+            }
+            w.flush()?;
+        }
+        let exe: PathBuf = std::env::current_exe().context("cannot find the neardup executable")?;
+        let t = Instant::now();
+        let o = std::process::Command::new(exe)
+            .args(["dedup", "--fingerprints"])
+            .arg(&path)
+            .args(["--k", &k.to_string(), "--pairs"])
+            .arg(dir.path().join("pairs.jsonl"))
+            .output()?;
+        let s = t.elapsed().as_secs_f64();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if !o.status.success() {
+            bail!("neardup dedup failed: {err}");
+        }
+        let peak = err
+            .split("peak memory ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("?");
+        writeln!(
+            out,
+            "  self-join from a {:.0} MB file, whole process (`neardup dedup --fingerprints --pairs`): {s:.2} s, peak memory {peak} MB",
+            std::fs::metadata(&path)?.len() as f64 / 1e6
+        )?;
+    }
+
+    if let Some(big) = args.batch_n {
+        let fps = corpus(big, 3);
+        let p = plan(64, k, big as f64, None)?;
+        let design = p.options[p.chosen].design.clone();
+        let t = Instant::now();
+        let index = Index::build(
+            design.clone(),
+            fps.iter().enumerate().map(|(i, &f)| (i as u64, f)),
+        )?;
+        writeln!(
+            out,
+            "# batch: N = {big}, {}; build {:.1} s, {:.1} GB",
+            design.describe(),
+            t.elapsed().as_secs_f64(),
+            index.memory() as f64 / 1e9
+        )?;
+        let mut rng = Rng(11);
+        let qs: Vec<u64> = (0..1_000_000)
+            .map(|i| {
+                if i % 2 == 0 {
+                    {
+                        let j = (rng.next() % big as u64) as usize;
+                        rng.flip(fps[j])
+                    }
+                } else {
+                    rng.next()
+                }
+            })
+            .collect();
+        for threads in [1, 2] {
+            let t = Instant::now();
+            let r = pool(threads)?.install(|| index.query_batch(&qs, k))?;
+            writeln!(
+                out,
+                "  1M queries, {threads} thread(s): {:.2} s ({} matches)",
+                t.elapsed().as_secs_f64(),
+                r.iter().map(Vec::len).sum::<usize>()
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
