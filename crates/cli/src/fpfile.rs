@@ -13,14 +13,61 @@ use crate::input::Id;
 
 /// Fingerprints with their ids, in file order.
 pub struct FingerprintFile {
-    pub ids: Vec<Id>,
+    pub ids: IdList,
     pub values: Vec<u128>,
     pub width: Width,
     /// The configuration saved beside the file, if any.
     pub config: Option<FingerprintConfig>,
-    /// Byte range of each record's line, for writing records back unchanged.
-    pub lines: Vec<(usize, usize)>,
-    pub bytes: Vec<u8>,
+    /// Each record's line (byte range) and the file's bytes, when asked for
+    /// (to write records back unchanged).
+    pub records: Option<(Vec<(usize, usize)>, Vec<u8>)>,
+}
+
+/// Document ids, compact when they are all integers (the common case).
+pub enum IdList {
+    Ints(Vec<i64>),
+    Any(Vec<Id>),
+}
+
+impl IdList {
+    pub fn write_json(&self, i: usize, out: &mut Vec<u8>) {
+        match self {
+            IdList::Ints(v) => Id::Int(v[i]).write_json(out),
+            IdList::Any(v) => v[i].write_json(out),
+        }
+    }
+
+    fn push(&mut self, id: Id) {
+        match (self, id) {
+            (IdList::Ints(v), Id::Int(n)) => v.push(n),
+            (IdList::Any(v), id) => v.push(id),
+            (this, id) => {
+                let IdList::Ints(ints) = this else {
+                    unreachable!()
+                };
+                let mut any: Vec<Id> = ints.drain(..).map(Id::Int).collect();
+                any.push(id);
+                *this = IdList::Any(any);
+            }
+        }
+    }
+
+    fn extend(&mut self, other: IdList) {
+        match other {
+            IdList::Ints(v) => v.into_iter().for_each(|n| self.push(Id::Int(n))),
+            IdList::Any(v) => v.into_iter().for_each(|id| self.push(id)),
+        }
+    }
+}
+
+impl From<Vec<Id>> for IdList {
+    fn from(ids: Vec<Id>) -> IdList {
+        let mut list = IdList::Ints(Vec::with_capacity(ids.len()));
+        for id in ids {
+            list.push(id);
+        }
+        list
+    }
 }
 
 #[derive(Deserialize)]
@@ -31,10 +78,80 @@ struct Row<'a> {
     simhash: Cow<'a, str>,
 }
 
-/// Reads `path`; blank lines are skipped; any other bad line stops with its number.
-pub fn read(path: &Path) -> Result<FingerprintFile> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+/// Lines parsed per parallel chunk.
+const CHUNK_LINES: usize = 1 << 16;
+
+/// Reads `path`; blank lines are skipped; any other bad line stops with its
+/// number. With `keep_records`, the bytes stay available to copy records out.
+pub fn read(path: &Path, keep_records: bool) -> Result<FingerprintFile> {
     let name = path.display().to_string();
+    if keep_records {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {name}"))?;
+        let (ids, values, width, kept) = parse_block(&bytes, 0, &name, true)?;
+        return finish(path, ids, values, width, Some((kept, bytes)));
+    }
+    // Streamed in blocks, so memory holds the parsed values, not the file.
+    let mut file = std::fs::File::open(path).with_context(|| format!("cannot read {name}"))?;
+    let mut ids = IdList::Ints(Vec::new());
+    let mut values = Vec::new();
+    let mut width: Option<(Width, usize)> = None;
+    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK + 4096);
+    let mut first_line = 0usize;
+    let mut eof = false;
+    while !eof {
+        // Fill the block up to BLOCK bytes (after what was carried over).
+        let start = buf.len();
+        buf.resize(BLOCK.max(start + 4096), 0);
+        let mut filled = start;
+        while filled < buf.len() {
+            let n = std::io::Read::read(&mut file, &mut buf[filled..])
+                .with_context(|| format!("cannot read {name}"))?;
+            if n == 0 {
+                eof = true;
+                break;
+            }
+            filled += n;
+        }
+        buf.truncate(filled);
+        // Parse whole lines; carry the last partial line over.
+        let cut = if eof {
+            buf.len()
+        } else {
+            match memchr::memrchr(b'\n', &buf) {
+                Some(i) => i + 1,
+                None => continue, // a line longer than the block: read more
+            }
+        };
+        let (bids, bvalues, bwidth, _) = parse_block(&buf[..cut], first_line, &name, false)?;
+        first_line += memchr::memchr_iter(b'\n', &buf[..cut]).count();
+        if let (Some((w, _)), Some((bw, at))) = (width, bwidth) {
+            if w != bw {
+                bail!(
+                    "{name}:{at}: a {bw}-bit fingerprint after {w}-bit ones; a file holds one width (fingerprint everything with the same --bits)"
+                );
+            }
+        }
+        width = width.or(bwidth);
+        ids.extend(bids);
+        values.extend(bvalues);
+        buf.drain(..cut);
+    }
+    finish(path, ids, values, width, None)
+}
+
+/// Bytes read per block when streaming.
+const BLOCK: usize = 8 << 20;
+
+type Parsed = (
+    IdList,
+    Vec<u128>,
+    Option<(Width, usize)>,
+    Vec<(usize, usize)>,
+);
+
+/// Parses the lines of `bytes` (line numbers counted from `first_line` + 1) in
+/// parallel chunks.
+fn parse_block(bytes: &[u8], first_line: usize, name: &str, keep_records: bool) -> Result<Parsed> {
     let mut lines = Vec::new();
     let mut start = 0;
     for end in memchr::memchr_iter(b'\n', &bytes).chain(std::iter::once(bytes.len())) {
@@ -47,34 +164,78 @@ pub fn read(path: &Path) -> Result<FingerprintFile> {
         }
         start = end + 1;
     }
-    let parsed: Vec<Result<Option<(Id, Fingerprint)>>> = lines
-        .par_iter()
+    struct Chunk {
+        ids: IdList,
+        values: Vec<u128>,
+        kept: Vec<u32>,
+        width: Option<(Width, usize)>,
+    }
+    let chunks: Vec<Result<Chunk>> = lines
+        .par_chunks(CHUNK_LINES)
         .enumerate()
-        .map(|(i, &(s, e))| {
-            parse_line(&bytes[s..e], i as i64 + 1).with_context(|| format!("{name}:{}", i + 1))
+        .map(|(c, chunk)| {
+            let mut out = Chunk {
+                ids: IdList::Ints(Vec::with_capacity(chunk.len())),
+                values: Vec::with_capacity(chunk.len()),
+                kept: Vec::new(),
+                width: None,
+            };
+            for (j, &(s, e)) in chunk.iter().enumerate() {
+                let lineno = first_line + c * CHUNK_LINES + j + 1;
+                let Some((id, fp)) =
+                    parse_line(&bytes[s..e], lineno as i64).with_context(|| format!("{name}:{lineno}"))?
+                else {
+                    continue;
+                };
+                match out.width {
+                    None => out.width = Some((fp.width(), lineno)),
+                    Some((w, _)) if w != fp.width() => bail!(
+                        "{name}:{lineno}: a {}-bit fingerprint after {}-bit ones; a file holds one width \
+                         (fingerprint everything with the same --bits)",
+                        fp.width(),
+                        w
+                    ),
+                    Some(_) => {}
+                }
+                out.ids.push(id);
+                out.values.push(fp.value());
+                if keep_records {
+                    out.kept.push((c * CHUNK_LINES + j) as u32);
+                }
+            }
+            Ok(out)
         })
         .collect();
-    let mut ids = Vec::with_capacity(lines.len());
+    let mut ids = IdList::Ints(Vec::with_capacity(lines.len()));
     let mut values = Vec::with_capacity(lines.len());
-    let mut kept_lines = Vec::with_capacity(lines.len());
-    let mut width = None;
-    for (i, p) in parsed.into_iter().enumerate() {
-        let Some((id, fp)) = p? else { continue };
-        match width {
-            None => width = Some(fp.width()),
-            Some(w) if w != fp.width() => bail!(
-                "{name}:{}: a {}-bit fingerprint after {}-bit ones; a file holds one width \
-                 (fingerprint everything with the same --bits)",
-                i + 1,
-                fp.width(),
-                w
-            ),
-            Some(_) => {}
+    let mut kept_lines = Vec::new();
+    let mut width: Option<(Width, usize)> = None;
+    for chunk in chunks {
+        let chunk = chunk?;
+        if let (Some((w, _)), Some((cw, at))) = (width, chunk.width) {
+            if w != cw {
+                bail!(
+                    "{name}:{at}: a {cw}-bit fingerprint after {w}-bit ones; a file holds one width (fingerprint everything with the same --bits)"
+                );
+            }
         }
-        ids.push(id);
-        values.push(fp.value());
-        kept_lines.push(lines[i]);
+        width = width.or(chunk.width);
+        ids.extend(chunk.ids);
+        values.extend(chunk.values);
+        kept_lines.extend(chunk.kept.iter().map(|&i| lines[i as usize]));
     }
+    Ok((ids, values, width, kept_lines))
+}
+
+fn finish(
+    path: &Path,
+    ids: IdList,
+    values: Vec<u128>,
+    width: Option<(Width, usize)>,
+    records: Option<(Vec<(usize, usize)>, Vec<u8>)>,
+) -> Result<FingerprintFile> {
+    let name = path.display().to_string();
+    let width = width.map(|(w, _)| w);
     let config_path = crate::cmd::fingerprint::config_path_for(path);
     let config = if config_path.exists() {
         Some(crate::pipeline_args::read_config(&config_path)?)
@@ -99,14 +260,45 @@ pub fn read(path: &Path) -> Result<FingerprintFile> {
         values,
         width,
         config,
-        lines: kept_lines,
-        bytes,
+        records,
     })
+}
+
+/// The canonical line `{"id":<integer or plain string>,"simhash":"<hex>"}`, as
+/// `neardup fingerprint` writes it, without a JSON parser; None for anything else.
+fn parse_canonical(line: &[u8]) -> Option<(Option<Id>, &str)> {
+    let rest = line.strip_prefix(b"{\"id\":")?;
+    let (id, rest) = if let Some(r) = rest.strip_prefix(b"\"") {
+        let end = memchr::memchr2(b'"', b'\\', r)?;
+        if r[end] != b'"' {
+            return None;
+        }
+        (
+            Id::Str(std::str::from_utf8(&r[..end]).ok()?.to_owned()),
+            &r[end + 1..],
+        )
+    } else {
+        let end = rest.iter().position(|&b| b == b',')?;
+        (
+            Id::Int(std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?),
+            &rest[end..],
+        )
+    };
+    let hex = rest
+        .strip_prefix(b",\"simhash\":\"")?
+        .strip_suffix(b"\"}")?;
+    Some((Some(id), std::str::from_utf8(hex).ok()?))
 }
 
 fn parse_line(line: &[u8], lineno: i64) -> Result<Option<(Id, Fingerprint)>> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
+    }
+    if let Some((id, hex)) = parse_canonical(line) {
+        return Ok(Some((
+            id.unwrap_or(Id::Int(lineno)),
+            Fingerprint::parse_hex(hex)?,
+        )));
     }
     if line.first() == Some(&b'{') {
         let row: Row = serde_json::from_slice(line).map_err(|e| {

@@ -12,7 +12,8 @@ use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, plan_join};
 
 use crate::fpfile;
-use crate::input::{Id, InputArgs};
+use crate::fpfile::IdList;
+use crate::input::InputArgs;
 use crate::output::Output;
 use crate::pipeline_args::PipelineArgs;
 use crate::run::{for_each_batch, init_threads, summary};
@@ -79,7 +80,7 @@ pub struct Args {
 
 /// What the first pass gathered.
 struct Gathered {
-    ids: Vec<Id>,
+    ids: IdList,
     values: Vec<u128>,
     width: Width,
     /// Input records, kept when they cannot be read again (standard input).
@@ -104,7 +105,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         args.input.inputs.is_empty() || args.input.inputs.iter().any(|p| p.as_os_str() == "-");
     let mut g = match &args.fingerprints {
         Some(path) => {
-            let f = fpfile::read(path)?;
+            let mut f = fpfile::read(path, wants_records)?;
             let (config, _) = args.pipeline.resolve()?;
             if let Some(file_config) = &f.config {
                 if args.pipeline.config.is_some() {
@@ -112,11 +113,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 }
             }
             Gathered {
-                ids: f.ids.clone(),
-                values: f.values.clone(),
+                ids: std::mem::replace(&mut f.ids, IdList::Ints(Vec::new())),
+                values: std::mem::take(&mut f.values),
                 width: f.width,
                 raw: None,
-                bytes: f.bytes.len() as u64,
+                bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
                 file: Some(f),
             }
         }
@@ -149,7 +150,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 );
             }
             Gathered {
-                ids,
+                ids: ids.into(),
                 values,
                 width: hasher.width(),
                 raw,
@@ -172,10 +173,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let values = std::mem::take(&mut g.values);
     let (dedup, reps) = match g.width {
-        Width::W64 => join::<u64>(&values, args.k, policy)?,
-        Width::W128 => join::<u128>(&values, args.k, policy)?,
+        Width::W64 => join::<u64>(values, args.k, policy)?,
+        Width::W128 => join::<u128>(values, args.k, policy)?,
     };
-    drop(values);
     write_outputs(&args, &g, &dedup, &reps)?;
     let removed = reps
         .iter()
@@ -221,10 +221,12 @@ fn peak_memory() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-fn join<B: Bits>(values: &[u128], k: u32, policy: Policy) -> Result<(Dedup, Vec<u32>)> {
-    let fps: Vec<B> = values.iter().map(|&v| B::from_u128(v)).collect();
+/// Takes the values so that they are freed as soon as they are converted.
+fn join<B: Bits>(values: Vec<u128>, k: u32, policy: Policy) -> Result<(Dedup, Vec<u32>)> {
+    let fps: Vec<B> = values.into_iter().map(B::from_u128).collect();
     let design = plan_join(B::BITS, k, fps.len() as f64)?;
     let dedup = Dedup::new(&fps, k, &design)?;
+    drop(fps);
     let reps = dedup.representatives(policy);
     Ok((dedup, reps))
 }
@@ -236,9 +238,9 @@ fn write_outputs(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32]) -> Resu
         dedup.for_each_pair(|a, b, d| {
             line.clear();
             line.extend_from_slice(b"{\"a\":");
-            g.ids[a as usize].write_json(&mut line);
+            g.ids.write_json(a as usize, &mut line);
             line.extend_from_slice(b",\"b\":");
-            g.ids[b as usize].write_json(&mut line);
+            g.ids.write_json(b as usize, &mut line);
             writeln!(line, ",\"distance\":{d}}}")?;
             out.write_all(&line)
         })?;
@@ -249,13 +251,13 @@ fn write_outputs(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32]) -> Resu
         for (rep, members) in clusters(reps) {
             line.clear();
             line.extend_from_slice(b"{\"representative\":");
-            g.ids[rep as usize].write_json(&mut line);
+            g.ids.write_json(rep as usize, &mut line);
             write!(line, ",\"size\":{},\"members\":[", members.len())?;
             for (j, m) in members.iter().enumerate() {
                 if j > 0 {
                     line.push(b',');
                 }
-                g.ids[*m as usize].write_json(&mut line);
+                g.ids.write_json(*m as usize, &mut line);
             }
             line.extend_from_slice(b"]}\n");
             out.write_all(&line)?;
@@ -286,9 +288,9 @@ fn write_outputs(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32]) -> Resu
         }
         Ok(())
     };
-    if let Some(file) = &g.file {
-        for (doc, &(s, e)) in file.lines.iter().enumerate() {
-            emit(doc, &file.bytes[s..e])?;
+    if let Some((lines, bytes)) = g.file.as_ref().and_then(|f| f.records.as_ref()) {
+        for (doc, &(s, e)) in lines.iter().enumerate() {
+            emit(doc, &bytes[s..e])?;
         }
     } else if let Some(raw) = &g.raw {
         for (doc, bytes) in raw.iter().enumerate() {
