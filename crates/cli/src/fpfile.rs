@@ -11,6 +11,9 @@ use serde::Deserialize;
 
 use crate::input::Id;
 
+/// Each record's line (byte range) and the file's bytes.
+pub type Records = (Vec<(usize, usize)>, Vec<u8>);
+
 /// Fingerprints with their ids, in file order.
 pub struct FingerprintFile {
     pub ids: IdList,
@@ -20,7 +23,7 @@ pub struct FingerprintFile {
     pub config: Option<FingerprintConfig>,
     /// Each record's line (byte range) and the file's bytes, when asked for
     /// (to write records back unchanged).
-    pub records: Option<(Vec<(usize, usize)>, Vec<u8>)>,
+    pub records: Option<Records>,
 }
 
 /// Document ids, compact when they are all integers (the common case).
@@ -154,7 +157,7 @@ type Parsed = (
 fn parse_block(bytes: &[u8], first_line: usize, name: &str, keep_records: bool) -> Result<Parsed> {
     let mut lines = Vec::new();
     let mut start = 0;
-    for end in memchr::memchr_iter(b'\n', &bytes).chain(std::iter::once(bytes.len())) {
+    for end in memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len())) {
         if end > start || end < bytes.len() {
             let mut e = end;
             if e > start && bytes[e - 1] == b'\r' {
@@ -232,7 +235,7 @@ fn finish(
     ids: IdList,
     values: Vec<u128>,
     width: Option<(Width, usize)>,
-    records: Option<(Vec<(usize, usize)>, Vec<u8>)>,
+    records: Option<Records>,
 ) -> Result<FingerprintFile> {
     let name = path.display().to_string();
     let width = width.map(|(w, _)| w);
