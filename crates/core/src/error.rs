@@ -49,6 +49,24 @@ pub enum Error {
     #[error("invalid vector: {0}")]
     InvalidVector(String),
 
+    /// An index file is damaged or not an index file.
+    #[error(
+        "index file is corrupt: {0}; rebuild it with `neardup index build` (or restore a copy)"
+    )]
+    CorruptIndex(String),
+
+    /// An index file has a format version this code does not read.
+    #[error(
+        "index file format version {got} is not supported (this neardup reads version {expected}); \
+         rebuild the index with this neardup"
+    )]
+    IndexVersion {
+        /// The version read here.
+        expected: u32,
+        /// The file's version.
+        got: u32,
+    },
+
     /// An I/O error while writing or reading a stream given by the caller.
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -7,7 +7,7 @@ use std::hash::Hash;
 use crate::fingerprint::{Fingerprint, Width};
 
 /// An unsigned word holding a fingerprint.
-pub trait Bits: Copy + Ord + Eq + Hash + Debug + Default + Send + Sync + 'static {
+pub trait Bits: bytemuck::Pod + Ord + Eq + Hash + Debug + Default + Send + Sync + 'static {
     /// The width.
     const WIDTH: Width;
     /// Number of bits.

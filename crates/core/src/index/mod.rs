@@ -6,14 +6,18 @@
 
 pub mod bits;
 pub mod design;
+mod file;
 mod mem;
 mod radix;
+pub mod slab;
 pub(crate) mod table;
 
 use rayon::prelude::*;
 
 pub use bits::Bits;
 pub use design::{Plan, PlanOption, Segment, Table, TableDesign, plan, plan_join};
+pub use file::IndexFile;
+pub use slab::{SharedBytes, Slab};
 pub use table::SortedTable;
 
 use crate::error::Error;
@@ -32,8 +36,8 @@ pub struct Match {
 #[derive(Clone, Debug)]
 pub struct Index<B: Bits> {
     design: TableDesign,
-    fps: Vec<B>,
-    ids: Vec<u64>,
+    fps: Slab<B>,
+    ids: Slab<u64>,
     /// Tables over items `0..indexed`; later items are scanned linearly until
     /// the next merge.
     tables: Vec<SortedTable<B>>,
@@ -63,8 +67,8 @@ impl<B: Bits> Index<B> {
         let mut index = Index {
             deleted: vec![false; fps.len()],
             design,
-            fps,
-            ids,
+            fps: fps.into(),
+            ids: ids.into(),
             tables: Vec::new(),
             indexed: 0,
             deleted_count: 0,
@@ -161,12 +165,14 @@ impl<B: Bits> Index<B> {
     fn finish(&self, mut found: Vec<(u32, u32)>) -> Vec<Match> {
         found.sort_unstable();
         found.dedup();
+        // `get`: an item number from a damaged file is skipped, never a panic.
         let mut out: Vec<Match> = found
             .into_iter()
-            .filter(|&(item, _)| !self.deleted[item as usize])
-            .map(|(item, distance)| Match {
-                distance,
-                id: self.ids[item as usize],
+            .filter(|&(item, _)| self.deleted.get(item as usize) == Some(&false))
+            .filter_map(|(item, distance)| {
+                self.ids
+                    .get(item as usize)
+                    .map(|&id| Match { distance, id })
             })
             .collect();
         out.sort_unstable();
@@ -192,8 +198,8 @@ impl<B: Bits> Index<B> {
         if self.fps.len() + 1 >= u32::MAX as usize {
             return Err(Error::InvalidConfig("the index is full".into()));
         }
-        self.fps.push(fp);
-        self.ids.push(id);
+        self.fps.to_mut().push(fp);
+        self.ids.to_mut().push(id);
         self.deleted.push(false);
         let pending = self.fps.len() - self.indexed;
         if pending > 4096.max(self.indexed / 8) {
@@ -235,12 +241,23 @@ impl<B: Bits> Index<B> {
 
     fn compact(&mut self) {
         let live: Vec<(u64, B)> = self.entries().collect();
-        let (ids, fps) = live.into_iter().unzip();
-        self.ids = ids;
-        self.fps = fps;
+        let (ids, fps): (Vec<u64>, Vec<B>) = live.into_iter().unzip();
+        self.ids = ids.into();
+        self.fps = fps.into();
         self.deleted = vec![false; self.fps.len()];
         self.deleted_count = 0;
         self.rebuild_tables();
+    }
+
+    /// Writes the index file (see [`IndexFile`]): live entries, with the caller's
+    /// `extra` metadata and named `sections`. Returns the bytes written.
+    pub fn write_to<W: std::io::Write>(
+        &self,
+        extra: &serde_json::Value,
+        sections: &[(&str, &[u8])],
+        w: W,
+    ) -> Result<u64, Error> {
+        file::write(self, extra, sections, w)
     }
 
     /// Every pair of live entries within `k`, each once: `(id_a, id_b, distance)`
@@ -300,10 +317,10 @@ fn merge<B: Bits>(old: &SortedTable<B>, t: &Table, fps: &[B], start: usize) -> S
     SortedTable {
         table: old.table.clone(),
         prefix_bits: old.prefix_bits,
-        keys,
-        items,
+        keys: keys.into(),
+        items: items.into(),
         dir_bits,
-        dir,
+        dir: dir.into(),
     }
 }
 

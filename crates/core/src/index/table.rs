@@ -2,6 +2,7 @@
 
 use super::bits::Bits;
 use super::design::Table;
+use super::slab::Slab;
 
 /// Fingerprints of one table, permuted, grouped by their top `dir_bits` bits
 /// (a counting sort, which also yields the directory), with the item number of
@@ -11,11 +12,11 @@ use super::design::Table;
 pub struct SortedTable<B: Bits> {
     pub(crate) table: Table,
     pub(crate) prefix_bits: u32,
-    pub(crate) keys: Vec<B>,
-    pub(crate) items: Vec<u32>,
+    pub(crate) keys: Slab<B>,
+    pub(crate) items: Slab<u32>,
     pub(crate) dir_bits: u32,
     /// `dir[b]..dir[b + 1]` are the entries whose key's top `dir_bits` bits are `b`.
-    pub(crate) dir: Vec<u32>,
+    pub(crate) dir: Slab<u32>,
 }
 
 /// The directory of keys sorted by their top `dir_bits` bits: `dir[b]` is the
@@ -74,10 +75,10 @@ impl<B: Bits> SortedTable<B> {
         SortedTable {
             table: table.clone(),
             prefix_bits,
-            keys,
-            items,
+            keys: keys.into(),
+            items: items.into(),
             dir_bits,
-            dir,
+            dir: dir.into(),
         }
     }
 

@@ -1,0 +1,146 @@
+//! The index file: round trips, damage of every kind, and the committed fixture
+//! of format version 1.
+
+use std::sync::Arc;
+
+use neardup_core::Error;
+use neardup_core::index::{Bits, Index, IndexFile, SharedBytes, TableDesign};
+use proptest::prelude::*;
+
+fn shared(bytes: Vec<u8>) -> SharedBytes {
+    Arc::new(bytes)
+}
+
+fn build<B: Bits>(fps: &[B], k: u32) -> Index<B> {
+    let design = TableDesign::new(B::BITS, k, &[k + 2]).unwrap();
+    Index::build(
+        design,
+        fps.iter().enumerate().map(|(i, &f)| (i as u64 * 3, f)),
+    )
+    .unwrap()
+}
+
+fn write<B: Bits>(index: &Index<B>) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    index
+        .write_to(
+            &serde_json::json!({"note": "test"}),
+            &[("extra", b"hello")],
+            &mut bytes,
+        )
+        .unwrap();
+    bytes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(60))]
+    #[test]
+    fn round_trip_answers_the_same(fps in prop::collection::vec(any::<u64>(), 1..300), flips in prop::collection::vec(0u32..64, 1..4), wide: bool) {
+        if wide {
+            let fps: Vec<u128> = fps.iter().map(|&f| (f as u128) << 64 | f.rotate_left(7) as u128).collect();
+            let index = build(&fps, 4);
+            let file = IndexFile::open(shared(write(&index))).unwrap();
+            file.verify().unwrap();
+            let loaded = file.index::<u128>().unwrap();
+            for &q in fps.iter().take(20) {
+                let q = flips.iter().fold(q, |q, &b| q ^ (1u128 << (b * 2)));
+                prop_assert_eq!(loaded.query(q, 4).unwrap(), index.query(q, 4).unwrap());
+            }
+        } else {
+            let mut index = build(&fps, 3);
+            // Deleted and pending entries: the file holds the live ones.
+            index.delete(|id| id % 2 == 1);
+            index.add(1_000_001, fps[0] ^ 1).unwrap();
+            let file = IndexFile::open(shared(write(&index))).unwrap();
+            file.verify().unwrap();
+            prop_assert_eq!(file.section("extra"), Some(&b"hello"[..]));
+            prop_assert_eq!(&file.extra()["note"], "test");
+            let loaded = file.index::<u64>().unwrap();
+            prop_assert_eq!(loaded.len(), index.len());
+            for &q in fps.iter().take(20) {
+                let q = flips.iter().fold(q, |q, &b| q ^ (1u64 << b));
+                prop_assert_eq!(loaded.query(q, 3).unwrap(), index.query(q, 3).unwrap());
+            }
+            prop_assert_eq!(loaded.self_join(3).unwrap(), index.self_join(3).unwrap());
+        }
+    }
+}
+
+fn sample_bytes() -> Vec<u8> {
+    let fps: Vec<u64> = (0..1000u64)
+        .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect();
+    write(&build(&fps, 3))
+}
+
+#[test]
+fn truncated_files_are_refused_at_every_length() {
+    let bytes = sample_bytes();
+    for len in (0..bytes.len()).step_by(97).chain([bytes.len() - 1]) {
+        let err = IndexFile::open(shared(bytes[..len].to_vec())).unwrap_err();
+        assert!(matches!(err, Error::CorruptIndex(_)), "length {len}: {err}");
+    }
+}
+
+#[test]
+fn damage_is_found_by_open_or_verify_and_never_panics() {
+    let bytes = sample_bytes();
+    // Flip one bit at many places: open refuses, or verify does; queries on what
+    // opens never panic.
+    for at in (0..bytes.len()).step_by(13) {
+        let mut b = bytes.clone();
+        b[at] ^= 0x10;
+        match IndexFile::open(shared(b)) {
+            Err(_) => {}
+            Ok(file) => {
+                assert!(file.verify().is_err(), "damage at byte {at} went unnoticed");
+                if let Ok(index) = file.index::<u64>() {
+                    let _ = index.query(12345, 3);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn wrong_version_and_wrong_magic_say_so() {
+    let mut b = sample_bytes();
+    b[8] = 9;
+    let err = IndexFile::open(shared(b)).unwrap_err().to_string();
+    assert!(
+        err.contains("version 9") && err.contains("rebuild"),
+        "{err}"
+    );
+    let mut b = sample_bytes();
+    b[0] = b'X';
+    let err = IndexFile::open(shared(b)).unwrap_err().to_string();
+    assert!(err.contains("not a neardup index"), "{err}");
+}
+
+#[test]
+fn width_mismatch_is_an_error() {
+    let file = IndexFile::open(shared(sample_bytes())).unwrap();
+    assert!(matches!(
+        file.index::<u128>(),
+        Err(Error::WidthMismatch { .. })
+    ));
+}
+
+/// A file written by format version 1, committed, must stay readable.
+#[test]
+fn version_1_fixture_still_opens_and_answers() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/index_v1.ndx");
+    if std::env::var_os("NEARDUP_WRITE_FIXTURE").is_some() {
+        std::fs::write(&path, sample_bytes()).unwrap();
+    }
+    let file =
+        IndexFile::open(shared(std::fs::read(&path).expect("fixture is committed"))).unwrap();
+    file.verify().unwrap();
+    assert_eq!(file.entries(), 1000);
+    let index = file.index::<u64>().unwrap();
+    // Entry i has id 3i and fingerprint i * golden ratio constant.
+    let q = 7u64.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0b101;
+    let m = index.query(q, 3).unwrap();
+    assert_eq!(m.len(), 1);
+    assert_eq!((m[0].id, m[0].distance), (21, 2));
+}
