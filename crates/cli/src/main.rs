@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod fpfile;
+mod gather;
 mod input;
 mod output;
 mod pipeline_args;
@@ -37,6 +38,11 @@ enum Command {
     Compare(cmd::compare::Args),
     /// Find near-duplicates in a corpus: pairs, clusters, kept and dropped records.
     Dedup(cmd::dedup::Args),
+    /// Build, update and check an on-disk index.
+    #[command(subcommand)]
+    Index(cmd::index::Command),
+    /// Find every indexed document within k of a text, file, fingerprint or batch.
+    Query(cmd::query::Args),
     /// Choose a table design for N fingerprints and k, and explain it.
     Plan(cmd::plan::Args),
     /// Print the configuration that the pipeline flags describe (JSON), to save
@@ -58,6 +64,8 @@ fn main() -> ExitCode {
         Command::Config(a) => cmd::config::run(a),
         Command::Dedup(a) => cmd::dedup::run(a),
         Command::Plan(a) => cmd::plan::run(a),
+        Command::Index(c) => cmd::index::run(c),
+        Command::Query(a) => cmd::query::run(a),
         Command::Idf(c) => cmd::idf::run(c),
         Command::Bench(c) => cmd::bench::run(c),
     };

@@ -67,6 +67,10 @@ pub struct PipelineArgs {
     /// An IDF table learned with `neardup idf build` (implies --weights tfidf).
     #[arg(long, value_name = "FILE")]
     pub idf: Option<PathBuf>,
+
+    /// A configuration to start from (an index's own), set by commands.
+    #[arg(skip)]
+    pub preset: Option<FingerprintConfig>,
 }
 
 fn parse_features(s: &str) -> Result<Features, String> {
@@ -74,11 +78,36 @@ fn parse_features(s: &str) -> Result<Features, String> {
 }
 
 impl PipelineArgs {
+    /// Flags that describe exactly `config`.
+    pub fn from_config(config: FingerprintConfig) -> Self {
+        PipelineArgs {
+            preset: Some(config),
+            ..Default::default()
+        }
+    }
+
+    /// Whether any pipeline flag was given on the command line.
+    pub fn any_given(&self) -> bool {
+        self.config.is_some()
+            || self.profile.is_some()
+            || self.bits.is_some()
+            || self.tokenizer.is_some()
+            || self.features.is_some()
+            || self.weights.is_some()
+            || self.top.is_some()
+            || self.hash.is_some()
+            || self.seed.is_some()
+            || self.stopwords
+            || self.html
+            || self.idf.is_some()
+    }
+
     /// The configuration the flags describe, and the IDF table if one is used.
     pub fn resolve(&self) -> Result<(FingerprintConfig, Option<IdfTable>)> {
-        let mut config = match &self.config {
-            Some(path) => read_config(path)?,
-            None => FingerprintConfig::default(),
+        let mut config = match (&self.config, &self.preset) {
+            (Some(path), _) => read_config(path)?,
+            (None, Some(preset)) => preset.clone(),
+            (None, None) => FingerprintConfig::default(),
         };
         if self.profile.as_deref() == Some("python-simhash") {
             return Ok((FingerprintConfig::python_simhash(), None));

@@ -721,3 +721,147 @@ fn dedup_refuses_bad_fingerprint_files_and_parameters() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("at most 8"), "{}", stderr(&o));
 }
+
+#[test]
+fn index_build_query_add_delete_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("s.ndx");
+    let idx_s = idx.to_str().unwrap();
+    let o = run(&[
+        "index",
+        "build",
+        sample().to_str().unwrap(),
+        "-o",
+        idx_s,
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&run(&["index", "verify", idx_s])).contains("ok (23 entries"));
+    assert!(stdout(&run(&["index", "info", idx_s])).contains("entries      23"));
+    // Every sample document finds itself at distance 0 (and its exact copies).
+    let o = run(&["query", idx_s, "--batch", sample().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for row in json_lines(&stdout(&o)) {
+        let m = row["matches"].as_array().unwrap();
+        assert!(
+            m.iter().any(|x| x["id"] == row["id"] && x["distance"] == 0),
+            "{row}"
+        );
+    }
+    // The same answers as fingerprinting and comparing by hand.
+    let fps = json_lines(&stdout(&run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "-q",
+    ])));
+    let bread = fps.iter().find(|r| r["id"] == "bread").unwrap()["simhash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let o = run(&["query", idx_s, "--simhash", &bread]);
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let mut expected: Vec<(String, u32)> = fps
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_owned(),
+                (fp(r) ^ u64::from_str_radix(&bread, 16).unwrap()).count_ones(),
+            )
+        })
+        .filter(|(_, d)| *d <= 3)
+        .collect();
+    expected.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+    let got: Vec<(String, u32)> = v["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_str().unwrap().to_owned(),
+                m["distance"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect();
+    let mut got_sorted = got.clone();
+    got_sorted.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+    assert_eq!(got_sorted, expected);
+    // Delete, then it is gone; add, then it is back.
+    assert!(
+        run(&["index", "delete", idx_s, "bread", "bread-wrapped"])
+            .status
+            .success()
+    );
+    let v: Value =
+        serde_json::from_str(stdout(&run(&["query", idx_s, "--simhash", &bread])).trim()).unwrap();
+    assert!(
+        v["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["id"] != "bread"),
+        "{v}"
+    );
+    let extra = write(dir.path(), "more.jsonl", b"{\"id\":\"bread-again\",\"text\":\"To bake a simple loaf, mix five hundred grams of flour with ten grams of salt, seven grams of dried yeast and three hundred and fifty millilitres of warm water. Knead the dough for ten minutes, let it rise for an hour, shape it, let it rise again, and bake it in a hot oven for about thirty five minutes.\"}\n");
+    assert!(
+        run(&["index", "add", idx_s, extra.to_str().unwrap(), "-q"])
+            .status
+            .success()
+    );
+    let v: Value =
+        serde_json::from_str(stdout(&run(&["query", idx_s, "--simhash", &bread])).trim()).unwrap();
+    assert!(
+        v["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == "bread-again" && m["distance"] == 0),
+        "{v}"
+    );
+    assert!(stdout(&run(&["index", "verify", idx_s])).contains("ok (22 entries"));
+}
+
+#[test]
+fn damaged_index_files_and_mismatched_queries_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("s.ndx");
+    let idx_s = idx.to_str().unwrap();
+    assert!(
+        run(&[
+            "index",
+            "build",
+            sample().to_str().unwrap(),
+            "-o",
+            idx_s,
+            "-q"
+        ])
+        .status
+        .success()
+    );
+    let bytes = std::fs::read(&idx).unwrap();
+    let truncated = write(dir.path(), "t.ndx", &bytes[..bytes.len() / 2]);
+    let o = run(&["query", truncated.to_str().unwrap(), "--simhash", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("t.ndx") && stderr(&o).contains("corrupt"),
+        "{}",
+        stderr(&o)
+    );
+    let mut damaged = bytes.clone();
+    damaged[200] ^= 1; // inside the first section
+    let damaged = write(dir.path(), "d.ndx", &damaged);
+    let o = run(&["index", "verify", damaged.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("checksum"), "{}", stderr(&o));
+    let o = run(&["query", idx_s, "--text", "hello", "--features", "ngrams:5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("differ from the index"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["query", idx_s, "--simhash", "0", "--k", "5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("maximum k = 3"), "{}", stderr(&o));
+    let o = run(&["query", idx_s, "--simhash", &"f".repeat(32)]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -11,12 +11,11 @@ use neardup_core::Width;
 use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, plan_join};
 
-use crate::fpfile;
-use crate::fpfile::IdList;
+use crate::gather::{Gathered, gather};
 use crate::input::InputArgs;
 use crate::output::Output;
 use crate::pipeline_args::PipelineArgs;
-use crate::run::{for_each_batch, init_threads, summary};
+use crate::run::{for_each_batch, init_threads};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PolicyArg {
@@ -78,18 +77,6 @@ pub struct Args {
     pub quiet: bool,
 }
 
-/// What the first pass gathered.
-struct Gathered {
-    ids: IdList,
-    values: Vec<u128>,
-    width: Width,
-    /// Input records, kept when they cannot be read again (standard input).
-    raw: Option<Vec<Vec<u8>>>,
-    /// For a fingerprint file: its bytes and each record's line.
-    file: Option<fpfile::FingerprintFile>,
-    bytes: u64,
-}
-
 pub fn run(args: Args) -> Result<ExitCode> {
     init_threads(args.threads)?;
     let max_k = 8;
@@ -103,62 +90,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let wants_records = args.keep.is_some() || args.drop.is_some();
     let from_stdin =
         args.input.inputs.is_empty() || args.input.inputs.iter().any(|p| p.as_os_str() == "-");
-    let mut g = match &args.fingerprints {
-        Some(path) => {
-            let mut f = fpfile::read(path, wants_records)?;
-            let (config, _) = args.pipeline.resolve()?;
-            if let Some(file_config) = &f.config {
-                if args.pipeline.config.is_some() {
-                    config.check_compatible(file_config)?;
-                }
-            }
-            Gathered {
-                ids: std::mem::replace(&mut f.ids, IdList::Ints(Vec::new())),
-                values: std::mem::take(&mut f.values),
-                width: f.width,
-                raw: None,
-                bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
-                file: Some(f),
-            }
-        }
-        None => {
-            let hasher = args.pipeline.hasher()?;
-            let keep_raw = wants_records && from_stdin;
-            let mut ids = Vec::new();
-            let mut values = Vec::new();
-            let mut raw = keep_raw.then(Vec::new);
-            let stats = for_each_batch(
-                &args.input,
-                keep_raw,
-                args.quiet,
-                |doc| hasher.fingerprint(&doc.text).value(),
-                |docs, fps| {
-                    for (doc, fp) in docs.into_iter().zip(fps) {
-                        ids.push(doc.id);
-                        values.push(fp);
-                        if let (Some(r), Some(bytes)) = (raw.as_mut(), doc.raw) {
-                            r.push(bytes);
-                        }
-                    }
-                    Ok(())
-                },
-            )?;
-            if !args.quiet {
-                eprintln!(
-                    "neardup: fingerprinted {}",
-                    summary(&stats, started.elapsed())
-                );
-            }
-            Gathered {
-                ids: ids.into(),
-                values,
-                width: hasher.width(),
-                raw,
-                file: None,
-                bytes: stats.bytes,
-            }
-        }
-    };
+    let keep_raw = wants_records && from_stdin;
+    let mut g = gather(
+        &args.input,
+        &args.pipeline,
+        args.fingerprints.as_deref(),
+        wants_records,
+        keep_raw,
+        args.quiet,
+    )?;
     let max = g.width.bits() / 8;
     if args.k > max {
         bail!(

@@ -7,4 +7,6 @@ pub mod config;
 pub mod dedup;
 pub mod fingerprint;
 pub mod idf;
+pub mod index;
 pub mod plan;
+pub mod query;

@@ -1,0 +1,476 @@
+//! `neardup index build|add|delete|info|verify`: the on-disk index.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use neardup_core::index::{Bits, Index, IndexFile, SharedBytes, plan};
+use neardup_core::{FingerprintConfig, Width};
+use serde_json::json;
+
+use crate::fpfile::IdList;
+use crate::gather::gather;
+use crate::input::{Id, InputArgs};
+use crate::output::Output;
+use crate::pipeline_args::PipelineArgs;
+use crate::run::init_threads;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Build an index file from documents or from a fingerprint file.
+    #[command(after_help = "Examples:
+  neardup index build corpus.jsonl -o corpus.ndx
+  neardup index build --fingerprints fps.jsonl --k 4 -o fps.ndx")]
+    Build(Box<BuildArgs>),
+    /// Add documents (or fingerprints) to an index file; it is rewritten atomically.
+    #[command(after_help = "Example:
+  neardup index add corpus.ndx more.jsonl")]
+    Add(Box<AddArgs>),
+    /// Delete documents by id from an index file; it is rewritten atomically.
+    #[command(after_help = "Example:
+  neardup index delete corpus.ndx doc-17 doc-42")]
+    Delete(DeleteArgs),
+    /// What an index file holds: entries, width, k, design, configuration, size.
+    Info(PathArg),
+    /// Check every byte of an index file against its checksums.
+    Verify(PathArg),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Read ready fingerprints instead of documents.
+    #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
+    pub fingerprints: Option<PathBuf>,
+    /// The largest distance queries may ask for.
+    #[arg(short, long, default_value_t = 3)]
+    pub k: u32,
+    /// Memory budget for the tables (e.g. 8G); without it, the fastest design.
+    #[arg(long, value_parser = super::plan::parse_bytes)]
+    pub memory: Option<f64>,
+    /// The index file to write.
+    #[arg(short, long, value_name = "PATH")]
+    pub output: PathBuf,
+    /// Worker threads (default: all cores).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AddArgs {
+    /// The index file.
+    #[arg(value_name = "INDEX")]
+    pub index: PathBuf,
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Read ready fingerprints instead of documents.
+    #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
+    pub fingerprints: Option<PathBuf>,
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DeleteArgs {
+    /// The index file.
+    #[arg(value_name = "INDEX")]
+    pub index: PathBuf,
+    /// Ids to delete (integers or strings, as the documents had them).
+    #[arg(value_name = "ID", required = true)]
+    pub ids: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PathArg {
+    /// The index file.
+    pub path: PathBuf,
+}
+
+struct MappedFile(memmap2::Mmap);
+
+impl AsRef<[u8]> for MappedFile {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// An opened index file with its document ids and configuration.
+pub struct Opened {
+    pub file: IndexFile,
+    pub config: Option<FingerprintConfig>,
+    pub k: u32,
+    ids: IdTable,
+}
+
+/// Document ids of an index file: entry ids are positions in this table.
+pub enum IdTable {
+    Ints(Vec<i64>),
+    Strs { offsets: Vec<u64>, bytes: Vec<u8> },
+}
+
+impl IdTable {
+    fn from_list(list: &IdList, n: usize) -> IdTable {
+        match list {
+            IdList::Ints(v) => IdTable::Ints(v.clone()),
+            IdList::Any(v) => {
+                let mut offsets = Vec::with_capacity(n + 1);
+                let mut bytes = Vec::new();
+                offsets.push(0);
+                for id in v {
+                    bytes.extend_from_slice(id.to_string().as_bytes());
+                    offsets.push(bytes.len() as u64);
+                }
+                IdTable::Strs { offsets, bytes }
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            IdTable::Ints(v) => v.len(),
+            IdTable::Strs { offsets, .. } => offsets.len() - 1,
+        }
+    }
+
+    pub fn get(&self, i: u64) -> Option<Id> {
+        let i = i as usize;
+        match self {
+            IdTable::Ints(v) => v.get(i).map(|&n| Id::Int(n)),
+            IdTable::Strs { offsets, bytes } => {
+                let (s, e) = (*offsets.get(i)? as usize, *offsets.get(i + 1)? as usize);
+                Some(Id::Str(
+                    String::from_utf8_lossy(bytes.get(s..e)?).into_owned(),
+                ))
+            }
+        }
+    }
+
+    fn push(&mut self, id: Id) {
+        match (self, id) {
+            (IdTable::Ints(v), Id::Int(n)) => v.push(n),
+            (this @ IdTable::Ints(_), id) => {
+                let IdTable::Ints(v) = this else {
+                    unreachable!()
+                };
+                let list = IdList::Any(v.iter().map(|&n| Id::Int(n)).collect());
+                *this = IdTable::from_list(&list, v.len());
+                this.push(id);
+            }
+            (IdTable::Strs { offsets, bytes }, id) => {
+                bytes.extend_from_slice(id.to_string().as_bytes());
+                offsets.push(bytes.len() as u64);
+            }
+        }
+    }
+
+    /// Sections and the metadata naming their kind.
+    fn sections(&self) -> (&'static str, Vec<(&'static str, Vec<u8>)>) {
+        match self {
+            IdTable::Ints(v) => ("int", vec![("doc_ids", bytemuck::cast_slice(v).to_vec())]),
+            IdTable::Strs { offsets, bytes } => (
+                "string",
+                vec![
+                    ("doc_ids.offsets", bytemuck::cast_slice(offsets).to_vec()),
+                    ("doc_ids.bytes", bytes.clone()),
+                ],
+            ),
+        }
+    }
+
+    fn read(file: &IndexFile, kind: &str) -> Result<IdTable> {
+        let bad = || {
+            anyhow::anyhow!(
+                "index file is corrupt: the document id table is damaged; rebuild the index"
+            )
+        };
+        Ok(match kind {
+            "int" => {
+                let b = file.section("doc_ids").ok_or_else(bad)?;
+                IdTable::Ints(
+                    b.chunks_exact(8)
+                        .map(|c| i64::from_le_bytes(c.try_into().expect("8")))
+                        .collect(),
+                )
+            }
+            "string" => {
+                let o = file.section("doc_ids.offsets").ok_or_else(bad)?;
+                let offsets: Vec<u64> = o
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+                    .collect();
+                let bytes = file.section("doc_ids.bytes").ok_or_else(bad)?.to_vec();
+                if offsets.first() != Some(&0)
+                    || offsets.windows(2).any(|w| w[0] > w[1])
+                    || offsets.last().is_some_and(|&l| l as usize != bytes.len())
+                {
+                    return Err(bad());
+                }
+                IdTable::Strs { offsets, bytes }
+            }
+            _ => return Err(bad()),
+        })
+    }
+}
+
+/// Opens (memory-maps) an index file.
+pub fn open(path: &Path) -> Result<Opened> {
+    let f = File::open(path).with_context(|| format!("cannot open index {}", path.display()))?;
+    // SAFETY (of the map): the file is opened read-only; neardup replaces index
+    // files by rename, never in place, so the mapped bytes do not change under us.
+    // (Another program truncating the file while it is mapped could still fault.)
+    let map = unsafe { memmap2::Mmap::map(&f) }
+        .with_context(|| format!("cannot map {}", path.display()))?;
+    let data: SharedBytes = Arc::new(MappedFile(map));
+    let file = IndexFile::open(data).with_context(|| format!("{}", path.display()))?;
+    let extra = file.extra().clone();
+    let config = match extra.get("config") {
+        Some(serde_json::Value::Null) | None => None,
+        Some(c) => Some(
+            serde_json::from_value(c.clone())
+                .with_context(|| format!("{}: bad configuration in the index", path.display()))?,
+        ),
+    };
+    let kind = extra.get("ids").and_then(|v| v.as_str()).unwrap_or("");
+    let ids = IdTable::read(&file, kind).with_context(|| format!("{}", path.display()))?;
+    let k = file.design().k;
+    Ok(Opened {
+        file,
+        config,
+        k,
+        ids,
+    })
+}
+
+impl Opened {
+    pub fn id(&self, entry: u64) -> Option<Id> {
+        self.ids.get(entry)
+    }
+}
+
+fn write_index<B: Bits>(
+    path: &Path,
+    index: &Index<B>,
+    config: Option<&FingerprintConfig>,
+    ids: &IdTable,
+) -> Result<u64> {
+    let (kind, sections) = ids.sections();
+    let extra = json!({"config": config, "ids": kind, "format": "neardup index"});
+    let refs: Vec<(&str, &[u8])> = sections.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+    let mut out = Output::create(Some(path))?;
+    let n = index.write_to(&extra, &refs, &mut out)?;
+    out.finish()?;
+    Ok(n)
+}
+
+pub fn run(cmd: Command) -> Result<ExitCode> {
+    match cmd {
+        Command::Build(a) => build(*a),
+        Command::Add(a) => add(*a),
+        Command::Delete(a) => delete(a),
+        Command::Info(a) => info(&a.path),
+        Command::Verify(a) => {
+            let o = open(&a.path)?;
+            o.file
+                .verify()
+                .with_context(|| format!("{}", a.path.display()))?;
+            println!(
+                "{}: ok ({} entries, {} bytes, every byte checked)",
+                a.path.display(),
+                o.file.entries(),
+                o.file.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn build(a: BuildArgs) -> Result<ExitCode> {
+    init_threads(a.threads)?;
+    let started = Instant::now();
+    let g = gather(
+        &a.input,
+        &a.pipeline,
+        a.fingerprints.as_deref(),
+        false,
+        false,
+        a.quiet,
+    )?;
+    let n = g.values.len();
+    let bits = g.width.bits();
+    if a.k > bits / 8 {
+        bail!(
+            "--k {} is too large for {bits}-bit fingerprints: use at most {}",
+            a.k,
+            bits / 8
+        );
+    }
+    let p = plan(bits, a.k, n.max(1) as f64, a.memory)?;
+    let design = p.options[p.chosen].design.clone();
+    let ids = IdTable::from_list(&g.ids, n);
+    let bytes = match g.width {
+        Width::W64 => write_index(
+            &a.output,
+            &Index::<u64>::build(
+                design.clone(),
+                g.values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| (i as u64, v as u64)),
+            )?,
+            g.config.as_ref(),
+            &ids,
+        )?,
+        Width::W128 => write_index(
+            &a.output,
+            &Index::<u128>::build(
+                design.clone(),
+                g.values.iter().enumerate().map(|(i, &v)| (i as u64, v)),
+            )?,
+            g.config.as_ref(),
+            &ids,
+        )?,
+    };
+    if !a.quiet {
+        eprintln!(
+            "neardup: indexed {n} fingerprints ({}), k <= {}: {} bytes in {:.2} s -> {}",
+            design.describe(),
+            a.k,
+            bytes,
+            started.elapsed().as_secs_f64(),
+            a.output.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn add(a: AddArgs) -> Result<ExitCode> {
+    let opened = open(&a.index)?;
+    let pipeline = match &opened.config {
+        Some(c) => PipelineArgs::from_config(c.clone()),
+        None if a.fingerprints.is_none() => bail!(
+            "{}: the index was built from fingerprints without a configuration; add fingerprints with --fingerprints",
+            a.index.display()
+        ),
+        None => PipelineArgs::default(),
+    };
+    let g = gather(
+        &a.input,
+        &pipeline,
+        a.fingerprints.as_deref(),
+        false,
+        false,
+        a.quiet,
+    )?;
+    if let (Some(mine), Some(theirs)) = (&opened.config, &g.config) {
+        mine.check_compatible(theirs)
+            .with_context(|| format!("cannot add to {}", a.index.display()))?;
+    }
+    if g.width.bits() != opened.file.bits() && !g.values.is_empty() {
+        bail!(
+            "{}-bit fingerprints cannot go into a {}-bit index",
+            g.width.bits(),
+            opened.file.bits()
+        );
+    }
+    let mut ids = IdTable::read(
+        &opened.file,
+        opened.file.extra()["ids"].as_str().unwrap_or(""),
+    )?;
+    let start = ids.len() as u64;
+    for i in 0..g.values.len() {
+        let mut id = Vec::new();
+        g.ids.write_json(i, &mut id);
+        let id: Id = serde_json::from_slice(&id)?;
+        ids.push(id);
+    }
+    let added = g.values.len();
+    match opened.file.bits() {
+        64 => {
+            let mut index = opened.file.index::<u64>()?;
+            for (j, &v) in g.values.iter().enumerate() {
+                index.add(start + j as u64, v as u64)?;
+            }
+            write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
+        }
+        _ => {
+            let mut index = opened.file.index::<u128>()?;
+            for (j, &v) in g.values.iter().enumerate() {
+                index.add(start + j as u64, v)?;
+            }
+            write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
+        }
+    }
+    if !a.quiet {
+        eprintln!("neardup: added {added} entries to {}", a.index.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn delete(a: DeleteArgs) -> Result<ExitCode> {
+    let opened = open(&a.index)?;
+    let wanted: HashSet<&str> = a.ids.iter().map(String::as_str).collect();
+    let ids = IdTable::read(
+        &opened.file,
+        opened.file.extra()["ids"].as_str().unwrap_or(""),
+    )?;
+    let remove = |entry: u64| {
+        ids.get(entry)
+            .is_some_and(|id| wanted.contains(id.to_string().as_str()))
+    };
+    let removed = match opened.file.bits() {
+        64 => {
+            let mut index = opened.file.index::<u64>()?;
+            let n = index.delete(remove);
+            write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
+            n
+        }
+        _ => {
+            let mut index = opened.file.index::<u128>()?;
+            let n = index.delete(remove);
+            write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
+            n
+        }
+    };
+    eprintln!(
+        "neardup: deleted {removed} entries from {}",
+        a.index.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn info(path: &Path) -> Result<ExitCode> {
+    let o = open(path)?;
+    let mut out = std::io::stdout().lock();
+    let f = &o.file;
+    writeln!(out, "file         {}", path.display())?;
+    writeln!(out, "entries      {}", f.entries())?;
+    writeln!(out, "bits         {}", f.bits())?;
+    writeln!(out, "max k        {}", o.k)?;
+    writeln!(out, "design       {}", f.design().describe())?;
+    writeln!(
+        out,
+        "size         {} bytes ({:.1} bytes per entry)",
+        f.len(),
+        f.len() as f64 / f.entries().max(1) as f64
+    )?;
+    match &o.config {
+        Some(c) => writeln!(out, "config       {} (digest {})", c.summary(), c.digest())?,
+        None => writeln!(
+            out,
+            "config       unknown (built from fingerprints without a configuration)"
+        )?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

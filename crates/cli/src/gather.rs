@@ -1,0 +1,94 @@
+//! The first step of `dedup` and `index build/add`: documents (fingerprinted
+//! here) or a ready fingerprint file, into ids and fingerprint values.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::Result;
+use neardup_core::{FingerprintConfig, Width};
+
+use crate::fpfile::{self, IdList};
+use crate::input::InputArgs;
+use crate::pipeline_args::PipelineArgs;
+use crate::run::{for_each_batch, summary};
+
+/// What the first pass gathered.
+pub struct Gathered {
+    pub ids: IdList,
+    pub values: Vec<u128>,
+    pub width: Width,
+    /// How the fingerprints were made, when known.
+    pub config: Option<FingerprintConfig>,
+    /// Input records, kept when they cannot be read again (standard input).
+    pub raw: Option<Vec<Vec<u8>>>,
+    /// For a fingerprint file: its records, when asked for.
+    pub file: Option<fpfile::FingerprintFile>,
+    pub bytes: u64,
+}
+
+/// Reads `fingerprints` if given, else fingerprints the documents of `input`
+/// with `pipeline`. `records`: keep a fingerprint file's records;
+/// `keep_raw`: keep the documents' raw records in memory.
+pub fn gather(
+    input: &InputArgs,
+    pipeline: &PipelineArgs,
+    fingerprints: Option<&Path>,
+    records: bool,
+    keep_raw: bool,
+    quiet: bool,
+) -> Result<Gathered> {
+    let started = Instant::now();
+    if let Some(path) = fingerprints {
+        let mut f = fpfile::read(path, records)?;
+        if let Some(file_config) = &f.config {
+            if pipeline.config.is_some() {
+                let (config, _) = pipeline.resolve()?;
+                config.check_compatible(file_config)?;
+            }
+        }
+        return Ok(Gathered {
+            ids: std::mem::replace(&mut f.ids, IdList::Ints(Vec::new())),
+            values: std::mem::take(&mut f.values),
+            width: f.width,
+            config: f.config.clone(),
+            raw: None,
+            bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+            file: Some(f),
+        });
+    }
+    let hasher = pipeline.hasher()?;
+    let mut ids = Vec::new();
+    let mut values = Vec::new();
+    let mut raw = keep_raw.then(Vec::new);
+    let stats = for_each_batch(
+        input,
+        keep_raw,
+        quiet,
+        |doc| hasher.fingerprint(&doc.text).value(),
+        |docs, fps| {
+            for (doc, fp) in docs.into_iter().zip(fps) {
+                ids.push(doc.id);
+                values.push(fp);
+                if let (Some(r), Some(bytes)) = (raw.as_mut(), doc.raw) {
+                    r.push(bytes);
+                }
+            }
+            Ok(())
+        },
+    )?;
+    if !quiet {
+        eprintln!(
+            "neardup: fingerprinted {}",
+            summary(&stats, started.elapsed())
+        );
+    }
+    Ok(Gathered {
+        ids: ids.into(),
+        values,
+        width: hasher.width(),
+        config: Some(hasher.config().clone()),
+        raw,
+        file: None,
+        bytes: stats.bytes,
+    })
+}
