@@ -226,3 +226,28 @@ fn a_million_identical_fingerprints_are_one_cluster_quickly() {
     let reps = dd.representatives(Policy::Incremental);
     assert!(reps[..1_000_000].iter().all(|&r| r == 0));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(80))]
+
+    /// Compressed tables answer exactly like brute force, whatever the block size.
+    #[test]
+    fn compressed_index_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![16usize, 64, 512, 1024]), qs in prop::collection::vec(any::<u64>(), 0..5)) {
+        let d = design(64, k, choice);
+        let entries: Vec<(u64, u64)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
+        let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block).unwrap();
+        for &q in fps.iter().take(20).chain(&qs) {
+            prop_assert_eq!(c.query(q, k).unwrap(), brute_query(&entries, q, k));
+        }
+    }
+
+    #[test]
+    fn compressed_index_128_is_exact(fps in fingerprints::<u128>(128), k in 0u32..10, block in prop::sample::select(vec![16usize, 256])) {
+        let d = design(128, k, 0);
+        let entries: Vec<(u64, u128)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
+        let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block).unwrap();
+        for &q in fps.iter().take(20) {
+            prop_assert_eq!(c.query(q, k).unwrap(), brute_query(&entries, q, k));
+        }
+    }
+}

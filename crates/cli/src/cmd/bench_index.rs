@@ -174,6 +174,48 @@ pub fn run(args: IndexArgs) -> Result<ExitCode> {
         brute / percentile(&lat, 0.5)
     )?;
 
+    // Compressed tables: bits per key and query time against the plain tables.
+    let bound = 64.0 - (n as f64).log2();
+    let plain_p50 = percentile(&lat, 0.5);
+    for block in [256usize, 1024] {
+        let t = Instant::now();
+        let c = neardup_core::index::CompressedIndex::build(
+            design.clone(),
+            fps.iter().enumerate().map(|(i, &f)| (i as u64, f)),
+            block,
+        )?;
+        let build_s = t.elapsed().as_secs_f64();
+        let (stream, with_dir) = c
+            .tables()
+            .iter()
+            .map(|t| t.bits_per_key(c.distinct()))
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let tables = c.tables().len() as f64;
+        let mut clat = Vec::with_capacity(queries.len());
+        for &q in &queries {
+            let t = Instant::now();
+            let r = c.query(q, k)?;
+            clat.push(t.elapsed().as_nanos() as f64);
+            std::hint::black_box(r);
+        }
+        clat.sort_by(f64::total_cmp);
+        for &q in queries.iter().take(200) {
+            if c.query(q, k)? != index.query(q, k)? {
+                bail!("compressed and plain tables disagree");
+            }
+        }
+        writeln!(
+            out,
+            "  compressed tables, {block}-byte blocks: {:.1} bits per key per table ({:.1} with block keys) vs bound 64 - log2 N = {bound:.1}; memory {:.0} MB; query p50 {:.2} µs ({:.2}x plain), p99 {:.2} µs; build {build_s:.1} s",
+            stream / tables,
+            with_dir / tables,
+            c.memory() as f64 / 1e6,
+            percentile(&clat, 0.5) / 1e3,
+            percentile(&clat, 0.5) / plain_p50,
+            percentile(&clat, 0.99) / 1e3,
+        )?;
+    }
+
     // Batch queries.
     for threads in [1, 2] {
         let t = Instant::now();

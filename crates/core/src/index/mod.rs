@@ -5,6 +5,7 @@
 //! [`self_join`] finds every pair within k in one set, each pair once.
 
 pub mod bits;
+pub mod compress;
 pub mod design;
 mod file;
 mod mem;
@@ -15,6 +16,7 @@ pub(crate) mod table;
 use rayon::prelude::*;
 
 pub use bits::Bits;
+pub use compress::CompressedIndex;
 pub use design::{Plan, PlanOption, Segment, Table, TableDesign, plan, plan_join};
 pub use file::IndexFile;
 pub use slab::{SharedBytes, Slab};
