@@ -79,7 +79,7 @@ fn limited_lengths(freq: &[u64], limit: u32) -> Vec<u32> {
         let mut nodes: Vec<(u64, Vec<usize>)> = used.iter().map(|&s| (f[s], vec![s])).collect();
         lengths.iter_mut().for_each(|l| *l = 0);
         while nodes.len() > 1 {
-            nodes.sort_by(|a, b| b.0.cmp(&a.0));
+            nodes.sort_by_key(|n| std::cmp::Reverse(n.0));
             let (wa, a) = nodes.pop().expect("two nodes");
             let (wb, b) = nodes.pop().expect("two nodes");
             for &s in a.iter().chain(&b) {
