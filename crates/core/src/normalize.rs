@@ -115,8 +115,20 @@ fn is_stable(c: char) -> bool {
         | 0x3400..=0x4DBF       // CJK extension A
         | 0x4E00..=0x9FFF       // CJK unified ideographs
         | 0xAC00..=0xD7A3       // Hangul syllables
-        | 0x2010 | 0x2013..=0x2014 | 0x2018..=0x2019 | 0x201C..=0x201D // dashes, quotes
+        | 0x2010 | 0x2012..=0x2016 | 0x2018..=0x2023 | 0x2027 // dashes, quotes, bullets
+        | 0x2190..=0x21FF       // arrows
+        | 0x2500..=0x25FF       // box drawing, block elements, geometric shapes
+        | 0x2600..=0x26FF       // miscellaneous symbols
     )
+}
+
+/// Is `c` left alone by normalisation (NFKC, case folding; ASCII letters aside,
+/// which only lower-case) and outside the scripts whose whitespace folding joins
+/// lines? Text made only of such characters tokenizes into words the same before
+/// and after normalisation, up to ASCII case.
+#[inline]
+pub fn is_invariant(c: char) -> bool {
+    c.is_ascii() || (is_stable(c) && !is_spaceless_script(c))
 }
 
 fn normalize_slow(
@@ -402,6 +414,23 @@ mod tests {
         ) {
             let c = NormalizeConfig { html: false, nfkc: true, casefold, whitespace };
             proptest::prop_assert_eq!(norm(c, &s), slow(c, &s));
+        }
+    }
+
+    /// Every character `is_stable` accepts really is left alone by NFKC and case
+    /// folding (ASCII only lower-cases): checked exhaustively.
+    #[test]
+    fn stable_characters_are_stable() {
+        for c in (0..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|&c| is_stable(c))
+        {
+            let s: String = std::iter::once(c)
+                .nfkc()
+                .default_case_fold()
+                .nfkc()
+                .collect();
+            assert_eq!(s, c.to_ascii_lowercase().to_string(), "U+{:04X}", c as u32);
         }
     }
 

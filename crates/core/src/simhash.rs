@@ -7,12 +7,12 @@ use std::sync::{Arc, OnceLock};
 use jieba_rs::{KeywordExtract, TextRank, TfIdf};
 
 use crate::accumulate::{UnitSums, WeightedSums};
-use crate::config::{Features, FingerprintConfig, HashFunction, Profile, Weights};
+use crate::config::{Features, FingerprintConfig, HashFunction, Profile, Tokenizer, Weights};
 use crate::error::Error;
 use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
-use crate::normalize::normalize_into;
+use crate::normalize::{is_invariant, normalize_into};
 use crate::tokenize::{for_each_token, jieba};
 use crate::{MAX_WIDTH, python_simhash};
 
@@ -167,14 +167,20 @@ impl SimHasher {
             }
             return sums.finish();
         }
+        let needs_aggregation =
+            self.config.top.is_some() || !matches!(self.config.weights, Weights::Tf);
+        if !needs_aggregation && self.can_skip_normalisation(text) {
+            // Words of text that normalisation leaves alone (up to ASCII case):
+            // tokenize the text itself and lower-case features as they go.
+            let (shingle, lower) = (&mut scratch.shingle, &mut scratch.tmp);
+            return self.unit_fingerprint_lowering(text, shingle, lower);
+        }
         normalize_into(
             &self.config.normalize,
             text,
             &mut scratch.norm,
             &mut scratch.tmp,
         );
-        let needs_aggregation =
-            self.config.top.is_some() || !matches!(self.config.weights, Weights::Tf);
         if !needs_aggregation {
             // Term frequency: every occurrence adds weight 1; no counting needed.
             // The hash function is chosen once, outside the loop, so that the whole
@@ -208,6 +214,52 @@ impl SimHasher {
         for (h, w) in weighted {
             sums.add(h, w);
         }
+        sums.finish()
+    }
+
+    /// Whether `text`'s tokens are the same with and without normalisation, up to
+    /// ASCII case: word tokens, no HTML, no stop words (their list is lower-case),
+    /// and only characters normalisation leaves alone. (Shingles are faster on
+    /// normalised text, where they are zero-copy slices: measured, 8% slower here.)
+    fn can_skip_normalisation(&self, text: &str) -> bool {
+        matches!(self.config.tokenizer, Tokenizer::Words | Tokenizer::Auto)
+            && self.config.features == Features::Tokens
+            && !self.config.normalize.html
+            && self.stopwords.is_none()
+            && (text.is_ascii() || text.chars().all(is_invariant))
+    }
+
+    /// Term-frequency fingerprint of the raw text's features, lower-cased (when
+    /// case folding) as they are emitted.
+    fn unit_fingerprint_lowering(
+        &self,
+        text: &str,
+        shingle: &mut String,
+        lower: &mut String,
+    ) -> Fingerprint {
+        let casefold = self.config.normalize.casefold;
+        let seed = self.config.seed;
+        let xxh3_64 = matches!(
+            (self.config.hash, self.width()),
+            (HashFunction::Xxh3, Width::W64)
+        );
+        let mut sums = UnitSums::new(self.width());
+        let mut add = |f: &str| {
+            let f = if casefold && f.bytes().any(|b| b.is_ascii_uppercase()) {
+                lower.clear();
+                lower.push_str(f);
+                lower.make_ascii_lowercase();
+                lower.as_str()
+            } else {
+                f
+            };
+            sums.add(if xxh3_64 {
+                xxhash_rust::xxh3::xxh3_64_with_seed(f.as_bytes(), seed) as u128
+            } else {
+                self.hasher.hash(f.as_bytes())
+            });
+        };
+        self.for_each_feature(text, shingle, &mut add);
         sums.finish()
     }
 
