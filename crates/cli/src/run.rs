@@ -125,6 +125,18 @@ fn progress_bar(total: Option<u64>, quiet: bool) -> Arc<ProgressBar> {
     Arc::new(bar)
 }
 
+/// Flags every long-running command takes.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct RunArgs {
+    /// Worker threads (default: all cores).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
 /// Sets the number of worker threads (0: all cores).
 pub fn init_threads(threads: usize) -> Result<()> {
     if threads > 0 {

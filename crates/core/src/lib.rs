@@ -37,6 +37,7 @@ mod idf;
 pub mod index;
 pub mod normalize;
 pub mod python_simhash;
+pub mod rng;
 mod simhash;
 pub mod tokenize;
 

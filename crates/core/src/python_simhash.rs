@@ -55,20 +55,11 @@ pub fn for_each_feature(text: &str, buf: &mut String, emit: &mut dyn FnMut(&str)
                 .filter(|&c| is_python_word_char(c)),
         );
     }
-    let s = buf.as_str();
-    let mut ring = [0usize; WIDTH];
-    let mut count = 0usize;
-    for (i, _) in s.char_indices() {
-        if count >= WIDTH {
-            emit(&s[ring[count % WIDTH]..i]);
-        }
-        ring[count % WIDTH] = i;
-        count += 1;
-    }
-    if count >= WIDTH {
-        emit(&s[ring[count % WIDTH]..]);
+    // A text of fewer than four kept characters is one feature, even empty.
+    if buf.is_empty() {
+        emit("");
     } else {
-        emit(s);
+        crate::tokenize::char_ngrams(buf, WIDTH, emit);
     }
 }
 

@@ -13,6 +13,7 @@ use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
 use crate::normalize::{is_invariant, normalize_into};
+use crate::rng::SplitMix64;
 use crate::tokenize::{for_each_token, jieba};
 use crate::{MAX_WIDTH, python_simhash};
 
@@ -326,7 +327,7 @@ impl SimHasher {
         let tokenizer = self.config.tokenizer;
         let stop = |t: &str| self.stopwords.is_some_and(|s| s.contains(t));
         match self.config.features {
-            Features::Ngrams(n) => char_ngrams(norm, n, emit),
+            Features::Ngrams(n) => crate::tokenize::char_ngrams(norm, n, emit),
             Features::Tokens => for_each_token(tokenizer, norm, &mut |t| {
                 if !stop(t) {
                     emit(t)
@@ -517,24 +518,6 @@ impl SimHasher {
     }
 }
 
-/// SplitMix64 (Steele, Lea & Flood 2014): a tiny, well-mixed generator.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// Two independent standard normal values (Box–Muller).
 fn gaussian_pair(rng: &mut SplitMix64) -> (f64, f64) {
     let r = (-2.0 * rng.unit().ln()).sqrt();
@@ -549,39 +532,5 @@ fn check_weight(w: f64) -> Result<(), Error> {
         Err(Error::InvalidVector(format!(
             "weight {w} is not a finite number"
         )))
-    }
-}
-
-/// Character n-grams of `text`; a text shorter than `n` characters (but not
-/// empty) is one feature.
-fn char_ngrams<F: FnMut(&str)>(text: &str, n: usize, emit: &mut F) {
-    if text.is_empty() {
-        return;
-    }
-    if text.is_ascii() {
-        let b = text.len();
-        if b <= n {
-            emit(text);
-            return;
-        }
-        for i in 0..=b - n {
-            emit(&text[i..i + n]);
-        }
-        return;
-    }
-    // A ring of the last n character starts: no allocation, whatever the size.
-    let mut ring = [0usize; MAX_WIDTH];
-    let mut count = 0usize;
-    for (i, _) in text.char_indices() {
-        if count >= n {
-            emit(&text[ring[count % n]..i]);
-        }
-        ring[count % n] = i;
-        count += 1;
-    }
-    if count >= n {
-        emit(&text[ring[count % n]..]);
-    } else {
-        emit(text);
     }
 }

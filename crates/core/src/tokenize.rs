@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use jieba_rs::Jieba;
 use unicode_segmentation::UnicodeSegmentation;
 
-use crate::config::Tokenizer;
+use crate::config::{MAX_WIDTH, Tokenizer};
 use crate::normalize::is_han;
 
 /// The shared jieba segmenter, loaded once (about a quarter of a second) on first use.
@@ -291,6 +291,40 @@ fn fast_words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
         if b[start] != b'_' || word.bytes().any(|c| c != b'_') {
             emit(word);
         }
+    }
+}
+
+/// Character n-grams of `text`; a text shorter than `n` characters (but not
+/// empty) is one feature.
+pub fn char_ngrams<F: FnMut(&str) + ?Sized>(text: &str, n: usize, emit: &mut F) {
+    if text.is_empty() {
+        return;
+    }
+    if text.is_ascii() {
+        let b = text.len();
+        if b <= n {
+            emit(text);
+            return;
+        }
+        for i in 0..=b - n {
+            emit(&text[i..i + n]);
+        }
+        return;
+    }
+    // A ring of the last n character starts: no allocation, whatever the size.
+    let mut ring = [0usize; MAX_WIDTH];
+    let mut count = 0usize;
+    for (i, _) in text.char_indices() {
+        if count >= n {
+            emit(&text[ring[count % n]..i]);
+        }
+        ring[count % n] = i;
+        count += 1;
+    }
+    if count >= n {
+        emit(&text[ring[count % n]..]);
+    } else {
+        emit(text);
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use neardup_core::dedup::Dedup;
 use neardup_core::index::{Index, plan, plan_join};
+use neardup_core::rng::SplitMix64;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
@@ -38,15 +39,14 @@ pub struct IndexArgs {
     pub no_join: bool,
 }
 
-/// SplitMix64: reproducible random fingerprints.
-struct Rng(u64);
+/// Reproducible random fingerprints.
+struct Rng(SplitMix64);
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(SplitMix64(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next()
     }
     fn flip(&mut self, x: u64) -> u64 {
         let flips = 1 + self.next() % 3;
@@ -61,7 +61,7 @@ impl Rng {
 /// `n` uniformly random fingerprints, 1% of them near copies (1 to 3 bits
 /// flipped) of earlier ones.
 pub fn corpus(n: usize, seed: u64) -> Vec<u64> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut v = Vec::with_capacity(n);
     for i in 0..n {
         if i > 0 && rng.next() % 100 == 0 {
@@ -126,7 +126,7 @@ pub fn run(args: IndexArgs) -> Result<ExitCode> {
     )?;
 
     // Online queries, one thread, each timed.
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let queries: Vec<u64> = (0..args.queries)
         .map(|i| {
             if i % 2 == 0 {
@@ -297,7 +297,7 @@ pub fn run(args: IndexArgs) -> Result<ExitCode> {
             t.elapsed().as_secs_f64(),
             index.memory() as f64 / 1e9
         )?;
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         let qs: Vec<u64> = (0..1_000_000)
             .map(|i| {
                 if i % 2 == 0 {

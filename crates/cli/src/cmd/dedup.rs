@@ -15,7 +15,7 @@ use crate::gather::{Gathered, gather};
 use crate::input::InputArgs;
 use crate::output::Output;
 use crate::pipeline_args::PipelineArgs;
-use crate::run::{for_each_batch, init_threads};
+use crate::run::{RunArgs, for_each_batch, init_threads};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PolicyArg {
@@ -68,17 +68,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub drop: Option<PathBuf>,
 
-    /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub threads: usize,
-
-    /// No progress bar and no summary.
-    #[arg(short, long)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    init_threads(args.threads)?;
+    init_threads(args.run.threads)?;
     let max_k = 8;
     if args.k > max_k * 2 {
         bail!(
@@ -97,7 +92,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         args.fingerprints.as_deref(),
         wants_records,
         keep_raw,
-        args.quiet,
+        args.run.quiet,
     )?;
     let max = g.width.bits() / 8;
     if args.k > max {
@@ -131,7 +126,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         has.iter().filter(|&&h| h).count()
     };
-    if !args.quiet {
+    if !args.run.quiet {
         let secs = started.elapsed().as_secs_f64();
         eprintln!(
             "neardup: {} documents ({} distinct fingerprints), {} pairs within k = {}, {} clusters, {} removed, {} kept; {:.2} s ({:.0} docs/s, {:.1} MB/s){}",

@@ -11,7 +11,7 @@ use neardup_core::FingerprintConfig;
 use crate::input::{Id, InputArgs};
 use crate::output::{Output, write_atomic};
 use crate::pipeline_args::PipelineArgs;
-use crate::run::{for_each_batch, init_threads, summary};
+use crate::run::{RunArgs, for_each_batch, init_threads, summary};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
@@ -36,17 +36,12 @@ pub struct Args {
     #[arg(long)]
     pub tsv: bool,
 
-    /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub threads: usize,
-
-    /// No progress bar and no summary.
-    #[arg(short, long)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    init_threads(args.threads)?;
+    init_threads(args.run.threads)?;
     let hasher = args.pipeline.hasher()?;
     let started = Instant::now();
     let mut out = Output::create(args.output.as_deref())?;
@@ -54,7 +49,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let stats = for_each_batch(
         &args.input,
         false,
-        args.quiet,
+        args.run.quiet,
         |doc| hasher.fingerprint(&doc.text),
         |docs, fps| {
             for (doc, fp) in docs.iter().zip(fps) {
@@ -76,7 +71,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(path) = &args.output {
         save_config_beside(path, hasher.config())?;
     }
-    if !args.quiet && (args.output.is_some() || !std::io::stdout().is_terminal()) {
+    if !args.run.quiet && (args.output.is_some() || !std::io::stdout().is_terminal()) {
         eprintln!("neardup: {}", summary(&stats, started.elapsed()));
     }
     Ok(ExitCode::SUCCESS)

@@ -11,7 +11,7 @@ use neardup_core::{IdfBuilder, SimHasher, Weights};
 use crate::input::InputArgs;
 use crate::output::Output;
 use crate::pipeline_args::{PipelineArgs, features_digest};
-use crate::run::{for_each_batch, init_threads, summary};
+use crate::run::{RunArgs, for_each_batch, init_threads, summary};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
@@ -41,18 +41,13 @@ pub struct BuildArgs {
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub min_df: u64,
 
-    /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub threads: usize,
-
-    /// No progress bar and no summary.
-    #[arg(short, long)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 pub fn run(cmd: Command) -> Result<ExitCode> {
     let Command::Build(args) = cmd;
-    init_threads(args.threads)?;
+    init_threads(args.run.threads)?;
     if args.pipeline.idf.is_some() {
         bail!("--idf names a table to use; `idf build` makes one: leave --idf out");
     }
@@ -67,7 +62,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
     let stats = for_each_batch(
         &args.input,
         false,
-        args.quiet,
+        args.run.quiet,
         |doc| {
             let distinct: HashSet<String> = hasher
                 .features(&doc.text)
@@ -86,7 +81,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
     let mut out = Output::create(Some(&args.output))?;
     builder.write(args.min_df, &digest, &mut out)?;
     out.finish()?;
-    if !args.quiet {
+    if !args.run.quiet {
         eprintln!("neardup: {}", summary(&stats, started.elapsed()));
         eprintln!("neardup: wrote {}", args.output.display());
     }

@@ -18,7 +18,7 @@ use crate::gather::gather;
 use crate::input::{Id, InputArgs};
 use crate::output::Output;
 use crate::pipeline_args::PipelineArgs;
-use crate::run::init_threads;
+use crate::run::{RunArgs, init_threads};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
@@ -59,12 +59,8 @@ pub struct BuildArgs {
     /// The index file to write.
     #[arg(short, long, value_name = "PATH")]
     pub output: PathBuf,
-    /// Worker threads (default: all cores).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub threads: usize,
-    /// No progress bar and no summary.
-    #[arg(short, long)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -77,9 +73,8 @@ pub struct AddArgs {
     /// Read ready fingerprints instead of documents.
     #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
     pub fingerprints: Option<PathBuf>,
-    /// No progress bar and no summary.
-    #[arg(short, long)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -297,7 +292,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
 }
 
 fn build(a: BuildArgs) -> Result<ExitCode> {
-    init_threads(a.threads)?;
+    init_threads(a.run.threads)?;
     let started = Instant::now();
     let g = gather(
         &a.input,
@@ -305,7 +300,7 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
         a.fingerprints.as_deref(),
         false,
         false,
-        a.quiet,
+        a.run.quiet,
     )?;
     let n = g.values.len();
     let bits = g.width.bits();
@@ -342,7 +337,7 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
             &ids,
         )?,
     };
-    if !a.quiet {
+    if !a.run.quiet {
         eprintln!(
             "neardup: indexed {n} fingerprints ({}), k <= {}: {} bytes in {:.2} s -> {}",
             design.describe(),
@@ -356,6 +351,7 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
 }
 
 fn add(a: AddArgs) -> Result<ExitCode> {
+    init_threads(a.run.threads)?;
     let opened = open(&a.index)?;
     let pipeline = match &opened.config {
         Some(c) => PipelineArgs::from_config(c.clone()),
@@ -371,7 +367,7 @@ fn add(a: AddArgs) -> Result<ExitCode> {
         a.fingerprints.as_deref(),
         false,
         false,
-        a.quiet,
+        a.run.quiet,
     )?;
     if let (Some(mine), Some(theirs)) = (&opened.config, &g.config) {
         mine.check_compatible(theirs)
@@ -412,7 +408,7 @@ fn add(a: AddArgs) -> Result<ExitCode> {
             write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
         }
     }
-    if !a.quiet {
+    if !a.run.quiet {
         eprintln!("neardup: added {added} entries to {}", a.index.display());
     }
     Ok(ExitCode::SUCCESS)
