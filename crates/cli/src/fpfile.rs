@@ -93,52 +93,72 @@ pub fn read(path: &Path, keep_records: bool) -> Result<FingerprintFile> {
         let (ids, values, width, kept) = parse_block(&bytes, 0, &name, true)?;
         return finish(path, ids, values, width, Some((kept, bytes)));
     }
-    // Streamed in blocks, so memory holds the parsed values, not the file.
+    // Streamed in blocks, so memory holds the parsed values, not the file; a
+    // reader thread fills the next block while the workers parse this one.
     let mut file = std::fs::File::open(path).with_context(|| format!("cannot read {name}"))?;
+    let (tx, rx) = crossbeam_channel::bounded::<Result<(Vec<u8>, usize)>>(2);
     let mut ids = IdList::Ints(Vec::new());
     let mut values = Vec::new();
     let mut width: Option<(Width, usize)> = None;
-    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK + 4096);
-    let mut first_line = 0usize;
-    let mut eof = false;
-    while !eof {
-        // Fill the block up to BLOCK bytes (after what was carried over).
-        let start = buf.len();
-        buf.resize(BLOCK.max(start + 4096), 0);
-        let mut filled = start;
-        while filled < buf.len() {
-            let n = std::io::Read::read(&mut file, &mut buf[filled..])
-                .with_context(|| format!("cannot read {name}"))?;
-            if n == 0 {
-                eof = true;
-                break;
+    std::thread::scope(|scope| -> Result<()> {
+        scope.spawn(move || {
+            let mut carry: Vec<u8> = Vec::new();
+            let mut first_line = 0usize;
+            loop {
+                let mut buf = std::mem::take(&mut carry);
+                let start = buf.len();
+                buf.resize(start + BLOCK, 0);
+                let mut filled = start;
+                let mut eof = false;
+                while filled < buf.len() {
+                    match std::io::Read::read(&mut file, &mut buf[filled..]) {
+                        Ok(0) => {
+                            eof = true;
+                            break;
+                        }
+                        Ok(n) => filled += n,
+                        Err(e) => {
+                            let _ = tx.send(Err(anyhow::Error::from(e)
+                                .context(format!("cannot read {}", path.display()))));
+                            return;
+                        }
+                    }
+                }
+                buf.truncate(filled);
+                // Whole lines go out; the last partial line waits for the next block.
+                let cut = if eof {
+                    buf.len()
+                } else {
+                    memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1)
+                };
+                carry = buf[cut..].to_vec();
+                buf.truncate(cut);
+                let lines = memchr::memchr_iter(b'\n', &buf).count();
+                if !buf.is_empty() && tx.send(Ok((buf, first_line))).is_err() {
+                    return;
+                }
+                first_line += lines;
+                if eof {
+                    return;
+                }
             }
-            filled += n;
+        });
+        for block in rx.iter() {
+            let (buf, first_line) = block?;
+            let (bids, bvalues, bwidth, _) = parse_block(&buf, first_line, &name, false)?;
+            if let (Some((w, _)), Some((bw, at))) = (width, bwidth) {
+                if w != bw {
+                    bail!(
+                        "{name}:{at}: a {bw}-bit fingerprint after {w}-bit ones; a file holds one width (fingerprint everything with the same --bits)"
+                    );
+                }
+            }
+            width = width.or(bwidth);
+            ids.extend(bids);
+            values.extend(bvalues);
         }
-        buf.truncate(filled);
-        // Parse whole lines; carry the last partial line over.
-        let cut = if eof {
-            buf.len()
-        } else {
-            match memchr::memrchr(b'\n', &buf) {
-                Some(i) => i + 1,
-                None => continue, // a line longer than the block: read more
-            }
-        };
-        let (bids, bvalues, bwidth, _) = parse_block(&buf[..cut], first_line, &name, false)?;
-        first_line += memchr::memchr_iter(b'\n', &buf[..cut]).count();
-        if let (Some((w, _)), Some((bw, at))) = (width, bwidth) {
-            if w != bw {
-                bail!(
-                    "{name}:{at}: a {bw}-bit fingerprint after {w}-bit ones; a file holds one width (fingerprint everything with the same --bits)"
-                );
-            }
-        }
-        width = width.or(bwidth);
-        ids.extend(bids);
-        values.extend(bvalues);
-        buf.drain(..cut);
-    }
+        Ok(())
+    })?;
     finish(path, ids, values, width, None)
 }
 
@@ -268,8 +288,9 @@ fn finish(
 }
 
 /// The canonical line `{"id":<integer or plain string>,"simhash":"<hex>"}`, as
-/// `neardup fingerprint` writes it, without a JSON parser; None for anything else.
-fn parse_canonical(line: &[u8]) -> Option<(Option<Id>, &str)> {
+/// `neardup fingerprint` writes it, without a JSON parser: the id and the hex
+/// digits (unchecked); None for anything else.
+fn parse_canonical(line: &[u8]) -> Option<(Id, &[u8])> {
     let rest = line.strip_prefix(b"{\"id\":")?;
     let (id, rest) = if let Some(r) = rest.strip_prefix(b"\"") {
         let end = memchr::memchr2(b'"', b'\\', r)?;
@@ -282,15 +303,57 @@ fn parse_canonical(line: &[u8]) -> Option<(Option<Id>, &str)> {
         )
     } else {
         let end = rest.iter().position(|&b| b == b',')?;
-        (
-            Id::Int(std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?),
-            &rest[end..],
-        )
+        (Id::Int(fast_int(&rest[..end])?), &rest[end..])
     };
     let hex = rest
         .strip_prefix(b",\"simhash\":\"")?
         .strip_suffix(b"\"}")?;
-    Some((Some(id), std::str::from_utf8(hex).ok()?))
+    Some((id, hex))
+}
+
+/// 16 or 32 lower- or upper-case hex digits, the width `neardup fingerprint`
+/// writes; anything else is left to [`Fingerprint::parse_hex`] and its messages.
+fn fast_hex(hex: &[u8]) -> Option<Fingerprint> {
+    fn half(digits: &[u8]) -> Option<u64> {
+        let mut v = 0u64;
+        for &c in digits {
+            let d = match c {
+                b'0'..=b'9' => c - b'0',
+                b'a'..=b'f' => c - b'a' + 10,
+                b'A'..=b'F' => c - b'A' + 10,
+                _ => return None,
+            };
+            v = v << 4 | d as u64;
+        }
+        Some(v)
+    }
+    match hex.len() {
+        16 => Some(Fingerprint::from_u64(half(hex)?)),
+        32 => Some(Fingerprint::new(
+            (half(&hex[..16])? as u128) << 64 | half(&hex[16..])? as u128,
+            Width::W128,
+        )),
+        _ => None,
+    }
+}
+
+/// A decimal integer id, by hand (no UTF-8 check needed for ASCII digits).
+fn fast_int(digits: &[u8]) -> Option<i64> {
+    let (neg, digits) = match digits.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, digits),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut v = 0i64;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + (c - b'0') as i64;
+    }
+    Some(if neg { -v } else { v })
 }
 
 fn parse_line(line: &[u8], lineno: i64) -> Result<Option<(Id, Fingerprint)>> {
@@ -298,10 +361,11 @@ fn parse_line(line: &[u8], lineno: i64) -> Result<Option<(Id, Fingerprint)>> {
         return Ok(None);
     }
     if let Some((id, hex)) = parse_canonical(line) {
-        return Ok(Some((
-            id.unwrap_or(Id::Int(lineno)),
-            Fingerprint::parse_hex(hex)?,
-        )));
+        let fp = match fast_hex(hex) {
+            Some(fp) => fp,
+            None => Fingerprint::parse_hex(&String::from_utf8_lossy(hex))?,
+        };
+        return Ok(Some((id, fp)));
     }
     if line.first() == Some(&b'{') {
         let row: Row = serde_json::from_slice(line).map_err(|e| {

@@ -81,14 +81,22 @@ impl<B: Bits> Index<B> {
 
     fn rebuild_tables(&mut self) {
         let fps = &self.fps;
+        let per_thread = self
+            .design
+            .tables
+            .len()
+            .div_ceil(rayon::current_num_threads().max(1));
         self.tables = self
             .design
             .tables
-            .par_iter()
-            .map_init(
-                || (Vec::new(), Vec::new()),
-                |(entries, tmp), t| SortedTable::build_with(t, fps, entries, tmp),
-            )
+            .par_chunks(per_thread.max(1))
+            .flat_map_iter(|chunk| {
+                let (mut entries, mut tmp) = (Vec::new(), Vec::new());
+                chunk
+                    .iter()
+                    .map(|t| SortedTable::build_with(t, fps, &mut entries, &mut tmp))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         self.indexed = self.fps.len();
     }
@@ -345,7 +353,16 @@ impl<B: Bits> Collapsed<B> {
     pub fn new(fps: &[B]) -> Self {
         let mut pairs: Vec<(B, u32)> = mem::with_huge_capacity(fps.len());
         pairs.extend(fps.iter().enumerate().map(|(i, &f)| (f, i as u32)));
-        pairs.par_sort_unstable();
+        // Radix by the top bits, then the (small) groups of equal top bits.
+        let d = table::dir_bits_for(pairs.len(), B::BITS).min(26);
+        radix::sort_by_top(&mut pairs, &mut Vec::new(), d);
+        let mut lo = 0;
+        while lo < pairs.len() {
+            let top = pairs[lo].0.top(d);
+            let hi = lo + pairs[lo..].iter().take_while(|p| p.0.top(d) == top).count();
+            pairs[lo..hi].sort_unstable();
+            lo = hi;
+        }
         let mut distinct = Vec::new();
         let mut starts = Vec::new();
         let mut group_of = vec![0u32; fps.len()];
@@ -432,14 +449,19 @@ pub fn join_sorted_unique<B: Bits>(
         "input must be sorted and distinct"
     );
     let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
-    let per_table: Vec<Vec<(B, B, u32)>> = design
-        .tables
-        .par_iter()
-        .enumerate()
-        .map_init(
-            || (Vec::new(), Vec::new()),
-            |(keys, tmp), (ti, t)| join_table(sorted, t, &masks[..ti], k, keys, tmp),
-        )
+    // One chunk of tables per thread, each with its scratch reused from table to
+    // table (`map_init` would make new scratch per split: fresh pages each time).
+    let tables: Vec<(usize, &Table)> = design.tables.iter().enumerate().collect();
+    let per_thread = tables.len().div_ceil(rayon::current_num_threads().max(1));
+    let per_table: Vec<Vec<(B, B, u32)>> = tables
+        .par_chunks(per_thread.max(1))
+        .flat_map_iter(|chunk| {
+            let (mut keys, mut tmp) = (Vec::new(), Vec::new());
+            chunk
+                .iter()
+                .map(|&(ti, t)| join_table(sorted, t, &masks[..ti], k, &mut keys, &mut tmp))
+                .collect::<Vec<_>>()
+        })
         .collect();
     let mut pairs: Vec<(u32, u32, u32)> = per_table
         .into_par_iter()
