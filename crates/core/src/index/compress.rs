@@ -263,17 +263,48 @@ impl<B: Bits> CompressedTable<B> {
             + self.block_dir.len() * 4
     }
 
-    /// Keys within `k` of `query` (given unpermuted), as fingerprints.
-    fn probe(&self, query: B, k: u32, out: &mut Vec<(B, u32)>) {
+    /// The permuted query and its directory slot, prefetched.
+    #[inline]
+    fn start(&self, query: B) -> (B, usize) {
         let key = self.table.permute(query);
+        let v = key.and(self.prefix).top(self.dir_bits) as usize;
+        super::table::prefetch(&self.block_dir[v]);
+        (key, v)
+    }
+
+    /// Prefetches the block keys and offsets the directory slot `v` points at.
+    #[inline]
+    fn touch(&self, v: usize) {
+        let from = (self.block_dir[v] as usize).saturating_sub(1);
+        if let (Some(f), Some(s)) = (self.block_first.get(from), self.block_start.get(from)) {
+            super::table::prefetch(f);
+            super::table::prefetch(s);
+        }
+    }
+
+    /// The first block to decode for `key`, its data prefetched.
+    #[inline]
+    fn locate(&self, key: B, v: usize) -> usize {
         let lo = key.and(self.prefix);
         // The last block whose first key is <= the smallest key with this prefix:
         // among the blocks whose first keys share lo's top bits (the directory),
         // or the one just before them.
-        let v = lo.top(self.dir_bits) as usize;
         let (from, to) = (self.block_dir[v] as usize, self.block_dir[v + 1] as usize);
         let within = self.block_first[from..to].partition_point(|&f| f <= lo);
-        let mut b = (from + within).saturating_sub(1);
+        let b = (from + within).saturating_sub(1);
+        if let Some(&at) = self.block_start.get(b) {
+            for line in (0..256).step_by(64) {
+                if let Some(byte) = self.data.get(at as usize + line) {
+                    super::table::prefetch(byte);
+                }
+            }
+        }
+        b
+    }
+
+    /// Keys within `k` of `key` (permuted), from block `b` on, as fingerprints.
+    fn probe_from(&self, key: B, mut b: usize, k: u32, out: &mut Vec<(B, u32)>) {
+        let lo = key.and(self.prefix);
         while b < self.block_first.len() {
             if self.block_first[b].and(self.prefix) > lo {
                 return; // this block starts past the prefix
@@ -407,9 +438,21 @@ impl<B: Bits> CompressedIndex<B> {
                 self.design.k
             )));
         }
+        // In phases over all tables, so that their cache misses overlap:
+        // directory slots, block keys, block data, then decoding.
         let mut found = Vec::new();
-        for t in &self.tables {
-            t.probe(query, k, &mut found);
+        let starts: Vec<(B, usize)> = self.tables.iter().map(|t| t.start(query)).collect();
+        for (t, &(_, v)) in self.tables.iter().zip(&starts) {
+            t.touch(v);
+        }
+        let blocks: Vec<usize> = self
+            .tables
+            .iter()
+            .zip(&starts)
+            .map(|(t, &(key, v))| t.locate(key, v))
+            .collect();
+        for ((t, &(key, _)), &b) in self.tables.iter().zip(&starts).zip(&blocks) {
+            t.probe_from(key, b, k, &mut found);
         }
         found.sort_unstable();
         found.dedup();

@@ -124,7 +124,7 @@ impl<B: Bits> SortedTable<B> {
 }
 
 #[inline]
-fn prefetch<T>(r: &T) {
+pub(crate) fn prefetch<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: prefetch is a hint: it never faults and reads or writes nothing
