@@ -33,6 +33,14 @@ pub enum IdList {
 }
 
 impl IdList {
+    /// The id of document `i`.
+    pub fn get(&self, i: usize) -> Id {
+        match self {
+            IdList::Ints(v) => Id::Int(v[i]),
+            IdList::Any(v) => v[i].clone(),
+        }
+    }
+
     pub fn write_json(&self, i: usize, out: &mut Vec<u8>) {
         match self {
             IdList::Ints(v) => Id::Int(v[i]).write_json(out),

@@ -386,10 +386,7 @@ fn add(a: AddArgs) -> Result<ExitCode> {
     )?;
     let start = ids.len() as u64;
     for i in 0..g.values.len() {
-        let mut id = Vec::new();
-        g.ids.write_json(i, &mut id);
-        let id: Id = serde_json::from_slice(&id)?;
-        ids.push(id);
+        ids.push(g.ids.get(i));
     }
     let added = g.values.len();
     match opened.file.bits() {
