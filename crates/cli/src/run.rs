@@ -125,6 +125,23 @@ fn progress_bar(total: Option<u64>, quiet: bool) -> Arc<ProgressBar> {
     Arc::new(bar)
 }
 
+/// A spinner with a message on standard error while `f` runs, when it is a
+/// terminal and not `quiet`; cleared afterwards.
+pub fn with_spinner<T>(message: &str, quiet: bool, f: impl FnOnce() -> T) -> T {
+    if quiet || !std::io::stderr().is_terminal() {
+        return f();
+    }
+    let bar = ProgressBar::new_spinner().with_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+            .expect("valid template"),
+    );
+    bar.set_message(message.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let out = f();
+    bar.finish_and_clear();
+    out
+}
+
 /// Flags every long-running command takes.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct RunArgs {

@@ -15,7 +15,7 @@ use crate::gather::{Gathered, gather};
 use crate::input::InputArgs;
 use crate::output::Output;
 use crate::pipeline_args::PipelineArgs;
-use crate::run::{RunArgs, for_each_batch, init_threads};
+use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PolicyArg {
@@ -107,10 +107,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         PolicyArg::Incremental => Policy::Incremental,
     };
     let values = std::mem::take(&mut g.values);
-    let (dedup, reps) = match g.width {
-        Width::W64 => join::<u64>(values, args.k, policy)?,
-        Width::W128 => join::<u128>(values, args.k, policy)?,
-    };
+    let message = format!(
+        "finding every pair within k = {} among {} fingerprints",
+        args.k,
+        values.len()
+    );
+    let (dedup, reps) = with_spinner(&message, args.run.quiet, || match g.width {
+        Width::W64 => join::<u64>(values, args.k, policy),
+        Width::W128 => join::<u128>(values, args.k, policy),
+    })?;
     write_outputs(&args, &g, &dedup, &reps)?;
     let removed = reps
         .iter()

@@ -18,7 +18,7 @@ use crate::gather::gather;
 use crate::input::{Id, InputArgs};
 use crate::output::Output;
 use crate::pipeline_args::PipelineArgs;
-use crate::run::{RunArgs, init_threads};
+use crate::run::{RunArgs, init_threads, with_spinner};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
@@ -314,29 +314,35 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
     let p = plan(bits, a.k, n.max(1) as f64, a.memory)?;
     let design = p.options[p.chosen].design.clone();
     let ids = IdTable::from_list(&g.ids, n);
-    let bytes = match g.width {
-        Width::W64 => write_index(
-            &a.output,
-            &Index::<u64>::build(
-                design.clone(),
-                g.values
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &v)| (i as u64, v as u64)),
-            )?,
-            g.config.as_ref(),
-            &ids,
-        )?,
-        Width::W128 => write_index(
-            &a.output,
-            &Index::<u128>::build(
-                design.clone(),
-                g.values.iter().enumerate().map(|(i, &v)| (i as u64, v)),
-            )?,
-            g.config.as_ref(),
-            &ids,
-        )?,
-    };
+    let message = format!(
+        "building {} tables over {n} fingerprints",
+        design.tables.len()
+    );
+    let bytes = with_spinner(&message, a.run.quiet, || -> Result<u64> {
+        match g.width {
+            Width::W64 => write_index(
+                &a.output,
+                &Index::<u64>::build(
+                    design.clone(),
+                    g.values
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &v)| (i as u64, v as u64)),
+                )?,
+                g.config.as_ref(),
+                &ids,
+            ),
+            Width::W128 => write_index(
+                &a.output,
+                &Index::<u128>::build(
+                    design.clone(),
+                    g.values.iter().enumerate().map(|(i, &v)| (i as u64, v)),
+                )?,
+                g.config.as_ref(),
+                &ids,
+            ),
+        }
+    })?;
     if !a.run.quiet {
         eprintln!(
             "neardup: indexed {n} fingerprints ({}), k <= {}: {} bytes in {:.2} s -> {}",
