@@ -17,13 +17,97 @@ pub type Records = (Vec<(usize, usize)>, Vec<u8>);
 /// Fingerprints with their ids, in file order.
 pub struct FingerprintFile {
     pub ids: IdList,
-    pub values: Vec<u128>,
+    pub values: Values,
     pub width: Width,
     /// The configuration saved beside the file, if any.
     pub config: Option<FingerprintConfig>,
     /// Each record's line (byte range) and the file's bytes, when asked for
     /// (to write records back unchanged).
     pub records: Option<Records>,
+}
+
+/// Fingerprint values in their own width: 64-bit ones take 8 bytes, not 16.
+#[derive(Debug)]
+pub enum Values {
+    W64(Vec<u64>),
+    W128(Vec<u128>),
+}
+
+impl Default for Values {
+    fn default() -> Self {
+        Values::W64(Vec::new())
+    }
+}
+
+impl Values {
+    /// Empty, for fingerprints of `width`.
+    pub fn with_width(width: Width, capacity: usize) -> Self {
+        match width {
+            Width::W64 => Values::W64(Vec::with_capacity(capacity)),
+            Width::W128 => Values::W128(Vec::with_capacity(capacity)),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Values::W64(v) => v.len(),
+            Values::W128(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The value of fingerprint `i`.
+    pub fn get(&self, i: usize) -> u128 {
+        match self {
+            Values::W64(v) => v[i] as u128,
+            Values::W128(v) => v[i],
+        }
+    }
+
+    /// Appends `fp`; an empty 64-bit list becomes a 128-bit one for a 128-bit
+    /// fingerprint (callers refuse mixed widths).
+    pub fn push(&mut self, fp: Fingerprint) {
+        if fp.width() == Width::W128 {
+            if let Values::W64(v) = self {
+                *self = Values::W128(v.iter().map(|&x| x as u128).collect());
+            }
+        }
+        match self {
+            Values::W64(v) => v.push(fp.as_u64()),
+            Values::W128(v) => v.push(fp.value()),
+        }
+    }
+
+    fn extend(&mut self, other: Values) {
+        match (self, other) {
+            (Values::W64(a), Values::W64(b)) => a.extend(b),
+            (Values::W128(a), Values::W128(b)) => a.extend(b),
+            (this, other) => {
+                for i in 0..other.len() {
+                    let w = if matches!(other, Values::W64(_)) {
+                        Width::W64
+                    } else {
+                        Width::W128
+                    };
+                    this.push(Fingerprint::new(other.get(i), w));
+                }
+            }
+        }
+    }
+
+    /// The values as words of an index's width, without a copy when they are
+    /// already that width.
+    pub fn into_words<B: neardup_core::index::Bits>(self) -> Vec<B> {
+        match self {
+            Values::W64(v) => bytemuck::allocation::try_cast_vec::<u64, B>(v)
+                .unwrap_or_else(|(_, v)| v.into_iter().map(|x| B::from_u128(x as u128)).collect()),
+            Values::W128(v) => bytemuck::allocation::try_cast_vec::<u128, B>(v)
+                .unwrap_or_else(|(_, v)| v.into_iter().map(B::from_u128).collect()),
+        }
+    }
 }
 
 /// Document ids, compact when they are all integers (the common case).
@@ -106,7 +190,7 @@ pub fn read(path: &Path, keep_records: bool) -> Result<FingerprintFile> {
     let mut file = std::fs::File::open(path).with_context(|| format!("cannot read {name}"))?;
     let (tx, rx) = crossbeam_channel::bounded::<Result<(Vec<u8>, usize)>>(2);
     let mut ids = IdList::Ints(Vec::new());
-    let mut values = Vec::new();
+    let mut values = Values::default();
     let mut width: Option<(Width, usize)> = None;
     std::thread::scope(|scope| -> Result<()> {
         scope.spawn(move || {
@@ -173,12 +257,7 @@ pub fn read(path: &Path, keep_records: bool) -> Result<FingerprintFile> {
 /// Bytes read per block when streaming.
 const BLOCK: usize = 8 << 20;
 
-type Parsed = (
-    IdList,
-    Vec<u128>,
-    Option<(Width, usize)>,
-    Vec<(usize, usize)>,
-);
+type Parsed = (IdList, Values, Option<(Width, usize)>, Vec<(usize, usize)>);
 
 /// Parses the lines of `bytes` (line numbers counted from `first_line` + 1) in
 /// parallel chunks.
@@ -197,7 +276,7 @@ fn parse_block(bytes: &[u8], first_line: usize, name: &str, keep_records: bool) 
     }
     struct Chunk {
         ids: IdList,
-        values: Vec<u128>,
+        values: Values,
         kept: Vec<u32>,
         width: Option<(Width, usize)>,
     }
@@ -207,7 +286,7 @@ fn parse_block(bytes: &[u8], first_line: usize, name: &str, keep_records: bool) 
         .map(|(c, chunk)| {
             let mut out = Chunk {
                 ids: IdList::Ints(Vec::with_capacity(chunk.len())),
-                values: Vec::with_capacity(chunk.len()),
+                values: Values::with_width(Width::W64, chunk.len()),
                 kept: Vec::new(),
                 width: None,
             };
@@ -229,7 +308,7 @@ fn parse_block(bytes: &[u8], first_line: usize, name: &str, keep_records: bool) 
                     Some(_) => {}
                 }
                 out.ids.push(id);
-                out.values.push(fp.value());
+                out.values.push(fp);
                 if keep_records {
                     out.kept.push((c * CHUNK_LINES + j) as u32);
                 }
@@ -238,7 +317,7 @@ fn parse_block(bytes: &[u8], first_line: usize, name: &str, keep_records: bool) 
         })
         .collect();
     let mut ids = IdList::Ints(Vec::with_capacity(lines.len()));
-    let mut values = Vec::with_capacity(lines.len());
+    let mut values = Values::default();
     let mut kept_lines = Vec::new();
     let mut width: Option<(Width, usize)> = None;
     for chunk in chunks {
@@ -261,7 +340,7 @@ fn parse_block(bytes: &[u8], first_line: usize, name: &str, keep_records: bool) 
 fn finish(
     path: &Path,
     ids: IdList,
-    values: Vec<u128>,
+    values: Values,
     width: Option<(Width, usize)>,
     records: Option<Records>,
 ) -> Result<FingerprintFile> {

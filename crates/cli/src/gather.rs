@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Result;
 use neardup_core::{FingerprintConfig, Width};
 
-use crate::fpfile::{self, IdList};
+use crate::fpfile::{self, IdList, Values};
 use crate::input::InputArgs;
 use crate::pipeline_args::PipelineArgs;
 use crate::run::{for_each_batch, summary};
@@ -15,7 +15,7 @@ use crate::run::{for_each_batch, summary};
 /// What the first pass gathered.
 pub struct Gathered {
     pub ids: IdList,
-    pub values: Vec<u128>,
+    pub values: Values,
     pub width: Width,
     /// How the fingerprints were made, when known.
     pub config: Option<FingerprintConfig>,
@@ -58,13 +58,13 @@ pub fn gather(
     }
     let hasher = pipeline.hasher()?;
     let mut ids = Vec::new();
-    let mut values = Vec::new();
+    let mut values = Values::with_width(hasher.width(), 0);
     let mut raw = keep_raw.then(Vec::new);
     let stats = for_each_batch(
         input,
         keep_raw,
         quiet,
-        |doc| hasher.fingerprint(&doc.text).value(),
+        |doc| hasher.fingerprint(&doc.text),
         |docs, fps| {
             for (doc, fp) in docs.into_iter().zip(fps) {
                 ids.push(doc.id);

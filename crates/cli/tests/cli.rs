@@ -865,3 +865,83 @@ fn damaged_index_files_and_mismatched_queries_are_refused() {
     let o = run(&["query", idx_s, "--simhash", &"f".repeat(32)]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn dedup_128_bit_fingerprint_file_equals_dedup_from_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let fps = dir.path().join("fps.jsonl");
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let flags = ["--bits", "128", "--features", "tokens", "--k", "12"];
+    let o = run(&[
+        "fingerprint",
+        sample().to_str().unwrap(),
+        "--bits",
+        "128",
+        "--features",
+        "tokens",
+        "-o",
+        fps.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sample_path = sample();
+    let mut from_docs = vec!["dedup", sample_path.to_str().unwrap(), "--pairs"];
+    let docs_pairs = p("docs_pairs");
+    from_docs.push(&docs_pairs);
+    from_docs.extend(flags);
+    from_docs.push("-q");
+    assert!(run(&from_docs).status.success());
+    let fps_pairs = p("fps_pairs");
+    let o = run(&[
+        "dedup",
+        "--fingerprints",
+        fps.to_str().unwrap(),
+        "--k",
+        "12",
+        "--pairs",
+        &fps_pairs,
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let a = std::fs::read_to_string(&docs_pairs).unwrap();
+    let b = std::fs::read_to_string(&fps_pairs).unwrap();
+    assert_eq!(a, b);
+    assert!(!a.is_empty(), "k = 12 at 128 bits finds the planted copies");
+    // And an index of those 128-bit fingerprints answers the same pairs.
+    let idx = p("i.ndx");
+    assert!(
+        run(&[
+            "index",
+            "build",
+            "--fingerprints",
+            fps.to_str().unwrap(),
+            "--k",
+            "12",
+            "-o",
+            &idx,
+            "-q"
+        ])
+        .status
+        .success()
+    );
+    let first: Value = serde_json::from_str(a.lines().next().unwrap()).unwrap();
+    let fp_of = |id: &Value| {
+        json_lines(&std::fs::read_to_string(&fps).unwrap())
+            .into_iter()
+            .find(|r| &r["id"] == id)
+            .unwrap()["simhash"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let o = run(&["query", &idx, "--simhash", &fp_of(&first["a"]), "--k", "12"]);
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(
+        v["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == first["b"]),
+        "{v}"
+    );
+}

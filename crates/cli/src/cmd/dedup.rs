@@ -11,6 +11,7 @@ use neardup_core::Width;
 use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, plan_join};
 
+use crate::fpfile::Values;
 use crate::gather::{Gathered, gather};
 use crate::input::InputArgs;
 use crate::output::Output;
@@ -161,9 +162,9 @@ fn peak_memory() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// Takes the values so that they are freed as soon as they are converted.
-fn join<B: Bits>(values: Vec<u128>, k: u32, policy: Policy) -> Result<(Dedup, Vec<u32>)> {
-    let fps: Vec<B> = values.into_iter().map(B::from_u128).collect();
+/// Takes the values: already in their width, they become the join's words.
+fn join<B: Bits>(values: Values, k: u32, policy: Policy) -> Result<(Dedup, Vec<u32>)> {
+    let fps: Vec<B> = values.into_words();
     let design = plan_join(B::BITS, k, fps.len() as f64)?;
     let dedup = Dedup::new(&fps, k, &design)?;
     drop(fps);

@@ -324,20 +324,14 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
                 &a.output,
                 &Index::<u64>::build(
                     design.clone(),
-                    g.values
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &v)| (i as u64, v as u64)),
+                    (0..n).map(|i| (i as u64, g.values.get(i) as u64)),
                 )?,
                 g.config.as_ref(),
                 &ids,
             ),
             Width::W128 => write_index(
                 &a.output,
-                &Index::<u128>::build(
-                    design.clone(),
-                    g.values.iter().enumerate().map(|(i, &v)| (i as u64, v)),
-                )?,
+                &Index::<u128>::build(design.clone(), (0..n).map(|i| (i as u64, g.values.get(i))))?,
                 g.config.as_ref(),
                 &ids,
             ),
@@ -398,15 +392,15 @@ fn add(a: AddArgs) -> Result<ExitCode> {
     match opened.file.bits() {
         64 => {
             let mut index = opened.file.index::<u64>()?;
-            for (j, &v) in g.values.iter().enumerate() {
-                index.add(start + j as u64, v as u64)?;
+            for j in 0..g.values.len() {
+                index.add(start + j as u64, g.values.get(j) as u64)?;
             }
             write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
         }
         _ => {
             let mut index = opened.file.index::<u128>()?;
-            for (j, &v) in g.values.iter().enumerate() {
-                index.add(start + j as u64, v)?;
+            for j in 0..g.values.len() {
+                index.add(start + j as u64, g.values.get(j))?;
             }
             write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
         }
