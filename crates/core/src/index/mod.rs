@@ -488,12 +488,7 @@ fn join_table<B: Bits>(
 ) -> Vec<(B, B, u32)> {
     let p = t.prefix_bits();
     let d = table::dir_bits_for(fps.len(), p);
-    if keys.capacity() < fps.len() {
-        *keys = mem::with_huge_capacity(fps.len());
-    }
-    keys.clear();
-    keys.extend(fps.iter().map(|&f| t.permute(f)));
-    radix::sort_by_top(keys, tmp, d);
+    radix::sort_mapped_by_top(fps, |f| t.permute(f), keys, tmp, d);
     // The earlier tables' prefix masks, in this table's key space.
     let earlier: Vec<B> = earlier_masks.iter().map(|&m| t.permute(m)).collect();
     // Prefixes can be longer than 64 bits at f = 128: compare masked words.

@@ -43,6 +43,61 @@ pub fn sort_by_top<T: TopBits>(v: &mut [T], tmp: &mut Vec<T>, bits: u32) {
     pass(tmp, v, bits, lo, bits - lo);
 }
 
+/// Sorts `f(x)` for every `x` of `src` into `out` by the top `bits` bits, stably,
+/// without first materialising the mapped values: the first counting pass reads
+/// `src` and maps on the fly. `tmp` is scratch space reused across calls.
+pub fn sort_mapped_by_top<S: Copy + Sync, T: TopBits>(
+    src: &[S],
+    f: impl Fn(S) -> T + Copy,
+    out: &mut Vec<T>,
+    tmp: &mut Vec<T>,
+    bits: u32,
+) {
+    debug_assert!((1..=26).contains(&bits));
+    let n = src.len();
+    for buf in [&mut *out, &mut *tmp] {
+        if buf.len() < n {
+            *buf = super::mem::with_huge_capacity(n);
+            buf.resize(n, T::default());
+        }
+        buf.truncate(n);
+    }
+    if bits <= 13 {
+        pass_mapped(src, f, out, bits, 0, bits);
+        return;
+    }
+    let lo = bits / 2;
+    pass_mapped(src, f, tmp, bits, 0, lo);
+    pass(tmp, out, bits, lo, bits - lo);
+}
+
+/// [`pass`] over mapped values.
+fn pass_mapped<S: Copy, T: TopBits>(
+    src: &[S],
+    f: impl Fn(S) -> T,
+    dst: &mut [T],
+    d: u32,
+    shift: u32,
+    width: u32,
+) {
+    let mask = (1u64 << width) - 1;
+    let digit = |x: &T| ((x.top_bits(d) >> shift) & mask) as usize;
+    let buckets = 1usize << width;
+    let mut offsets = vec![0usize; buckets + 1];
+    for &x in src {
+        offsets[digit(&f(x)) + 1] += 1;
+    }
+    for b in 0..buckets {
+        offsets[b + 1] += offsets[b];
+    }
+    for &x in src {
+        let y = f(x);
+        let slot = &mut offsets[digit(&y)];
+        dst[*slot] = y;
+        *slot += 1;
+    }
+}
+
 /// One stable counting pass on digit `(top(d) >> shift) & (2^width - 1)`.
 fn pass<T: TopBits>(src: &[T], dst: &mut [T], d: u32, shift: u32, width: u32) {
     let mask = (1u64 << width) - 1;
@@ -68,6 +123,16 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #[test]
+        fn mapped_sort_equals_map_then_sort(v in prop::collection::vec(any::<u64>(), 0..500), bits in 1u32..27) {
+            let f = |x: u64| x.rotate_left(13) ^ 0x5555;
+            let mut got = Vec::new();
+            sort_mapped_by_top(&v, f, &mut got, &mut Vec::new(), bits);
+            let mut expected: Vec<u64> = v.iter().map(|&x| f(x)).collect();
+            expected.sort_by_key(|x| x >> (64 - bits));
+            prop_assert_eq!(got, expected);
+        }
+
         #[test]
         fn sorts_stably_by_top_bits(v in prop::collection::vec((any::<u64>(), any::<u32>()), 0..500), bits in 1u32..27) {
             let mut got = v.clone();
