@@ -149,20 +149,29 @@ impl<B: Bits> Index<B> {
 
     fn query_into(&self, query: B, k: u32, found: &mut Vec<(u32, u32)>) {
         // Touch every table's directory first, then the buckets, so that the
-        // tables' cache misses overlap instead of queueing.
-        let mut keys = [B::zero(); 64];
-        let many = self.tables.len() <= keys.len();
-        if many {
+        // tables' cache misses overlap instead of queueing. Each table's key and
+        // bucket are computed once.
+        const MAX: usize = 64;
+        if self.tables.len() <= MAX {
+            let mut keys = [B::zero(); MAX];
+            let mut buckets = [(0usize, 0usize); MAX];
             for (t, key) in self.tables.iter().zip(keys.iter_mut()) {
                 *key = t.table.permute(query);
                 t.prefetch_dir(*key);
             }
-            for (t, key) in self.tables.iter().zip(keys.iter()) {
-                t.prefetch_keys(&t.bucket(*key));
+            for ((t, &key), bucket) in self.tables.iter().zip(&keys).zip(buckets.iter_mut()) {
+                let r = t.bucket(key);
+                t.prefetch_keys(&r);
+                *bucket = (r.start, r.end);
             }
-        }
-        for t in &self.tables {
-            t.probe(query, k, found);
+            for ((t, &key), &(lo, hi)) in self.tables.iter().zip(&keys).zip(&buckets) {
+                t.probe(key, lo..hi, k, found);
+            }
+        } else {
+            for t in &self.tables {
+                let key = t.table.permute(query);
+                t.probe(key, t.bucket(key), k, found);
+            }
         }
         for item in self.indexed..self.fps.len() {
             let d = self.fps[item].distance(query);

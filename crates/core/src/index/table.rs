@@ -89,13 +89,11 @@ impl<B: Bits> SortedTable<B> {
         self.dir[b] as usize..self.dir[b + 1] as usize
     }
 
-    /// Appends `(item, distance)` for every entry within `k` of the query (given
-    /// as the fingerprint, not yet permuted).
+    /// Appends `(item, distance)` for every entry of `bucket` (as [`Self::bucket`]
+    /// gives it for `key`, the permuted query) within `k` of `key`.
     #[inline]
-    pub fn probe(&self, query: B, k: u32, out: &mut Vec<(u32, u32)>) {
-        let key = self.table.permute(query);
-        let range = self.bucket(key);
-        for (kk, &item) in self.keys[range.clone()].iter().zip(&self.items[range]) {
+    pub fn probe(&self, key: B, bucket: std::ops::Range<usize>, k: u32, out: &mut Vec<(u32, u32)>) {
+        for (kk, &item) in self.keys[bucket.clone()].iter().zip(&self.items[bucket]) {
             let d = kk.distance(key);
             if d <= k {
                 out.push((item, d));
