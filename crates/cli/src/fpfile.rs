@@ -81,18 +81,16 @@ impl Values {
         }
     }
 
-    fn extend(&mut self, other: Values) {
-        match (self, other) {
+    /// Appends `other`. Widths are checked by the caller; an empty list takes
+    /// `other`'s width.
+    fn append(&mut self, other: Values) {
+        match (&mut *self, other) {
             (Values::W64(a), Values::W64(b)) => a.extend(b),
             (Values::W128(a), Values::W128(b)) => a.extend(b),
+            (this, other) if this.is_empty() => *this = other,
             (this, other) => {
                 for i in 0..other.len() {
-                    let w = if matches!(other, Values::W64(_)) {
-                        Width::W64
-                    } else {
-                        Width::W128
-                    };
-                    this.push(Fingerprint::new(other.get(i), w));
+                    this.push(Fingerprint::new(other.get(i), Width::W128));
                 }
             }
         }
@@ -147,11 +145,27 @@ impl IdList {
         }
     }
 
-    fn extend(&mut self, other: IdList) {
-        match other {
-            IdList::Ints(v) => v.into_iter().for_each(|n| self.push(Id::Int(n))),
-            IdList::Any(v) => v.into_iter().for_each(|id| self.push(id)),
+    fn append(&mut self, other: IdList) {
+        match (&mut *self, other) {
+            (IdList::Ints(a), IdList::Ints(b)) => a.extend(b),
+            (IdList::Any(a), IdList::Any(b)) => a.extend(b),
+            (this, other) if this.len() == 0 => *this = other,
+            (_, IdList::Ints(b)) => b.into_iter().for_each(|n| self.push(Id::Int(n))),
+            (_, IdList::Any(b)) => b.into_iter().for_each(|id| self.push(id)),
         }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            IdList::Ints(v) => v.len(),
+            IdList::Any(v) => v.len(),
+        }
+    }
+}
+
+impl Default for IdList {
+    fn default() -> Self {
+        IdList::Ints(Vec::new())
     }
 }
 
@@ -182,16 +196,14 @@ pub fn read(path: &Path, keep_records: bool) -> Result<FingerprintFile> {
     let name = path.display().to_string();
     if keep_records {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {name}"))?;
-        let (ids, values, width, kept) = parse_block(&bytes, 0, &name, true)?;
-        return finish(path, ids, values, width, Some((kept, bytes)));
+        let parsed = parse_block(&bytes, 0, &name, true)?;
+        return finish(path, parsed, Some(bytes));
     }
     // Streamed in blocks, so memory holds the parsed values, not the file; a
     // reader thread fills the next block while the workers parse this one.
     let mut file = std::fs::File::open(path).with_context(|| format!("cannot read {name}"))?;
     let (tx, rx) = crossbeam_channel::bounded::<Result<(Vec<u8>, usize)>>(2);
-    let mut ids = IdList::Ints(Vec::new());
-    let mut values = Values::default();
-    let mut width: Option<(Width, usize)> = None;
+    let mut parsed = Parsed::default();
     std::thread::scope(|scope| -> Result<()> {
         scope.spawn(move || {
             let mut carry: Vec<u8> = Vec::new();
@@ -237,27 +249,53 @@ pub fn read(path: &Path, keep_records: bool) -> Result<FingerprintFile> {
         });
         for block in rx.iter() {
             let (buf, first_line) = block?;
-            let (bids, bvalues, bwidth, _) = parse_block(&buf, first_line, &name, false)?;
-            if let (Some((w, _)), Some((bw, at))) = (width, bwidth) {
-                if w != bw {
-                    bail!(
-                        "{name}:{at}: a {bw}-bit fingerprint after {w}-bit ones; a file holds one width (fingerprint everything with the same --bits)"
-                    );
-                }
-            }
-            width = width.or(bwidth);
-            ids.extend(bids);
-            values.extend(bvalues);
+            parsed.append(parse_block(&buf, first_line, &name, false)?, &name)?;
         }
         Ok(())
     })?;
-    finish(path, ids, values, width, None)
+    finish(path, parsed, None)
 }
 
 /// Bytes read per block when streaming.
 const BLOCK: usize = 8 << 20;
 
-type Parsed = (IdList, Values, Option<(Width, usize)>, Vec<(usize, usize)>);
+/// Records parsed from a stretch of the file, in file order.
+#[derive(Default)]
+struct Parsed {
+    ids: IdList,
+    values: Values,
+    /// The width of the first fingerprint, and its line.
+    width: Option<(Width, usize)>,
+    /// Each record's byte range (when records are kept).
+    kept: Vec<(usize, usize)>,
+}
+
+impl Parsed {
+    /// Checks that a fingerprint of `width` at `line` may join these: one width
+    /// per file.
+    fn check_width(&mut self, width: Width, line: usize, name: &str) -> Result<()> {
+        match self.width {
+            None => self.width = Some((width, line)),
+            Some((w, _)) if w != width => bail!(
+                "{name}:{line}: a {width}-bit fingerprint after {w}-bit ones; a file holds one \
+                 width (fingerprint everything with the same --bits)"
+            ),
+            Some(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Appends the records of the stretch that follows.
+    fn append(&mut self, other: Parsed, name: &str) -> Result<()> {
+        if let Some((w, line)) = other.width {
+            self.check_width(w, line, name)?;
+        }
+        self.ids.append(other.ids);
+        self.values.append(other.values);
+        self.kept.extend(other.kept);
+        Ok(())
+    }
+}
 
 /// Parses the lines of `bytes` (line numbers counted from `first_line` + 1) in
 /// parallel chunks.
@@ -274,76 +312,43 @@ fn parse_block(bytes: &[u8], first_line: usize, name: &str, keep_records: bool) 
         }
         start = end + 1;
     }
-    struct Chunk {
-        ids: IdList,
-        values: Values,
-        kept: Vec<u32>,
-        width: Option<(Width, usize)>,
-    }
-    let chunks: Vec<Result<Chunk>> = lines
+    let chunks: Vec<Result<Parsed>> = lines
         .par_chunks(CHUNK_LINES)
         .enumerate()
         .map(|(c, chunk)| {
-            let mut out = Chunk {
-                ids: IdList::Ints(Vec::with_capacity(chunk.len())),
-                values: Values::with_width(Width::W64, chunk.len()),
-                kept: Vec::new(),
-                width: None,
-            };
+            let mut out = Parsed::default();
             for (j, &(s, e)) in chunk.iter().enumerate() {
                 let lineno = first_line + c * CHUNK_LINES + j + 1;
-                let Some((id, fp)) =
-                    parse_line(&bytes[s..e], lineno as i64).with_context(|| format!("{name}:{lineno}"))?
+                let Some((id, fp)) = parse_line(&bytes[s..e], lineno as i64)
+                    .with_context(|| format!("{name}:{lineno}"))?
                 else {
                     continue;
                 };
-                match out.width {
-                    None => out.width = Some((fp.width(), lineno)),
-                    Some((w, _)) if w != fp.width() => bail!(
-                        "{name}:{lineno}: a {}-bit fingerprint after {}-bit ones; a file holds one width \
-                         (fingerprint everything with the same --bits)",
-                        fp.width(),
-                        w
-                    ),
-                    Some(_) => {}
-                }
+                out.check_width(fp.width(), lineno, name)?;
                 out.ids.push(id);
                 out.values.push(fp);
                 if keep_records {
-                    out.kept.push((c * CHUNK_LINES + j) as u32);
+                    out.kept.push((s, e));
                 }
             }
             Ok(out)
         })
         .collect();
-    let mut ids = IdList::Ints(Vec::with_capacity(lines.len()));
-    let mut values = Values::default();
-    let mut kept_lines = Vec::new();
-    let mut width: Option<(Width, usize)> = None;
+    let mut parsed = Parsed::default();
     for chunk in chunks {
-        let chunk = chunk?;
-        if let (Some((w, _)), Some((cw, at))) = (width, chunk.width) {
-            if w != cw {
-                bail!(
-                    "{name}:{at}: a {cw}-bit fingerprint after {w}-bit ones; a file holds one width (fingerprint everything with the same --bits)"
-                );
-            }
-        }
-        width = width.or(chunk.width);
-        ids.extend(chunk.ids);
-        values.extend(chunk.values);
-        kept_lines.extend(chunk.kept.iter().map(|&i| lines[i as usize]));
+        parsed.append(chunk?, name)?;
     }
-    Ok((ids, values, width, kept_lines))
+    Ok(parsed)
 }
 
-fn finish(
-    path: &Path,
-    ids: IdList,
-    values: Values,
-    width: Option<(Width, usize)>,
-    records: Option<Records>,
-) -> Result<FingerprintFile> {
+fn finish(path: &Path, parsed: Parsed, bytes: Option<Vec<u8>>) -> Result<FingerprintFile> {
+    let Parsed {
+        ids,
+        values,
+        width,
+        kept,
+    } = parsed;
+    let records = bytes.map(|b| (kept, b));
     let name = path.display().to_string();
     let width = width.map(|(w, _)| w);
     let config_path = crate::cmd::fingerprint::config_path_for(path);
