@@ -1,7 +1,7 @@
 //! The first step of `dedup` and `index build/add`: documents (fingerprinted
 //! here) or a ready fingerprint file, into ids and fingerprint values.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -11,6 +11,22 @@ use crate::fpfile::{self, IdList, Values};
 use crate::input::InputArgs;
 use crate::pipeline_args::PipelineArgs;
 use crate::run::{for_each_batch, summary};
+
+/// Where fingerprints come from: documents, fingerprinted with the pipeline
+/// flags, or a ready fingerprint file.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SourceArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+
+    /// Read ready fingerprints (`{"id", "simhash"}` JSON Lines or TSV, as
+    /// `neardup fingerprint` writes) instead of documents.
+    #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
+    pub fingerprints: Option<PathBuf>,
+}
 
 /// What the first pass gathered.
 pub struct Gathered {
@@ -26,19 +42,13 @@ pub struct Gathered {
     pub bytes: u64,
 }
 
-/// Reads `fingerprints` if given, else fingerprints the documents of `input`
-/// with `pipeline`. `records`: keep a fingerprint file's records;
-/// `keep_raw`: keep the documents' raw records in memory.
-pub fn gather(
-    input: &InputArgs,
-    pipeline: &PipelineArgs,
-    fingerprints: Option<&Path>,
-    records: bool,
-    keep_raw: bool,
-    quiet: bool,
-) -> Result<Gathered> {
+/// Reads the fingerprint file if one is given, else fingerprints the documents.
+/// `records`: keep a fingerprint file's records; `keep_raw`: keep the
+/// documents' raw records in memory.
+pub fn gather(source: &SourceArgs, records: bool, keep_raw: bool, quiet: bool) -> Result<Gathered> {
+    let (input, pipeline) = (&source.input, &source.pipeline);
     let started = Instant::now();
-    if let Some(path) = fingerprints {
+    if let Some(path) = source.fingerprints.as_deref() {
         let mut f = fpfile::read(path, records)?;
         if let Some(file_config) = &f.config {
             if pipeline.config.is_some() {

@@ -78,30 +78,6 @@ fn parse_features(s: &str) -> Result<Features, String> {
 }
 
 impl PipelineArgs {
-    /// Flags that describe exactly `config`.
-    pub fn from_config(config: FingerprintConfig) -> Self {
-        PipelineArgs {
-            preset: Some(config),
-            ..Default::default()
-        }
-    }
-
-    /// Whether any pipeline flag was given on the command line.
-    pub fn any_given(&self) -> bool {
-        self.config.is_some()
-            || self.profile.is_some()
-            || self.bits.is_some()
-            || self.tokenizer.is_some()
-            || self.features.is_some()
-            || self.weights.is_some()
-            || self.top.is_some()
-            || self.hash.is_some()
-            || self.seed.is_some()
-            || self.stopwords
-            || self.html
-            || self.idf.is_some()
-    }
-
     /// The configuration the flags describe, and the IDF table if one is used.
     pub fn resolve(&self) -> Result<(FingerprintConfig, Option<IdfTable>)> {
         let mut config = match (&self.config, &self.preset) {

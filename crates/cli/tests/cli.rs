@@ -859,6 +859,16 @@ fn damaged_index_files_and_mismatched_queries_are_refused() {
         "{}",
         stderr(&o)
     );
+    let o = run(&[
+        "index",
+        "add",
+        idx_s,
+        sample().to_str().unwrap(),
+        "--features",
+        "ngrams:5",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot add to"), "{}", stderr(&o));
     let o = run(&["query", idx_s, "--simhash", "0", "--k", "5"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("maximum k = 3"), "{}", stderr(&o));

@@ -12,10 +12,8 @@ use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, plan_join};
 
 use crate::fpfile::Values;
-use crate::gather::{Gathered, gather};
-use crate::input::InputArgs;
+use crate::gather::{Gathered, SourceArgs, gather};
 use crate::output::Output;
-use crate::pipeline_args::PipelineArgs;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -35,18 +33,11 @@ pub enum PolicyArg {
   neardup fingerprint corpus.jsonl -o fps.jsonl && neardup dedup --fingerprints fps.jsonl --pairs pairs.jsonl")]
 pub struct Args {
     #[command(flatten)]
-    pub input: InputArgs,
+    pub source: SourceArgs,
 
-    #[command(flatten)]
-    pub pipeline: PipelineArgs,
-
-    /// Read ready fingerprints (`{"id", "simhash"}` JSON Lines or TSV, as
-    /// `neardup fingerprint` writes) instead of documents.
-    #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
-    pub fingerprints: Option<PathBuf>,
-
-    /// Near-duplicates: Hamming distance at most K.
-    #[arg(short, long, default_value_t = 3)]
+    /// Near-duplicates: Hamming distance at most K (up to 8 for 64-bit
+    /// fingerprints, 16 for 128-bit).
+    #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub k: u32,
 
     /// How pairs become kept and dropped documents.
@@ -75,26 +66,12 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     init_threads(args.run.threads)?;
-    let max_k = 8;
-    if args.k > max_k * 2 {
-        bail!(
-            "--k {} is too large: use at most 8 for 64-bit and 16 for 128-bit fingerprints",
-            args.k
-        );
-    }
     let started = Instant::now();
     let wants_records = args.keep.is_some() || args.drop.is_some();
-    let from_stdin =
-        args.input.inputs.is_empty() || args.input.inputs.iter().any(|p| p.as_os_str() == "-");
+    let inputs = &args.source.input.inputs;
+    let from_stdin = inputs.is_empty() || inputs.iter().any(|p| p.as_os_str() == "-");
     let keep_raw = wants_records && from_stdin;
-    let mut g = gather(
-        &args.input,
-        &args.pipeline,
-        args.fingerprints.as_deref(),
-        wants_records,
-        keep_raw,
-        args.run.quiet,
-    )?;
+    let mut g = gather(&args.source, wants_records, keep_raw, args.run.quiet)?;
     let max = g.width.bits() / 8;
     if args.k > max {
         bail!(
@@ -241,7 +218,7 @@ fn write_outputs(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32]) -> Resu
         // Read the inputs again: the same records in the same order.
         let mut doc = 0usize;
         for_each_batch(
-            &args.input,
+            &args.source.input,
             true,
             true,
             |_| (),

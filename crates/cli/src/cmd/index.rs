@@ -14,10 +14,9 @@ use neardup_core::{FingerprintConfig, Width};
 use serde_json::json;
 
 use crate::fpfile::IdList;
-use crate::gather::gather;
-use crate::input::{Id, InputArgs};
+use crate::gather::{SourceArgs, gather};
+use crate::input::Id;
 use crate::output::Output;
-use crate::pipeline_args::PipelineArgs;
 use crate::run::{RunArgs, init_threads, with_spinner};
 
 #[derive(clap::Subcommand, Debug)]
@@ -44,14 +43,10 @@ pub enum Command {
 #[derive(clap::Args, Debug)]
 pub struct BuildArgs {
     #[command(flatten)]
-    pub input: InputArgs,
-    #[command(flatten)]
-    pub pipeline: PipelineArgs,
-    /// Read ready fingerprints instead of documents.
-    #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
-    pub fingerprints: Option<PathBuf>,
-    /// The largest distance queries may ask for.
-    #[arg(short, long, default_value_t = 3)]
+    pub source: SourceArgs,
+    /// The largest distance queries may ask for (up to 8 for 64-bit
+    /// fingerprints, 16 for 128-bit).
+    #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub k: u32,
     /// Memory budget for the tables (e.g. 8G); without it, the fastest design.
     #[arg(long, value_parser = super::plan::parse_bytes)]
@@ -68,11 +63,10 @@ pub struct AddArgs {
     /// The index file.
     #[arg(value_name = "INDEX")]
     pub index: PathBuf,
+    /// Documents (fingerprinted with the index's configuration; pipeline flags
+    /// given must agree with it) or fingerprints.
     #[command(flatten)]
-    pub input: InputArgs,
-    /// Read ready fingerprints instead of documents.
-    #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
-    pub fingerprints: Option<PathBuf>,
+    pub source: SourceArgs,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -294,14 +288,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
 fn build(a: BuildArgs) -> Result<ExitCode> {
     init_threads(a.run.threads)?;
     let started = Instant::now();
-    let g = gather(
-        &a.input,
-        &a.pipeline,
-        a.fingerprints.as_deref(),
-        false,
-        false,
-        a.run.quiet,
-    )?;
+    let g = gather(&a.source, false, false, a.run.quiet)?;
     let n = g.values.len();
     let bits = g.width.bits();
     if a.k > bits / 8 {
@@ -350,25 +337,18 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn add(a: AddArgs) -> Result<ExitCode> {
+fn add(mut a: AddArgs) -> Result<ExitCode> {
     init_threads(a.run.threads)?;
     let opened = open(&a.index)?;
-    let pipeline = match &opened.config {
-        Some(c) => PipelineArgs::from_config(c.clone()),
-        None if a.fingerprints.is_none() => bail!(
+    match &opened.config {
+        Some(c) => a.source.pipeline.preset = Some(c.clone()),
+        None if a.source.fingerprints.is_none() => bail!(
             "{}: the index was built from fingerprints without a configuration; add fingerprints with --fingerprints",
             a.index.display()
         ),
-        None => PipelineArgs::default(),
-    };
-    let g = gather(
-        &a.input,
-        &pipeline,
-        a.fingerprints.as_deref(),
-        false,
-        false,
-        a.run.quiet,
-    )?;
+        None => {}
+    }
+    let g = gather(&a.source, false, false, a.run.quiet)?;
     if let (Some(mine), Some(theirs)) = (&opened.config, &g.config) {
         mine.check_compatible(theirs)
             .with_context(|| format!("cannot add to {}", a.index.display()))?;

@@ -109,13 +109,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "the index was built from fingerprints without a configuration: query it with --simhash"
             );
         };
-        if args.pipeline.any_given() {
-            let (mine, _) = args.pipeline.resolve()?;
-            config
-                .check_compatible(&mine)
-                .context("the query's pipeline flags differ from the index's")?;
-        }
-        PipelineArgs::from_config(config.clone()).hasher()
+        // The flags given, on top of the index's own configuration: with none,
+        // exactly the index's; with any, they must not change it.
+        let mut flags = args.pipeline.clone();
+        flags.preset = Some(config.clone());
+        let hasher = flags.hasher()?;
+        config
+            .check_compatible(hasher.config())
+            .context("the query's pipeline flags differ from the index's")?;
+        Ok(hasher)
     };
     let mut out = Output::create(args.output.as_deref())?;
     let mut line = Vec::new();
