@@ -339,10 +339,13 @@ mod tests {
         v
     }
 
+    /// A tokenizer under test.
+    type Tokenize = fn(&str, &mut dyn FnMut(&str));
+
     /// `tokenize` gives exactly the words of `unicode-segmentation`.
     fn same_as_uax29(
         s: &str,
-        tokenize: fn(&str, &mut dyn FnMut(&str)),
+        tokenize: Tokenize,
     ) -> Result<(), proptest::test_runner::TestCaseError> {
         let mut fast = Vec::new();
         tokenize(s, &mut |w| fast.push(w.to_owned()));
