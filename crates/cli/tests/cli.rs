@@ -955,3 +955,62 @@ fn dedup_128_bit_fingerprint_file_equals_dedup_from_documents() {
         "{v}"
     );
 }
+
+#[test]
+fn index_keeps_integer_and_string_ids_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write(
+        dir.path(),
+        "mixed.jsonl",
+        b"{\"id\": 5, \"text\": \"the harbour master opened the gates at dawn\"}\n\
+          {\"id\": \"5\", \"text\": \"the harbour master opened the gates at dawn\"}\n",
+    );
+    let idx = dir.path().join("m.ndx");
+    let idx_s = idx.to_str().unwrap();
+    assert!(
+        run(&["index", "build", input.to_str().unwrap(), "-o", idx_s, "-q"])
+            .status
+            .success()
+    );
+    let o = run(&[
+        "query",
+        idx_s,
+        "--text",
+        "the harbour master opened the gates at dawn",
+    ]);
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let mut ids: Vec<String> = v["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].to_string())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["\"5\"", "5"], "{v}");
+    // Adding an integer id to a table that holds strings keeps it an integer.
+    let more = write(
+        dir.path(),
+        "more.jsonl",
+        b"{\"id\": 7, \"text\": \"the harbour master opened the gates at dawn\"}\n",
+    );
+    assert!(
+        run(&["index", "add", idx_s, more.to_str().unwrap(), "-q"])
+            .status
+            .success()
+    );
+    let o = run(&[
+        "query",
+        idx_s,
+        "--text",
+        "the harbour master opened the gates at dawn",
+    ]);
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(
+        v["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == 7),
+        "{v}"
+    );
+}

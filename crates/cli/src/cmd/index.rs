@@ -103,33 +103,35 @@ pub struct Opened {
     ids: IdTable,
 }
 
-/// Document ids of an index file: entry ids are positions in this table.
+/// Document ids of an index file: entry ids are positions in this table. All
+/// integers: an array; otherwise each id's JSON text (so integers stay integers
+/// among strings), one after another.
 pub enum IdTable {
     Ints(Vec<i64>),
-    Strs { offsets: Vec<u64>, bytes: Vec<u8> },
+    Json { offsets: Vec<u64>, bytes: Vec<u8> },
 }
 
 impl IdTable {
-    fn from_list(list: &IdList, n: usize) -> IdTable {
+    fn from_list(list: &IdList) -> IdTable {
         match list {
             IdList::Ints(v) => IdTable::Ints(v.clone()),
-            IdList::Any(v) => {
-                let mut offsets = Vec::with_capacity(n + 1);
-                let mut bytes = Vec::new();
-                offsets.push(0);
-                for id in v {
-                    bytes.extend_from_slice(id.to_string().as_bytes());
-                    offsets.push(bytes.len() as u64);
-                }
-                IdTable::Strs { offsets, bytes }
-            }
+            IdList::Any(v) => IdTable::json(v.iter().cloned()),
         }
+    }
+
+    fn json(ids: impl Iterator<Item = Id>) -> IdTable {
+        let mut table = IdTable::Json {
+            offsets: vec![0],
+            bytes: Vec::new(),
+        };
+        ids.for_each(|id| table.push(id));
+        table
     }
 
     fn len(&self) -> usize {
         match self {
             IdTable::Ints(v) => v.len(),
-            IdTable::Strs { offsets, .. } => offsets.len() - 1,
+            IdTable::Json { offsets, .. } => offsets.len() - 1,
         }
     }
 
@@ -137,29 +139,23 @@ impl IdTable {
         let i = i as usize;
         match self {
             IdTable::Ints(v) => v.get(i).map(|&n| Id::Int(n)),
-            IdTable::Strs { offsets, bytes } => {
+            IdTable::Json { offsets, bytes } => {
                 let (s, e) = (*offsets.get(i)? as usize, *offsets.get(i + 1)? as usize);
-                Some(Id::Str(
-                    String::from_utf8_lossy(bytes.get(s..e)?).into_owned(),
-                ))
+                serde_json::from_slice(bytes.get(s..e)?).ok()
             }
         }
     }
 
     fn push(&mut self, id: Id) {
-        match (self, id) {
+        match (&mut *self, id) {
             (IdTable::Ints(v), Id::Int(n)) => v.push(n),
-            (this @ IdTable::Ints(_), id) => {
-                let IdTable::Ints(v) = this else {
-                    unreachable!()
-                };
-                let list = IdList::Any(v.iter().map(|&n| Id::Int(n)).collect());
-                *this = IdTable::from_list(&list, v.len());
-                this.push(id);
-            }
-            (IdTable::Strs { offsets, bytes }, id) => {
-                bytes.extend_from_slice(id.to_string().as_bytes());
+            (IdTable::Json { offsets, bytes }, id) => {
+                id.write_json(bytes);
                 offsets.push(bytes.len() as u64);
+            }
+            (IdTable::Ints(v), id) => {
+                let ints = std::mem::take(v);
+                *self = IdTable::json(ints.into_iter().map(Id::Int).chain([id]));
             }
         }
     }
@@ -168,8 +164,8 @@ impl IdTable {
     fn sections(&self) -> (&'static str, Vec<(&'static str, Vec<u8>)>) {
         match self {
             IdTable::Ints(v) => ("int", vec![("doc_ids", bytemuck::cast_slice(v).to_vec())]),
-            IdTable::Strs { offsets, bytes } => (
-                "string",
+            IdTable::Json { offsets, bytes } => (
+                "json",
                 vec![
                     ("doc_ids.offsets", bytemuck::cast_slice(offsets).to_vec()),
                     ("doc_ids.bytes", bytes.clone()),
@@ -193,7 +189,7 @@ impl IdTable {
                         .collect(),
                 )
             }
-            "string" => {
+            "json" => {
                 let o = file.section("doc_ids.offsets").ok_or_else(bad)?;
                 let offsets: Vec<u64> = o
                     .chunks_exact(8)
@@ -206,7 +202,7 @@ impl IdTable {
                 {
                     return Err(bad());
                 }
-                IdTable::Strs { offsets, bytes }
+                IdTable::Json { offsets, bytes }
             }
             _ => return Err(bad()),
         })
@@ -300,7 +296,7 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
     }
     let p = plan(bits, a.k, n.max(1) as f64, a.memory)?;
     let design = p.options[p.chosen].design.clone();
-    let ids = IdTable::from_list(&g.ids, n);
+    let ids = IdTable::from_list(&g.ids);
     let message = format!(
         "building {} tables over {n} fingerprints",
         design.tables.len()
