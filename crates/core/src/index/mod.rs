@@ -235,8 +235,7 @@ impl<B: Bits> Index<B> {
         self.tables = self
             .tables
             .par_iter()
-            .zip(&self.design.tables)
-            .map(|(old, t)| merge(old, t, fps, start))
+            .map(|old| merge(old, fps, start))
             .collect();
         self.indexed = self.fps.len();
     }
@@ -297,7 +296,8 @@ impl<B: Bits> Index<B> {
 /// by the new entries of that bucket; only the new entries are permuted and
 /// counted. When the index has grown enough to want a larger directory, the table
 /// is rebuilt instead (at most once per doubling).
-fn merge<B: Bits>(old: &SortedTable<B>, t: &Table, fps: &[B], start: usize) -> SortedTable<B> {
+fn merge<B: Bits>(old: &SortedTable<B>, fps: &[B], start: usize) -> SortedTable<B> {
+    let t = &old.table;
     let n = fps.len();
     let dir_bits = table::dir_bits_for(n, old.prefix_bits);
     if dir_bits != old.dir_bits {
