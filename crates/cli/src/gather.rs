@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
+use neardup_core::jaccard::{is_short, shingles};
 use neardup_core::{FingerprintConfig, Width};
 
 use crate::fpfile::{self, IdList, Values};
@@ -40,12 +41,46 @@ pub struct Gathered {
     /// For a fingerprint file: its records, when asked for.
     pub file: Option<fpfile::FingerprintFile>,
     pub bytes: u64,
+    /// Each document's verification features, when asked for.
+    pub sets: Option<Sets>,
+    /// Documents too short for SimHash to be reliable.
+    pub short: u64,
+}
+
+/// Every document's sorted shingle hashes, end to end (one allocation).
+#[derive(Default)]
+pub struct Sets {
+    hashes: Vec<u64>,
+    ends: Vec<usize>,
+}
+
+impl Sets {
+    pub fn get(&self, doc: u32) -> &[u64] {
+        let end = self.ends[doc as usize];
+        let start = if doc == 0 {
+            0
+        } else {
+            self.ends[doc as usize - 1]
+        };
+        &self.hashes[start..end]
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.hashes.len() * 8 + self.ends.len() * 8
+    }
 }
 
 /// Reads the fingerprint file if one is given, else fingerprints the documents.
 /// `records`: keep a fingerprint file's records; `keep_raw`: keep the
 /// documents' raw records in memory.
-pub fn gather(source: &SourceArgs, records: bool, keep_raw: bool, quiet: bool) -> Result<Gathered> {
+/// `verify`: also compute each document's verification features.
+pub fn gather(
+    source: &SourceArgs,
+    records: bool,
+    keep_raw: bool,
+    verify: bool,
+    quiet: bool,
+) -> Result<Gathered> {
     let (input, pipeline) = (&source.input, &source.pipeline);
     let started = Instant::now();
     if let Some(path) = source.fingerprints.as_deref() {
@@ -64,23 +99,35 @@ pub fn gather(source: &SourceArgs, records: bool, keep_raw: bool, quiet: bool) -
             raw: None,
             bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
             file: Some(f),
+            sets: None,
+            short: 0,
         });
     }
     let hasher = pipeline.hasher()?;
     let mut ids = Vec::new();
     let mut values = Values::with_width(hasher.width(), 0);
     let mut raw = keep_raw.then(Vec::new);
+    let mut sets = verify.then(Sets::default);
+    let mut short = 0u64;
     let stats = for_each_batch(
         input,
         keep_raw,
         quiet,
-        |doc| hasher.fingerprint(&doc.text),
+        |doc| {
+            let set = verify.then(|| shingles(&doc.text));
+            (hasher.fingerprint(&doc.text), is_short(&doc.text), set)
+        },
         |docs, fps| {
-            for (doc, fp) in docs.into_iter().zip(fps) {
+            for (doc, (fp, is_short, set)) in docs.into_iter().zip(fps) {
                 ids.push(doc.id);
                 values.push(fp);
+                short += u64::from(is_short);
                 if let (Some(r), Some(bytes)) = (raw.as_mut(), doc.raw) {
                     r.push(bytes);
+                }
+                if let (Some(all), Some(set)) = (sets.as_mut(), set) {
+                    all.hashes.extend_from_slice(&set);
+                    all.ends.push(all.hashes.len());
                 }
             }
             Ok(())
@@ -100,5 +147,7 @@ pub fn gather(source: &SourceArgs, records: bool, keep_raw: bool, quiet: bool) -
         raw,
         file: None,
         bytes: stats.bytes,
+        sets,
+        short,
     })
 }

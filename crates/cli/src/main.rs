@@ -51,6 +51,12 @@ enum Command {
     /// Inverse document frequency tables learned from your corpus.
     #[command(subcommand)]
     Idf(cmd::idf::Command),
+    /// Score found pairs against ground truth: precision, recall, F1, per edit
+    /// type and per similarity band.
+    Eval(cmd::eval::Args),
+    /// Exact ground truth: every pair of documents with Jaccard similarity at
+    /// least a threshold (no sampling).
+    Truth(cmd::truth::Args),
     /// Measure throughput on real text.
     #[command(subcommand)]
     Bench(cmd::bench::Command),
@@ -68,6 +74,8 @@ fn main() -> ExitCode {
         Command::Query(a) => cmd::query::run(a),
         Command::Idf(c) => cmd::idf::run(c),
         Command::Bench(c) => cmd::bench::run(c),
+        Command::Eval(a) => cmd::eval::run(a),
+        Command::Truth(a) => cmd::truth::run(a),
     };
     match result {
         Ok(code) => code,

@@ -70,6 +70,20 @@ pub struct IdfRef {
 }
 
 impl FingerprintConfig {
+    /// The configuration that finds candidates for verification (`neardup
+    /// dedup` with `--verify`, its default): single tokens with term frequency,
+    /// 128 bits. Measured in docs/quality.md: near-duplicates at Jaccard 0.8 of
+    /// 3-shingles sit within a small distance of each other in this space, so
+    /// a wide k finds nearly all of them, and the 128 bits keep unrelated
+    /// documents of one vocabulary far apart, so the candidates stay few.
+    pub fn candidates() -> Self {
+        FingerprintConfig {
+            bits: Width::W128,
+            features: Features::Tokens,
+            ..FingerprintConfig::default()
+        }
+    }
+
     /// The configuration of the `python-simhash` compatibility profile.
     pub fn python_simhash() -> Self {
         FingerprintConfig {

@@ -24,6 +24,8 @@ pub struct Dedup {
     groups: Groups,
     /// Pairs of distinct fingerprints within k: `(u, v, distance)`, u < v.
     distinct_pairs: Vec<(u32, u32, u32)>,
+    /// After [`Dedup::verify`]: the Jaccard similarity of each pair.
+    jaccard: Option<Vec<f64>>,
 }
 
 #[derive(Debug)]
@@ -63,7 +65,98 @@ impl Dedup {
                 group_of: c.group_of,
             },
             distinct_pairs,
+            jaccard: None,
         })
+    }
+
+    /// Keeps only the pairs whose documents' sets (`set(doc)`: sorted, distinct
+    /// feature hashes, as [`crate::jaccard::shingles`] makes) have Jaccard
+    /// similarity at least `threshold`.
+    ///
+    /// Documents with the same fingerprint and the same set are identical for
+    /// this purpose and stay collapsed, so a million copies of a page cost one
+    /// comparison per neighbouring set, not half a trillion.
+    pub fn verify<'s>(self, threshold: f64, set: impl Fn(u32) -> &'s [u64] + Sync) -> Dedup {
+        use rayon::prelude::*;
+        use xxhash_rust::xxh3::xxh3_128;
+        let digest = |doc: u32| xxh3_128(bytemuck::cast_slice(set(doc)));
+        // Split each fingerprint group into nodes of identical sets.
+        let n_groups = self.groups.len();
+        let mut node_of_doc = vec![0u32; self.documents()];
+        let mut group_nodes: Vec<u32> = Vec::with_capacity(n_groups + 1);
+        let mut next = 0u32;
+        let mut keyed: Vec<(u128, u32)> = Vec::new();
+        for g in 0..n_groups as u32 {
+            group_nodes.push(next);
+            let m = self.groups.members(g);
+            keyed.clear();
+            keyed.extend(
+                m.iter()
+                    .map(|&d| (if m.len() > 1 { digest(d) } else { 0 }, d)),
+            );
+            keyed.sort_unstable();
+            for (i, &(h, d)) in keyed.iter().enumerate() {
+                if i > 0 && keyed[i - 1].0 != h {
+                    next += 1;
+                }
+                node_of_doc[d as usize] = next;
+            }
+            next += 1;
+        }
+        group_nodes.push(next);
+        let n_nodes = next as usize;
+        // Members of each node, in input order.
+        let mut starts = vec![0u32; n_nodes + 1];
+        for &node in &node_of_doc {
+            starts[node as usize + 1] += 1;
+        }
+        for i in 0..n_nodes {
+            starts[i + 1] += starts[i];
+        }
+        let mut fill = starts[..n_nodes].to_vec();
+        let mut order = vec![0u32; node_of_doc.len()];
+        for (doc, &node) in node_of_doc.iter().enumerate() {
+            order[fill[node as usize] as usize] = doc as u32;
+            fill[node as usize] += 1;
+        }
+        let groups = Groups {
+            order,
+            starts,
+            group_of: node_of_doc,
+        };
+        // Candidate node pairs: nodes of one fingerprint, and nodes of
+        // neighbouring fingerprints.
+        let nodes = |g: u32| group_nodes[g as usize]..group_nodes[g as usize + 1];
+        let mut candidates: Vec<(u32, u32, u32)> = Vec::new();
+        for g in 0..n_groups as u32 {
+            for u in nodes(g) {
+                for v in u + 1..nodes(g).end {
+                    candidates.push((u, v, 0));
+                }
+            }
+        }
+        for &(gu, gv, d) in &self.distinct_pairs {
+            for u in nodes(gu) {
+                for v in nodes(gv) {
+                    candidates.push((u.min(v), u.max(v), d));
+                }
+            }
+        }
+        drop(self.distinct_pairs);
+        let first = |node: u32| groups.first(node);
+        let scored: Vec<(u32, u32, u32, f64)> = candidates
+            .into_par_iter()
+            .with_min_len(256)
+            .filter_map(|(u, v, d)| {
+                let j = crate::jaccard::jaccard(set(first(u)), set(first(v)));
+                (j >= threshold).then_some((u, v, d, j))
+            })
+            .collect();
+        Dedup {
+            distinct_pairs: scored.iter().map(|&(u, v, d, _)| (u, v, d)).collect(),
+            jaccard: Some(scored.iter().map(|&(.., j)| j).collect()),
+            groups,
+        }
     }
 
     /// Documents.
@@ -101,18 +194,29 @@ impl Dedup {
         &self,
         mut f: impl FnMut(u32, u32, u32) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.for_each_scored_pair(|a, b, d, _| f(a, b, d))
+    }
+
+    /// As [`Dedup::for_each_pair`], with each pair's Jaccard similarity after
+    /// [`Dedup::verify`] (1.0 for documents with identical sets), else `None`.
+    pub fn for_each_scored_pair<E>(
+        &self,
+        mut f: impl FnMut(u32, u32, u32, Option<f64>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let same = self.jaccard.as_ref().map(|_| 1.0);
         for g in 0..self.groups.len() as u32 {
             let m = self.groups.members(g);
             for (x, &a) in m.iter().enumerate() {
                 for &b in &m[x + 1..] {
-                    f(a, b, 0)?;
+                    f(a, b, 0, same)?;
                 }
             }
         }
-        for &(u, v, d) in &self.distinct_pairs {
+        for (i, &(u, v, d)) in self.distinct_pairs.iter().enumerate() {
+            let j = self.jaccard.as_ref().map(|js| js[i]);
             for &a in self.groups.members(u) {
                 for &b in self.groups.members(v) {
-                    f(a.min(b), a.max(b), d)?;
+                    f(a.min(b), a.max(b), d, j)?;
                 }
             }
         }

@@ -35,6 +35,7 @@ mod fingerprint;
 pub mod hash;
 mod idf;
 pub mod index;
+pub mod jaccard;
 pub mod normalize;
 pub mod python_simhash;
 pub mod rng;

@@ -3,6 +3,7 @@
 
 use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, Index, Match, TableDesign, self_join};
+use neardup_core::jaccard::jaccard;
 use proptest::prelude::*;
 
 /// Fingerprint sets that stress the index: uniform, planted near-duplicates,
@@ -209,6 +210,43 @@ proptest! {
                 prop_assert!(fps[m as usize].distance(fps[r as usize]) <= k);
             }
         }
+    }
+
+    /// Verified dedup: exactly the pairs within k whose sets reach the
+    /// threshold, with their similarity; copies (same fingerprint, same set)
+    /// stay collapsed; kept documents follow from the verified pairs.
+    #[test]
+    fn verified_dedup_matches_brute_force(
+        docs in prop::collection::vec((0u64..6, prop::collection::btree_set(0u64..10, 0..6)), 0..60),
+        k in 0u32..4,
+        t in prop::sample::select(vec![0.3, 0.5, 0.8, 1.0]),
+    ) {
+        // Few distinct fingerprints (small values), so groups and near pairs abound.
+        let fps: Vec<u64> = docs.iter().map(|d| d.0 * 0x9 ).collect();
+        let sets: Vec<Vec<u64>> = docs.iter().map(|d| d.1.iter().copied().collect()).collect();
+        let d = design(64, k, 1);
+        let dd = Dedup::new(&fps, k, &d).unwrap().verify(t, |i| sets[i as usize].as_slice());
+        let mut got = Vec::new();
+        dd.for_each_scored_pair(|a, b, dist, j| { got.push((a, b, dist, j.unwrap())); Ok::<(), ()>(()) }).unwrap();
+        got.sort_unstable_by(|x, y| x.partial_cmp(y).unwrap());
+        let mut expected = Vec::new();
+        for (a, b, dist) in brute_pairs(&fps, k) {
+            let j = jaccard(&sets[a as usize], &sets[b as usize]);
+            if j >= t {
+                expected.push((a, b, dist, j));
+            }
+        }
+        prop_assert_eq!(dd.pair_count(), expected.len() as u64);
+        prop_assert_eq!(&got, &expected);
+        let n = fps.len();
+        let mut comp: Vec<usize> = (0..n).collect();
+        fn root(c: &mut [usize], mut x: usize) -> usize { while c[x] != x { x = c[x]; } x }
+        for &(a, b, ..) in &expected {
+            let (ra, rb) = (root(&mut comp, a as usize), root(&mut comp, b as usize));
+            if ra != rb { comp[ra.max(rb)] = ra.min(rb); }
+        }
+        let reps: Vec<u32> = (0..n).map(|i| root(&mut comp, i) as u32).collect();
+        prop_assert_eq!(dd.representatives(Policy::Components), reps);
     }
 }
 

@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use anyhow::{Result, bail};
 use clap::ValueEnum;
-use neardup_core::Width;
 use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, plan_join};
+use neardup_core::jaccard::{SHORT_TEXT_WORDS, Verify};
+use neardup_core::{FingerprintConfig, Width};
 
 use crate::fpfile::Values;
-use crate::gather::{Gathered, SourceArgs, gather};
+use crate::gather::{Gathered, Sets, SourceArgs, gather};
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
 
@@ -35,10 +36,30 @@ pub struct Args {
     #[command(flatten)]
     pub source: SourceArgs,
 
-    /// Near-duplicates: Hamming distance at most K (up to 8 for 64-bit
-    /// fingerprints, 16 for 128-bit).
-    #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=16))]
-    pub k: u32,
+    /// Candidates: Hamming distance at most K (up to 8 for 64-bit fingerprints,
+    /// 16 for 128-bit). Default with verification 13 for 128 bits, 7 for 64
+    /// (wide, for recall: verification decides); without, 3 for 64 bits, 6 for 128.
+    #[arg(short, long, value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub k: Option<u32>,
+
+    /// Confirm each candidate pair by the exact Jaccard similarity of the two
+    /// documents' word 3-shingles (character 3-grams for Chinese). On by
+    /// default, as jaccard:0.8, whenever the documents' texts are read (not with
+    /// --fingerprints). Candidates then come from 128-bit fingerprints of single
+    /// tokens (pipeline flags adjust this; --config or --profile replace it).
+    #[arg(long, value_name = "jaccard:T")]
+    pub verify: Option<Verify>,
+
+    /// Skip verification: pairs are decided by Hamming distance alone (faster,
+    /// less precise).
+    #[arg(long, conflicts_with = "verify")]
+    pub no_verify: bool,
+
+    /// Keep only pairs whose similarity estimated from the fingerprints,
+    /// cos(pi * d / f), is at least S: for when only fingerprints are available.
+    /// Sets k to the largest distance that qualifies (or lowers --k to it).
+    #[arg(long, value_name = "S")]
+    pub min_similarity: Option<f64>,
 
     /// How pairs become kept and dropped documents.
     #[arg(long, value_enum, default_value_t = PolicyArg::Components)]
@@ -64,6 +85,17 @@ pub struct Args {
     pub run: RunArgs,
 }
 
+/// The default k: with verification wide enough that nearly every pair at
+/// Jaccard 0.8 is a candidate, without it the paper's choice (docs/quality.md).
+fn default_k(width: Width, verify: bool) -> u32 {
+    match (width, verify) {
+        (Width::W64, true) => 7,
+        (Width::W128, true) => 13,
+        (Width::W64, false) => 3,
+        (Width::W128, false) => 6,
+    }
+}
+
 pub fn run(args: Args) -> Result<ExitCode> {
     init_threads(args.run.threads)?;
     let started = Instant::now();
@@ -71,12 +103,48 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let inputs = &args.source.input.inputs;
     let from_stdin = inputs.is_empty() || inputs.iter().any(|p| p.as_os_str() == "-");
     let keep_raw = wants_records && from_stdin;
-    let mut g = gather(&args.source, wants_records, keep_raw, args.run.quiet)?;
-    let max = g.width.bits() / 8;
-    if args.k > max {
+    let verify = match (args.verify, args.no_verify, &args.source.fingerprints) {
+        (_, true, _) => None,
+        (Some(_), _, Some(_)) => bail!(
+            "--verify needs the documents' texts, and --fingerprints has none: give the \
+             documents instead, or use --min-similarity to filter by estimated similarity"
+        ),
+        (None, false, Some(_)) => None,
+        (v, false, None) => Some(v.unwrap_or_default()),
+    };
+    if let Some(s) = args.min_similarity {
+        if !(-1.0..=1.0).contains(&s) {
+            bail!("--min-similarity {s} is out of range: use a similarity in [-1, 1], e.g. 0.9");
+        }
+    }
+    // Verification starts from the candidate configuration, unless the
+    // pipeline is given whole (--config, --profile); single flags adjust it.
+    let mut source = args.source.clone();
+    if verify.is_some() && source.pipeline.config.is_none() && source.pipeline.profile.is_none() {
+        source.pipeline.preset = Some(FingerprintConfig::candidates());
+    }
+    let mut g = gather(
+        &source,
+        wants_records,
+        keep_raw,
+        verify.is_some(),
+        args.run.quiet,
+    )?;
+    let bits = g.width.bits();
+    let max = bits / 8;
+    let mut k = args.k.unwrap_or(default_k(g.width, verify.is_some()));
+    if let Some(s) = args.min_similarity {
+        // cos(pi d / f) >= s  <=>  d <= f acos(s) / pi.
+        let most = (f64::from(bits) * s.acos() / std::f64::consts::PI + 1e-9).floor() as u32;
+        k = if args.k.is_some() {
+            k.min(most)
+        } else {
+            most.min(max)
+        };
+    }
+    if k > max {
         bail!(
-            "--k {} is too large for {}-bit fingerprints: use at most {max}",
-            args.k,
+            "--k {k} is too large for {}-bit fingerprints: use at most {max}",
             g.width
         );
     }
@@ -86,14 +154,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let values = std::mem::take(&mut g.values);
     let message = format!(
-        "finding every pair within k = {} among {} fingerprints",
-        args.k,
-        values.len()
+        "finding every pair within k = {k} among {} fingerprints{}",
+        values.len(),
+        if verify.is_some() {
+            ", and verifying them"
+        } else {
+            ""
+        }
     );
+    let check = verify.map(|v| (v.threshold, g.sets.as_ref().expect("sets gathered")));
     let (dedup, reps) = with_spinner(&message, args.run.quiet, || match g.width {
-        Width::W64 => join::<u64>(values, args.k, policy),
-        Width::W128 => join::<u128>(values, args.k, policy),
+        Width::W64 => join::<u64>(values, k, policy, check),
+        Width::W128 => join::<u128>(values, k, policy, check),
     })?;
+    let verify_bytes = g.sets.as_ref().map_or(0, Sets::bytes);
+    g.sets = None;
     write_outputs(&args, &g, &dedup, &reps)?;
     let removed = reps
         .iter()
@@ -111,12 +186,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     if !args.run.quiet {
         let secs = started.elapsed().as_secs_f64();
+        let rule = match verify {
+            Some(v) => format!(
+                "within k = {k} and verified by {v} (features {:.0} MB)",
+                verify_bytes as f64 / 1e6
+            ),
+            None => format!("within k = {k}, not verified"),
+        };
         eprintln!(
-            "neardup: {} documents ({} distinct fingerprints), {} pairs within k = {}, {} clusters, {} removed, {} kept; {:.2} s ({:.0} docs/s, {:.1} MB/s){}",
+            "neardup: {} documents ({} distinct), {} pairs {rule}, {} clusters, {} removed, {} kept; {:.2} s ({:.0} docs/s, {:.1} MB/s){}",
             dedup.documents(),
             dedup.distinct(),
             dedup.pair_count(),
-            args.k,
             cluster_count,
             removed,
             dedup.documents() - removed,
@@ -127,6 +208,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .map(|mb| format!(", peak memory {mb:.0} MB"))
                 .unwrap_or_default(),
         );
+        if g.short > 0 {
+            let advice = if verify.is_some() {
+                "their pairs are still confirmed by verification, but candidates may be missed: \
+                 see docs/quality.md, \"Short texts\""
+            } else {
+                "SimHash is unreliable on them: verify pairs (drop --no-verify, or give the \
+                 documents instead of fingerprints), or see docs/quality.md, \"Short texts\""
+            };
+            eprintln!(
+                "neardup: warning: {} of {} documents have fewer than {} words; {advice}",
+                g.short,
+                dedup.documents(),
+                SHORT_TEXT_WORDS
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -140,11 +236,20 @@ fn peak_memory() -> Option<f64> {
 }
 
 /// Takes the values: already in their width, they become the join's words.
-fn join<B: Bits>(values: Values, k: u32, policy: Policy) -> Result<(Dedup, Vec<u32>)> {
+/// `verify`: the Jaccard threshold and every document's features.
+fn join<B: Bits>(
+    values: Values,
+    k: u32,
+    policy: Policy,
+    verify: Option<(f64, &Sets)>,
+) -> Result<(Dedup, Vec<u32>)> {
     let fps: Vec<B> = values.into_words();
     let design = plan_join(B::BITS, k, fps.len() as f64)?;
-    let dedup = Dedup::new(&fps, k, &design)?;
+    let mut dedup = Dedup::new(&fps, k, &design)?;
     drop(fps);
+    if let Some((threshold, sets)) = verify {
+        dedup = dedup.verify(threshold, |doc| sets.get(doc));
+    }
     let reps = dedup.representatives(policy);
     Ok((dedup, reps))
 }
@@ -153,13 +258,17 @@ fn write_outputs(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32]) -> Resu
     let mut line = Vec::with_capacity(256);
     if let Some(path) = &args.pairs {
         let mut out = Output::create(Some(path))?;
-        dedup.for_each_pair(|a, b, d| {
+        dedup.for_each_scored_pair(|a, b, d, j| {
             line.clear();
             line.extend_from_slice(b"{\"a\":");
             g.ids.write_json(a as usize, &mut line);
             line.extend_from_slice(b",\"b\":");
             g.ids.write_json(b as usize, &mut line);
-            writeln!(line, ",\"distance\":{d}}}")?;
+            write!(line, ",\"distance\":{d}")?;
+            if let Some(j) = j {
+                write!(line, ",\"jaccard\":{j:.4}")?;
+            }
+            line.extend_from_slice(b"}\n");
             out.write_all(&line)
         })?;
         out.finish()?;

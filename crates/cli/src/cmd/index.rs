@@ -284,7 +284,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
 fn build(a: BuildArgs) -> Result<ExitCode> {
     init_threads(a.run.threads)?;
     let started = Instant::now();
-    let g = gather(&a.source, false, false, a.run.quiet)?;
+    let g = gather(&a.source, false, false, false, a.run.quiet)?;
     let n = g.values.len();
     let bits = g.width.bits();
     if a.k > bits / 8 {
@@ -344,7 +344,7 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
         ),
         None => {}
     }
-    let g = gather(&a.source, false, false, a.run.quiet)?;
+    let g = gather(&a.source, false, false, false, a.run.quiet)?;
     if let (Some(mine), Some(theirs)) = (&opened.config, &g.config) {
         mine.check_compatible(theirs)
             .with_context(|| format!("cannot add to {}", a.index.display()))?;

@@ -1,0 +1,91 @@
+//! Verification features and the exact similarity join, against brute force.
+
+use std::collections::BTreeSet;
+
+use neardup_core::jaccard::{Verify, jaccard, shingles, similarity_join};
+use proptest::prelude::*;
+use unicode_segmentation::UnicodeSegmentation;
+
+/// Shingles as strings: lower-cased ASCII text, UAX #29 words, 3 at a time.
+fn string_shingles(text: &str) -> BTreeSet<String> {
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = lower.unicode_words().collect();
+    if words.is_empty() {
+        return BTreeSet::new();
+    }
+    words
+        .windows(3.min(words.len()))
+        .map(|w| w.join(" "))
+        .collect()
+}
+
+fn string_jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f64 {
+    if a.is_empty() && b.is_empty() {
+        return 1.0;
+    }
+    a.intersection(b).count() as f64 / a.union(b).count() as f64
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "the", "cat", "sat", "on", "mat", "The", "dog", "ran", "far", "a", "it's", "3.14",
+        ]),
+        0..30,
+    )
+    .prop_map(|w| w.join(" "))
+}
+
+/// Sets over a small alphabet, so that overlaps are common.
+fn sets() -> impl Strategy<Value = Vec<Vec<u64>>> {
+    prop::collection::vec(prop::collection::btree_set(0u64..24, 0..12), 0..40)
+        .prop_map(|v| v.into_iter().map(|s| s.into_iter().collect()).collect())
+}
+
+proptest! {
+    #[test]
+    fn shingle_jaccard_equals_string_jaccard(a in text(), b in text()) {
+        let (sa, sb) = (shingles(&a), shingles(&b));
+        prop_assert_eq!(sa.len(), string_shingles(&a).len());
+        let expected = string_jaccard(&string_shingles(&a), &string_shingles(&b));
+        prop_assert!((jaccard(&sa, &sb) - expected).abs() < 1e-12);
+    }
+
+    #[test]
+    fn join_equals_brute_force(sets in sets(), t in prop::sample::select(vec![0.1, 0.3, 0.5, 0.8, 0.9, 1.0])) {
+        let refs: Vec<&[u64]> = sets.iter().map(|s| s.as_slice()).collect();
+        let got = similarity_join(&refs, t);
+        let mut want = Vec::new();
+        for a in 0..sets.len() {
+            for b in a + 1..sets.len() {
+                let j = jaccard(&sets[a], &sets[b]);
+                if j >= t {
+                    want.push((a as u32, b as u32, j));
+                }
+            }
+        }
+        prop_assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn chinese_shingles_are_character_trigrams() {
+    // Punctuation is not a word; each ideograph is one.
+    let s = shingles("中文，文本。");
+    let expected: BTreeSet<String> = ["中 文 文", "文 文 本"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(s.len(), expected.len());
+    // Hard-wrapped Chinese is the same text.
+    assert_eq!(shingles("重复数据\n删除"), shingles("重复数据删除"));
+}
+
+#[test]
+fn verify_parses_and_rejects() {
+    assert_eq!("jaccard:0.8".parse::<Verify>().unwrap().threshold, 0.8);
+    for bad in ["jaccard:1.5", "cosine:0.8", "jaccard:", "0.8"] {
+        let err = bad.parse::<Verify>().unwrap_err().to_string();
+        assert!(err.contains("jaccard:0.8"), "{err}");
+    }
+}
