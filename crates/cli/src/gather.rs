@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
-use neardup_core::jaccard::{is_short, shingles};
+use neardup_core::jaccard::{is_short, shingles_for};
 use neardup_core::{FingerprintConfig, Width};
 
 use crate::fpfile::{self, IdList, Values};
@@ -108,13 +108,14 @@ pub fn gather(
     let mut values = Values::with_width(hasher.width(), 0);
     let mut raw = keep_raw.then(Vec::new);
     let mut sets = verify.then(Sets::default);
+    let normalize = hasher.config().normalize;
     let mut short = 0u64;
     let stats = for_each_batch(
         input,
         keep_raw,
         quiet,
         |doc| {
-            let set = verify.then(|| shingles(&doc.text));
+            let set = verify.then(|| shingles_for(&doc.text, &normalize));
             (hasher.fingerprint(&doc.text), is_short(&doc.text), set)
         },
         |docs, fps| {

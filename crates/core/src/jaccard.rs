@@ -104,13 +104,27 @@ pub struct ShingleScratch {
 /// for Chinese). A text of one or two words has one shingle, the whole text; an
 /// empty text has none.
 pub fn shingles(text: &str) -> Vec<u64> {
+    shingles_for(text, &NormalizeConfig::default())
+}
+
+/// [`shingles`] after the given normalisation (a pipeline's own, so that
+/// `html: true` compares the pages' text, not their markup).
+pub fn shingles_for(text: &str, normalize: &NormalizeConfig) -> Vec<u64> {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<ShingleScratch> = Default::default();
+    }
     let mut out = Vec::new();
-    shingles_with(text, &mut ShingleScratch::default(), &mut out);
+    SCRATCH.with(|s| shingles_with(text, normalize, &mut s.borrow_mut(), &mut out));
     out
 }
 
-/// [`shingles`] into `out` (cleared first), reusing `scratch`.
-pub fn shingles_with(text: &str, scratch: &mut ShingleScratch, out: &mut Vec<u64>) {
+/// [`shingles_for`] into `out` (cleared first), reusing `scratch`.
+pub fn shingles_with(
+    text: &str,
+    normalize: &NormalizeConfig,
+    scratch: &mut ShingleScratch,
+    out: &mut Vec<u64>,
+) {
     out.clear();
     let ShingleScratch {
         norm,
@@ -119,7 +133,7 @@ pub fn shingles_with(text: &str, scratch: &mut ShingleScratch, out: &mut Vec<u64
         key,
     } = scratch;
     norm.clear();
-    normalize_into(&NormalizeConfig::default(), text, norm, tmp);
+    normalize_into(normalize, text, norm, tmp);
     spans.clear();
     let base = norm.as_ptr() as usize;
     words(norm, &mut |w: &str| {

@@ -2,7 +2,7 @@
 //! overall, per edit type and per similarity band.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -189,9 +189,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     })?;
     let report = evaluate(&truth, &found, args.threshold);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut json = serde_json::to_string_pretty(&report)?;
+        json.push('\n');
+        std::io::stdout().write_all(json.as_bytes())?;
     } else {
-        print_report(&report);
+        std::io::stdout().write_all(format_report(&report).as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -265,23 +267,32 @@ fn evaluate(truth: &HashMap<Key, Truth>, found: &HashSet<Key>, threshold: f64) -
     }
 }
 
-fn print_report(r: &Report) {
+/// The report as tables.
+fn format_report(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
     let o = &r.overall;
-    println!(
+    writeln!(
+        s,
         "{} duplicate pairs in the truth (threshold {}), {} pairs found",
         r.true_pairs, r.threshold, r.found
-    );
-    println!(
+    )
+    .expect("writing to a String");
+    writeln!(
+        s,
         "precision {:.4}  recall {:.4}  F1 {:.4}  (true positives {}, false positives {}, false negatives {})",
         o.precision, o.recall, o.f1, o.tp, o.fp, o.fn_
-    );
-    println!();
-    println!(
+    ).expect("writing to a String");
+    s.push('\n');
+    writeln!(
+        s,
         "{:<22} {:>9} {:>7} {:>7} {:>9} {:>9}",
         "edit", "positive", "found", "recall", "negative", "found (FP)"
-    );
+    )
+    .expect("writing to a String");
     for (edit, row) in &r.by_edit {
-        println!(
+        writeln!(
+            s,
             "{:<22} {:>9} {:>7} {:>7.4} {:>9} {:>9}",
             edit,
             row.positives,
@@ -289,27 +300,33 @@ fn print_report(r: &Report) {
             row.recall,
             row.negatives,
             row.false_positives
-        );
+        )
+        .expect("writing to a String");
     }
     if !r.by_band.is_empty() {
-        println!();
-        println!(
+        s.push('\n');
+        writeln!(
+            s,
             "{:<28} {:>10} {:>8} {:>8}",
             "true Jaccard", "duplicate", "pairs", "found"
-        );
+        )
+        .expect("writing to a String");
         for b in &r.by_band {
             let pairs = if b.band.starts_with("below") {
                 "-".to_string()
             } else {
                 b.pairs.to_string()
             };
-            println!(
+            writeln!(
+                s,
                 "{:<28} {:>10} {:>8} {:>8}",
                 b.band,
                 if b.duplicates { "yes" } else { "no" },
                 pairs,
                 b.found
-            );
+            )
+            .expect("writing to a String");
         }
     }
+    s
 }

@@ -1,12 +1,14 @@
 //! `neardup query INDEX`: every stored document within k of a text, a file, a
 //! fingerprint, or each document of a batch.
 
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use neardup_core::index::{Bits, Index, Match};
+use neardup_core::jaccard::{Verify, jaccard, shingles_for};
 use neardup_core::{Fingerprint, SimHasher, Width};
 
 use super::index::{Opened, open};
@@ -24,7 +26,8 @@ Examples:
   neardup query corpus.ndx --text \"the harbour master opened the gates\"
   neardup query corpus.ndx --file page.txt --k 2
   neardup query corpus.ndx --simhash 3b8c0a4f9d2e6b71
-  neardup query corpus.ndx --batch new.jsonl -o matches.jsonl"
+  neardup query corpus.ndx --batch new.jsonl -o matches.jsonl
+  neardup query corpus.ndx --file page.txt --verify jaccard:0.8 --corpus corpus.jsonl"
 )]
 pub struct Args {
     /// The index file.
@@ -65,10 +68,26 @@ pub struct Args {
     #[command(flatten)]
     pub pipeline: PipelineArgs,
 
+    /// Confirm each match by the exact Jaccard similarity of word 3-shingles
+    /// (character 3-grams for Chinese) between the query's text and the matched
+    /// document's, read from --corpus; matches below T are dropped and the
+    /// others carry their "jaccard". Needs a text query (not --simhash).
+    #[arg(long, value_name = "jaccard:T", requires = "corpus")]
+    pub verify: Option<Verify>,
+
+    /// The documents the index was built from (any input format, read once),
+    /// for --verify.
+    #[arg(long, value_name = "FILE", requires = "verify")]
+    pub corpus: Option<PathBuf>,
+
     /// Worker threads for --batch (default: all cores).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
 }
+
+/// A query waiting for verification: its id (batch), fingerprint, candidate
+/// matches and features.
+type Pending = (Option<Id>, Fingerprint, Vec<Match>, Vec<u64>);
 
 enum Loaded {
     W64(Index<u64>),
@@ -119,38 +138,119 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .context("the query's pipeline flags differ from the index's")?;
         Ok(hasher)
     };
+    if args.verify.is_some() && args.simhash.is_some() {
+        bail!(
+            "--verify compares texts, and --simhash gives none: query with --text, --file or --batch"
+        );
+    }
     let mut out = Output::create(args.output.as_deref())?;
     let mut line = Vec::new();
-    let mut write =
-        |id: Option<&Id>, fp: Fingerprint, matches: &[Match], out: &mut Output| -> Result<()> {
-            line.clear();
-            line.push(b'{');
-            if let Some(id) = id {
-                line.extend_from_slice(b"\"id\":");
-                id.write_json(&mut line);
+    let mut write = |id: Option<&Id>,
+                     fp: Fingerprint,
+                     matches: &[Match],
+                     jaccard: Option<&[f64]>,
+                     out: &mut Output|
+     -> Result<()> {
+        line.clear();
+        line.push(b'{');
+        if let Some(id) = id {
+            line.extend_from_slice(b"\"id\":");
+            id.write_json(&mut line);
+            line.push(b',');
+        }
+        write!(line, "\"query\":\"{fp}\",\"matches\":[")?;
+        for (j, m) in matches
+            .iter()
+            .take(args.limit.unwrap_or(usize::MAX))
+            .enumerate()
+        {
+            if j > 0 {
                 line.push(b',');
             }
-            write!(line, "\"query\":\"{fp}\",\"matches\":[")?;
-            for (j, m) in matches
-                .iter()
-                .take(args.limit.unwrap_or(usize::MAX))
-                .enumerate()
-            {
-                if j > 0 {
-                    line.push(b',');
-                }
-                line.extend_from_slice(b"{\"id\":");
-                match opened.id(m.id) {
-                    Some(id) => id.write_json(&mut line),
-                    None => line.extend_from_slice(b"null"),
-                }
-                write!(line, ",\"distance\":{}}}", m.distance)?;
+            line.extend_from_slice(b"{\"id\":");
+            match opened.id(m.id) {
+                Some(id) => id.write_json(&mut line),
+                None => line.extend_from_slice(b"null"),
             }
-            line.extend_from_slice(b"]}\n");
-            out.write_all(&line)?;
-            Ok(())
+            write!(line, ",\"distance\":{}", m.distance)?;
+            if let Some(js) = jaccard {
+                write!(line, ",\"jaccard\":{:.4}", js[j])?;
+            }
+            line.push(b'}');
+        }
+        line.extend_from_slice(b"]}\n");
+        out.write_all(&line)?;
+        Ok(())
+    };
+    if let (Some(verify), Some(corpus)) = (args.verify, &args.corpus) {
+        // Every query first, then one pass over the corpus for the matched
+        // documents' features, then the verified answers.
+        let h = hasher()?;
+        let normalize = h.config().normalize;
+        let shingles = |text: &str| shingles_for(text, &normalize);
+        let mut queries: Vec<Pending> = Vec::new();
+        if args.batch {
+            for_each_batch(
+                &args.input,
+                false,
+                true,
+                |doc| {
+                    let fp = h.fingerprint(&doc.text);
+                    (fp, index.query(fp, k), shingles(&doc.text))
+                },
+                |docs, results| {
+                    for (doc, (fp, r, set)) in docs.into_iter().zip(results) {
+                        queries.push((Some(doc.id), fp, r?, set));
+                    }
+                    Ok(())
+                },
+            )?;
+        } else {
+            let text = query_text(&args)?;
+            let fp = h.fingerprint(&text);
+            queries.push((None, fp, index.query(fp, k)?, shingles(&text)));
+        }
+        let wanted: HashSet<Id> = queries
+            .iter()
+            .flat_map(|q| q.2.iter().filter_map(|m| opened.id(m.id)))
+            .collect();
+        let mut sets: HashMap<Id, Vec<u64>> = HashMap::with_capacity(wanted.len());
+        let corpus_args = InputArgs {
+            inputs: vec![corpus.clone()],
+            ..args.input.clone()
         };
-    if args.batch {
+        for_each_batch(
+            &corpus_args,
+            false,
+            true,
+            |doc| wanted.contains(&doc.id).then(|| shingles(&doc.text)),
+            |docs, results| {
+                for (doc, set) in docs.into_iter().zip(results) {
+                    if let Some(set) = set {
+                        sets.insert(doc.id, set);
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        if let Some(missing) = wanted.iter().find(|id| !sets.contains_key(*id)) {
+            bail!(
+                "indexed document {missing} is not in {}: give the documents the index was built from",
+                corpus.display()
+            );
+        }
+        for (id, fp, matches, set) in queries {
+            let (kept, js): (Vec<Match>, Vec<f64>) = matches
+                .into_iter()
+                .filter_map(|m| {
+                    let other = &sets[&opened.id(m.id)?];
+                    let j = jaccard(&set, other);
+                    (j >= verify.threshold).then_some((m, j))
+                })
+                .unzip();
+            write(id.as_ref(), fp, &kept, Some(&js), &mut out)?;
+        }
+    } else if args.batch {
         let h = hasher()?;
         for_each_batch(
             &args.input,
@@ -162,7 +262,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             },
             |docs, results| {
                 for (doc, (fp, r)) in docs.iter().zip(results) {
-                    write(Some(&doc.id), fp, &r?, &mut out)?;
+                    write(Some(&doc.id), fp, &r?, None, &mut out)?;
                 }
                 Ok(())
             },
@@ -170,25 +270,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         let fp = if let Some(hex) = &args.simhash {
             Fingerprint::parse_hex_width(hex, width)?
-        } else if let Some(t) = &args.text {
-            hasher()?.fingerprint(t)
-        } else if let Some(path) = &args.file {
-            let bytes =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let text = String::from_utf8(bytes).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: invalid UTF-8 at byte offset {}",
-                    path.display(),
-                    e.utf8_error().valid_up_to()
-                )
-            })?;
-            hasher()?.fingerprint(&text)
         } else {
-            bail!("give the query: --text, --file, --simhash, or --batch with inputs");
+            hasher()?.fingerprint(&query_text(&args)?)
         };
         let matches = index.query(fp, k)?;
-        write(None, fp, &matches, &mut out)?;
+        write(None, fp, &matches, None, &mut out)?;
     }
     out.finish()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The text of --text or --file.
+fn query_text(args: &Args) -> Result<String> {
+    if let Some(t) = &args.text {
+        return Ok(t.clone());
+    }
+    let Some(path) = &args.file else {
+        bail!("give the query: --text, --file, --simhash, or --batch with inputs");
+    };
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: invalid UTF-8 at byte offset {}",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
 }

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use neardup_core::jaccard::{jaccard, shingles, similarity_join};
+use neardup_core::NormalizeConfig;
+use neardup_core::jaccard::{jaccard, shingles_for, similarity_join};
 
 use crate::input::{Id, InputArgs};
 use crate::output::Output;
@@ -39,6 +40,10 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub edits: Option<PathBuf>,
 
+    /// Strip HTML before comparing (as the pipeline's --html does).
+    #[arg(long)]
+    pub html: bool,
+
     /// Output file (default: standard output).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -63,13 +68,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     let started = Instant::now();
+    let normalize = NormalizeConfig {
+        html: args.html,
+        ..NormalizeConfig::default()
+    };
     let mut ids: Vec<Id> = Vec::new();
     let mut sets: Vec<Vec<u64>> = Vec::new();
     let stats = for_each_batch(
         &args.input,
         false,
         args.run.quiet,
-        |doc| shingles(&doc.text),
+        |doc| shingles_for(&doc.text, &normalize),
         |docs, s| {
             ids.extend(docs.into_iter().map(|d| d.id));
             sets.extend(s);
