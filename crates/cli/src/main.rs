@@ -45,6 +45,8 @@ enum Command {
     Query(cmd::query::Args),
     /// Choose a table design for N fingerprints and k, and explain it.
     Plan(cmd::plan::Args),
+    /// Serve a durable collection over HTTP/JSON: insert, check, query, delete.
+    Serve(cmd::serve::Args),
     /// Print the configuration that the pipeline flags describe (JSON), to save
     /// and reuse with --config.
     Config(cmd::config::Args),
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Command::Idf(c) => cmd::idf::run(c),
         Command::Bench(c) => cmd::bench::run(c),
         Command::Eval(a) => cmd::eval::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
         Command::Truth(a) => cmd::truth::run(a),
     };
     match result {

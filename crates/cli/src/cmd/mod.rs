@@ -11,4 +11,5 @@ pub mod idf;
 pub mod index;
 pub mod plan;
 pub mod query;
+pub mod serve;
 pub mod truth;

@@ -1,0 +1,561 @@
+//! The HTTP/JSON API: routes, request and answer types, errors, authorisation,
+//! metrics.
+
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use neardup_core::index::Bits;
+use neardup_core::index::bits::word_of;
+use neardup_core::{Fingerprint, SimHasher};
+
+use crate::collection::{Collection, Found};
+use crate::error::{ApiError, ServiceError};
+use crate::metrics::Metrics;
+use crate::store::{Settings, Store};
+use crate::writer::{Job, JobSender, Mode, NewDoc, Outcome};
+
+/// The OpenAPI document, kept in the repository beside the code.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
+/// Most documents in one request.
+pub const MAX_DOCUMENTS: usize = 10_000;
+/// Longest document id, in bytes.
+pub const MAX_ID_BYTES: usize = 1024;
+
+/// Which requests need the bearer token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protect {
+    /// Writes only: POST /v1/documents and DELETE.
+    Writes,
+    /// Every route but /healthz.
+    All,
+}
+
+/// Everything a request can reach.
+pub struct Service<B: Bits> {
+    pub settings: Settings,
+    pub hasher: SimHasher,
+    pub collection: Arc<Collection<B>>,
+    pub store: Arc<Store>,
+    /// The writer's queue; `None` once shutting down.
+    pub jobs: RwLock<Option<JobSender<B>>>,
+    pub metrics: Metrics,
+    pub token: Option<String>,
+    pub protect: Protect,
+    pub started: Instant,
+}
+
+impl<B: Bits> std::fmt::Debug for Service<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// JSON bodies, with every rejection answered as a JSON error.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(r) => Err(match &r {
+                JsonRejection::JsonDataError(_) => {
+                    ApiError::bad_request("invalid_request", r.body_text())
+                }
+                JsonRejection::JsonSyntaxError(_) => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", r.body_text())
+                }
+                JsonRejection::MissingJsonContentType(_) => ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    "send the body as JSON with Content-Type: application/json",
+                ),
+                _ if r.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    format!(
+                        "{}: split the documents over several requests",
+                        r.body_text()
+                    ),
+                ),
+                _ => ApiError::new(StatusCode::BAD_REQUEST, "bad_body", r.body_text()),
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentsRequest {
+    pub documents: Vec<DocumentIn>,
+    #[serde(default = "default_mode")]
+    pub mode: Mode,
+    pub k: Option<u32>,
+}
+
+fn default_mode() -> Mode {
+    Mode::InsertIfNew
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentIn {
+    pub id: String,
+    pub text: Option<String>,
+    pub simhash: Option<String>,
+    pub meta: Option<serde_json::Map<String, Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryRequest {
+    pub text: Option<String>,
+    pub simhash: Option<String>,
+    pub k: Option<u32>,
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MatchOut {
+    pub id: Arc<str>,
+    pub distance: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DocResult {
+    pub id: String,
+    pub simhash: String,
+    pub stored: bool,
+    pub duplicates: Vec<MatchOut>,
+}
+
+/// The router over a service.
+pub fn router<B: Bits>(service: Arc<Service<B>>, max_body: usize) -> Router {
+    Router::new()
+        .route("/v1/documents", post(post_documents::<B>))
+        .route(
+            "/v1/documents/{id}",
+            get(get_document::<B>).delete(delete_document::<B>),
+        )
+        .route("/v1/query", post(post_query::<B>))
+        .route("/v1/stats", get(stats::<B>))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::<B>))
+        .route("/openapi.json", get(openapi))
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&service),
+            authorise::<B>,
+        ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&service),
+            measure::<B>,
+        ))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(service)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route: see /openapi.json",
+    )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method: see /openapi.json",
+    )
+}
+
+async fn measure<B: Bits>(State(s): State<Arc<Service<B>>>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |m| m.as_str())
+        .to_owned();
+    let method = req.method().as_str().to_owned();
+    let resp = next.run(req).await;
+    s.metrics
+        .record(&route, &method, resp.status().as_u16(), started.elapsed());
+    resp
+}
+
+async fn authorise<B: Bits>(
+    State(s): State<Arc<Service<B>>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let Some(token) = &s.token else {
+        return Ok(next.run(req).await);
+    };
+    let path = req.uri().path();
+    let is_write = req.method() == axum::http::Method::DELETE
+        || (req.method() == axum::http::Method::POST && path == "/v1/documents");
+    let needed = match s.protect {
+        Protect::Writes => is_write,
+        Protect::All => path != "/healthz",
+    };
+    if needed {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this route needs the service's token: send Authorization: Bearer TOKEN",
+            ));
+        }
+    }
+    Ok(next.run(req).await)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl<B: Bits> Service<B> {
+    fn check_k(&self, k: Option<u32>) -> Result<u32, ApiError> {
+        let max = self.settings.max_k;
+        match k {
+            None => Ok(max),
+            Some(k) if k <= max => Ok(k),
+            Some(k) => Err(ApiError::bad_request(
+                "k_too_large",
+                format!("k = {k} is larger than this collection's maximum k = {max}"),
+            )),
+        }
+    }
+
+    fn parse_simhash(&self, hex: &str) -> Result<B, ApiError> {
+        let width = self.settings.config.bits;
+        Fingerprint::parse_hex_width(hex, width)
+            .and_then(word_of::<B>)
+            .map_err(|e| {
+                ApiError::bad_request(
+                    "invalid_simhash",
+                    format!(
+                        "{e}: this collection holds {}-bit fingerprints ({} hex digits)",
+                        width.bits(),
+                        width.bits() / 4
+                    ),
+                )
+            })
+    }
+
+    fn hex(&self, fp: B) -> String {
+        Fingerprint::new(fp.to_u128(), self.settings.config.bits).to_string()
+    }
+
+    /// Matches with their stored metadata.
+    fn with_meta(&self, found: Vec<Found>) -> Result<Vec<MatchOut>, ApiError> {
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = found.iter().map(|f| &*f.id).collect();
+        let metas = self.store.metas(&ids)?;
+        Ok(found
+            .into_iter()
+            .zip(metas)
+            .map(|(f, m)| MatchOut {
+                id: f.id,
+                distance: f.distance,
+                meta: m.and_then(|bytes| serde_json::from_slice(&bytes).ok()),
+            })
+            .collect())
+    }
+
+    fn sender(&self) -> Result<JobSender<B>, ApiError> {
+        self.jobs
+            .read()
+            .expect("jobs lock")
+            .clone()
+            .ok_or_else(|| ServiceError::ShuttingDown.into())
+    }
+}
+
+/// Fingerprints of texts, off the async threads when there is real work.
+async fn fingerprint_texts<B: Bits>(
+    s: &Arc<Service<B>>,
+    texts: Vec<(usize, String)>,
+) -> Result<Vec<(usize, B)>, ApiError> {
+    let work: usize = texts.iter().map(|(_, t)| t.len()).sum();
+    let s2 = Arc::clone(s);
+    let job = move || {
+        texts
+            .into_iter()
+            .map(|(i, t)| {
+                let fp = s2.hasher.fingerprint(&t);
+                (
+                    i,
+                    word_of::<B>(fp).expect("the hasher's width is the collection's"),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    if work < 64 * 1024 {
+        Ok(job())
+    } else {
+        tokio::task::spawn_blocking(job).await.map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "fingerprinting was interrupted",
+            )
+        })
+    }
+}
+
+async fn post_documents<B: Bits>(
+    State(s): State<Arc<Service<B>>>,
+    ApiJson(req): ApiJson<DocumentsRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let k = s.check_k(req.k)?;
+    if req.documents.len() > MAX_DOCUMENTS {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_documents",
+            format!(
+                "{} documents in one request: send at most {MAX_DOCUMENTS}",
+                req.documents.len()
+            ),
+        ));
+    }
+    let mut fps: Vec<Option<B>> = vec![None; req.documents.len()];
+    let mut texts = Vec::new();
+    let mut metas = Vec::with_capacity(req.documents.len());
+    let mut ids = Vec::with_capacity(req.documents.len());
+    for (i, d) in req.documents.into_iter().enumerate() {
+        let place = format!("documents[{i}]");
+        if d.id.is_empty() || d.id.len() > MAX_ID_BYTES {
+            return Err(ApiError::bad_request(
+                "invalid_id",
+                format!("{place}: an id is 1 to {MAX_ID_BYTES} bytes of text"),
+            ));
+        }
+        match (d.text, d.simhash) {
+            (Some(t), None) => texts.push((i, t)),
+            (None, Some(h)) => {
+                fps[i] = Some(s.parse_simhash(&h).map_err(|mut e| {
+                    e.message = format!("{place}: {}", e.message);
+                    e
+                })?)
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_document",
+                    format!("{place}: give exactly one of \"text\" and \"simhash\""),
+                ));
+            }
+        }
+        metas.push(
+            d.meta
+                .map(|m| serde_json::to_vec(&m).expect("JSON serialises")),
+        );
+        ids.push(d.id);
+    }
+    for (i, fp) in fingerprint_texts(&s, texts).await? {
+        fps[i] = Some(fp);
+    }
+    let fps: Vec<B> = fps
+        .into_iter()
+        .map(|f| f.expect("every document has one"))
+        .collect();
+    let outcomes: Vec<Outcome> = if req.mode == Mode::Check {
+        let s2 = Arc::clone(&s);
+        let fps2 = fps.clone();
+        let run = move || {
+            fps2.iter()
+                .map(|&fp| Outcome {
+                    stored: false,
+                    duplicates: s2.collection.query(fp, k),
+                })
+                .collect::<Vec<_>>()
+        };
+        if fps.len() > 64 {
+            tokio::task::spawn_blocking(run).await.map_err(|_| {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "interrupted")
+            })?
+        } else {
+            run()
+        }
+    } else {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let docs = ids
+            .iter()
+            .zip(&fps)
+            .zip(metas)
+            .map(|((id, &fp), meta)| NewDoc {
+                id: id.clone(),
+                fp,
+                meta,
+            })
+            .collect();
+        let sender = s.sender()?;
+        let job = Job::Upsert {
+            docs,
+            mode: req.mode,
+            k,
+            reply: tx,
+        };
+        // The queue is bounded: wait for room off the async threads.
+        tokio::task::spawn_blocking(move || sender.send(job))
+            .await
+            .map_err(|_| ServiceError::ShuttingDown)?
+            .map_err(|_| ServiceError::ShuttingDown)?;
+        rx.await.map_err(|_| ServiceError::ShuttingDown)??
+    };
+    let mut results = Vec::with_capacity(ids.len());
+    for ((id, fp), o) in ids.into_iter().zip(fps).zip(outcomes) {
+        results.push(DocResult {
+            id,
+            simhash: s.hex(fp),
+            stored: o.stored,
+            duplicates: s.with_meta(o.duplicates)?,
+        });
+    }
+    Ok(Json(serde_json::json!({ "results": results })))
+}
+
+async fn post_query<B: Bits>(
+    State(s): State<Arc<Service<B>>>,
+    ApiJson(req): ApiJson<QueryRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let k = s.check_k(req.k)?;
+    let fp = match (req.text, req.simhash) {
+        (Some(t), None) => fingerprint_texts(&s, vec![(0, t)]).await?[0].1,
+        (None, Some(h)) => s.parse_simhash(&h)?,
+        _ => {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                "give exactly one of \"text\" and \"simhash\"",
+            ));
+        }
+    };
+    let mut found = s.collection.query(fp, k);
+    if let Some(limit) = req.limit {
+        found.truncate(limit);
+    }
+    Ok(Json(serde_json::json!({ "matches": s.with_meta(found)? })))
+}
+
+async fn get_document<B: Bits>(
+    State(s): State<Arc<Service<B>>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let Some(r) = s.store.get(&id)? else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no document with id {id:?}"),
+        ));
+    };
+    let fp = B::read_le(&r.fingerprint);
+    let mut out = serde_json::json!({"id": id, "simhash": s.hex(fp)});
+    if let Some(m) = r
+        .meta
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    {
+        out["meta"] = m;
+    }
+    Ok(Json(out))
+}
+
+async fn delete_document<B: Bits>(
+    State(s): State<Arc<Service<B>>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let sender = s.sender()?;
+    let job = Job::Delete {
+        id: id.clone(),
+        reply: tx,
+    };
+    tokio::task::spawn_blocking(move || sender.send(job))
+        .await
+        .map_err(|_| ServiceError::ShuttingDown)?
+        .map_err(|_| ServiceError::ShuttingDown)?;
+    let existed = rx.await.map_err(|_| ServiceError::ShuttingDown)??;
+    if !existed {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no document with id {id:?}"),
+        ));
+    }
+    Ok(Json(serde_json::json!({"id": id, "deleted": true})))
+}
+
+async fn stats<B: Bits>(State(s): State<Arc<Service<B>>>) -> Json<Value> {
+    let l = s.collection.levels();
+    Json(serde_json::json!({
+        "documents": l.documents,
+        "fingerprints": l.main + l.mid + l.recent - l.tombstones.min(l.main + l.mid + l.recent),
+        "design": {
+            "bits": s.settings.design.bits,
+            "max_k": s.settings.max_k,
+            "tables": s.settings.design.tables.len(),
+            "levels": s.settings.design.levels,
+        },
+        "config": s.settings.config,
+        "index": {"main": l.main, "mid": l.mid, "recent": l.recent, "tombstones": l.tombstones},
+        "memory_bytes": l.index_bytes,
+        "disk_bytes": s.store.disk_bytes(),
+        "uptime_seconds": s.started.elapsed().as_secs_f64(),
+    }))
+}
+
+async fn healthz() -> Json<Value> {
+    Json(serde_json::json!({"status": "ok"}))
+}
+
+async fn metrics<B: Bits>(State(s): State<Arc<Service<B>>>) -> Response {
+    let l = s.collection.levels();
+    let body = s.metrics.render(&[
+        ("neardup_documents", "Documents stored.", l.documents as f64),
+        (
+            "neardup_index_memory_bytes",
+            "Memory held by the in-memory index.",
+            l.index_bytes as f64,
+        ),
+        (
+            "neardup_disk_bytes",
+            "Size of the database file.",
+            s.store.disk_bytes() as f64,
+        ),
+    ]);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}

@@ -1,0 +1,62 @@
+//! Errors: what went wrong inside the service, and what an HTTP client is told.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// A failure of the service itself (storage, settings).
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("storage: {0}")]
+    Storage(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+}
+
+/// An error answer: `{"error": {"code", "message"}}` with its HTTP status.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            match e {
+                ServiceError::ShuttingDown => "shutting_down",
+                _ => "storage_unavailable",
+            },
+            e.to_string(),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": {"code": self.code, "message": self.message}})),
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,214 @@
+//! # neardup-server
+//!
+//! The online near-duplicate service behind `neardup serve`: "have I already
+//! got a near-duplicate of this page?", answered in microseconds, durably.
+//!
+//! - [`store`]: the source of truth, an embedded redb database (crash-safe,
+//!   one durable transaction per write batch).
+//! - [`collection`]: the in-memory permuted-table index derived from it
+//!   (main, mid and recent levels; merges in the background).
+//! - [`writer`]: the single writer thread doing group commit, which also makes
+//!   `insert_if_new` atomic.
+//! - [`api`]: the axum router.
+
+pub mod api;
+pub mod collection;
+pub mod error;
+pub mod metrics;
+pub mod store;
+pub mod writer;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use axum::Router;
+use neardup_core::index::Bits;
+use neardup_core::{SimHasher, Width};
+
+pub use api::Protect;
+pub use error::ServiceError;
+pub use store::Settings;
+
+/// Requests waiting for the writer before senders block.
+const QUEUE: usize = 1024;
+
+/// How to run the service.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Bearer token; `None`: no authorisation.
+    pub token: Option<String>,
+    pub protect: Protect,
+    /// Largest request body, in bytes.
+    pub max_body: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            token: None,
+            protect: Protect::Writes,
+            max_body: 16 << 20,
+        }
+    }
+}
+
+/// An open collection and its router; [`App::close`] stops it cleanly.
+pub struct App {
+    pub router: Router,
+    pub settings: Settings,
+    /// Documents loaded at start, and how long opening took.
+    pub loaded: u64,
+    pub open_seconds: f64,
+    closer: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// Opens the collection in `dir` (or creates it with `create()`), loads
+    /// every stored fingerprint into the in-memory index, and starts the
+    /// writer and merger threads.
+    pub fn open(
+        dir: &Path,
+        create: impl FnOnce() -> Result<Settings, ServiceError>,
+        options: Options,
+    ) -> Result<App, ServiceError> {
+        let started = Instant::now();
+        let (store, settings) = store::Store::open_or_create(dir, create)?;
+        match settings.config.bits {
+            Width::W64 => start::<u64>(store, settings, options, started),
+            Width::W128 => start::<u128>(store, settings, options, started),
+        }
+    }
+
+    /// Stops taking writes, lets the writer commit and answer everything it
+    /// received, and stops the merger. Call after the server has drained.
+    pub fn close(&mut self) {
+        if let Some(c) = self.closer.take() {
+            c();
+        }
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn start<B: Bits>(
+    store: store::Store,
+    settings: Settings,
+    options: Options,
+    started: Instant,
+) -> Result<App, ServiceError> {
+    let hasher =
+        SimHasher::new(settings.config.clone()).map_err(|e| ServiceError::Config(e.to_string()))?;
+    let mut docs: Vec<(Arc<str>, B)> = Vec::new();
+    store.for_each(|id, fp| docs.push((Arc::from(id), B::read_le(fp))))?;
+    let loaded = docs.len() as u64;
+    let collection = Arc::new(
+        collection::Collection::new(settings.design.clone(), docs)
+            .map_err(|e| ServiceError::Config(e.to_string()))?,
+    );
+    let store = Arc::new(store);
+    let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+    let writer = {
+        let (s, c) = (Arc::clone(&store), Arc::clone(&collection));
+        std::thread::Builder::new()
+            .name("neardup-writer".into())
+            .spawn(move || writer::run::<B>(s, c, rx))
+            .map_err(|e| ServiceError::Config(format!("cannot start the writer: {e}")))?
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let merger = {
+        let (c, stop) = (Arc::clone(&collection), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("neardup-merger".into())
+            .spawn(move || c.merge_loop(&stop))
+            .map_err(|e| ServiceError::Config(format!("cannot start the merger: {e}")))?
+    };
+    let service = Arc::new(api::Service {
+        settings: settings.clone(),
+        hasher,
+        collection: Arc::clone(&collection),
+        store,
+        jobs: RwLock::new(Some(tx)),
+        metrics: metrics::Metrics::default(),
+        token: options.token,
+        protect: options.protect,
+        started: Instant::now(),
+    });
+    let router = api::router(Arc::clone(&service), options.max_body);
+    let closer = move || {
+        service.jobs.write().expect("jobs lock").take();
+        join(writer);
+        stop.store(true, Ordering::Relaxed);
+        collection.stop_merging();
+        join(merger);
+    };
+    Ok(App {
+        router,
+        settings,
+        loaded,
+        open_seconds: started.elapsed().as_secs_f64(),
+        closer: Some(Box::new(closer)),
+    })
+}
+
+fn join(h: JoinHandle<()>) {
+    let _ = h.join();
+}
+
+/// Serves `app` on `addr` until `shutdown` completes, then finishes in-flight
+/// requests and closes the app (every received write committed). `on_bound`
+/// gets the bound address (useful with port 0).
+pub async fn serve(
+    mut app: App,
+    addr: SocketAddr,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    on_bound: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    on_bound(listener.local_addr()?);
+    let router = app.router.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    tokio::task::spawn_blocking(move || app.close())
+        .await
+        .map_err(std::io::Error::other)?;
+    Ok(())
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
