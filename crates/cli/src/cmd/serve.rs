@@ -104,7 +104,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         max_body: args.max_body,
     };
-    let app = App::open(&args.data, &create, options)
+    let app = App::open(&args.data, create, options)
         .with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
     if creating_flags && app.loaded > 0 {
         let wanted = create()?;
