@@ -258,6 +258,18 @@ impl<B: Bits> Service<B> {
 
     fn parse_simhash(&self, hex: &str) -> Result<B, ApiError> {
         let width = self.settings.config.bits;
+        let digits = width.bits() as usize / 4;
+        if hex.len() != digits {
+            return Err(ApiError::bad_request(
+                "invalid_simhash",
+                format!(
+                    "simhash {:?} has {} characters: this collection holds {}-bit fingerprints, {digits} hex digits",
+                    hex.chars().take(40).collect::<String>(),
+                    hex.len(),
+                    width.bits()
+                ),
+            ));
+        }
         Fingerprint::parse_hex_width(hex, width)
             .and_then(word_of::<B>)
             .map_err(|e| {
