@@ -15,8 +15,10 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 fn settings(bits: u32, max_k: u32) -> Settings {
-    let mut config = FingerprintConfig::default();
-    config.bits = neardup_core::Width::from_bits(bits).unwrap();
+    let config = FingerprintConfig {
+        bits: neardup_core::Width::from_bits(bits).unwrap(),
+        ..FingerprintConfig::default()
+    };
     let p = plan(bits, max_k, 1e6, None).unwrap();
     Settings {
         config,
