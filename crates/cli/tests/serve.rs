@@ -1,0 +1,159 @@
+//! The real `neardup serve` binary: killed with SIGKILL at random moments while
+//! several clients write, restarted, and checked: every acknowledged document
+//! is there and searchable, and no batch is half there. Then a graceful stop.
+//! Loopback only; every loop is bounded.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// Starts the server on a free loopback port; returns it and its address.
+fn start(dir: &std::path::Path) -> (Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_neardup"))
+        .args(["serve", "--data", dir.to_str().unwrap(), "--addr", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let addr = loop {
+        assert!(Instant::now() < deadline, "the server did not start");
+        let line = lines.next().expect("server output").unwrap();
+        if let Some(a) = line.strip_prefix("neardup: listening on http://") {
+            break a.parse().unwrap();
+        }
+    };
+    // Keep draining stderr so that the server never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+/// One HTTP/1.1 request; `None` if the connection fails (the server is gone).
+fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).ok()?;
+    let text = String::from_utf8_lossy(&resp);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+#[test]
+fn acknowledged_writes_survive_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    // Acknowledged documents (id -> hex), and every batch sent (acked or not).
+    let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let batches: Arc<Mutex<Vec<Vec<(String, String)>>>> = Arc::default();
+    let mut seed = 0x5eed_u64;
+    for round in 0..4 {
+        let (mut server, addr) = start(dir.path());
+        // Everything acknowledged before is there, and no batch is half there.
+        verify(addr, &acked.lock().unwrap(), &batches.lock().unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Vec<_> = (0..4)
+            .map(|c| {
+                let (stop, acked, batches) = (stop.clone(), acked.clone(), batches.clone());
+                std::thread::spawn(move || {
+                    let mut n = 0u64;
+                    // Bounded: at most 10,000 batches per client per round.
+                    while !stop.load(Ordering::Relaxed) && n < 10_000 {
+                        let docs: Vec<(String, String)> = (0..5)
+                            .map(|j| {
+                                let id = format!("r{round}-c{c}-b{n}-{j}");
+                                let fp = (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((c as u64) << 56) ^ (j << 48) ^ round)
+                                    .wrapping_mul(0xff51_afd7_ed55_8ccd);
+                                (id, format!("{fp:016x}"))
+                            })
+                            .collect();
+                        n += 1;
+                        batches.lock().unwrap().push(docs.clone());
+                        let body = json!({"documents": docs.iter().map(|(id, h)| json!({"id": id, "simhash": h})).collect::<Vec<_>>(), "mode": "insert"});
+                        match http(addr, "POST", "/v1/documents", Some(&body)) {
+                            Some((200, _)) => acked.lock().unwrap().extend(docs),
+                            Some((status, b)) => panic!("write refused: {status} {b}"),
+                            None => break,
+                        }
+                    }
+                })
+            })
+            .collect();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(300 + seed % 700));
+        server.kill().unwrap(); // SIGKILL
+        server.wait().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for c in clients {
+            c.join().unwrap();
+        }
+    }
+    let (mut server, addr) = start(dir.path());
+    let acked = acked.lock().unwrap();
+    assert!(acked.len() > 100, "the clients wrote too little: {}", acked.len());
+    eprintln!("crash test: {} acknowledged documents over 4 SIGKILLs, all recovered", acked.len());
+    verify(addr, &acked, &batches.lock().unwrap());
+    // Graceful stop: SIGTERM, exit status 0.
+    let status = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(s) = server.try_wait().unwrap() {
+            assert!(s.success(), "{s:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no graceful stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn verify(addr: SocketAddr, acked: &HashMap<String, String>, batches: &[Vec<(String, String)>]) {
+    let (_, stats) = http(addr, "GET", "/v1/stats", None).unwrap();
+    let stored = stats["documents"].as_u64().unwrap() as usize;
+    assert!(stored >= acked.len(), "{stored} stored, {} acknowledged", acked.len());
+    for (id, hex) in acked {
+        let (status, b) = http(addr, "GET", &format!("/v1/documents/{id}"), None).unwrap();
+        assert_eq!(status, 200, "acknowledged {id} lost: {b}");
+        assert_eq!(b["simhash"], *hex);
+    }
+    // Searchable, not just stored.
+    for (id, hex) in acked.iter().take(50) {
+        let (_, b) = http(addr, "POST", "/v1/query", Some(&json!({"simhash": hex, "k": 0}))).unwrap();
+        assert!(
+            b["matches"].as_array().unwrap().iter().any(|m| m["id"] == *id),
+            "{id} not found by its fingerprint"
+        );
+    }
+    // Each batch is all there or not at all (one transaction).
+    let mut present_total = 0;
+    for batch in batches {
+        let present = batch
+            .iter()
+            .filter(|(id, _)| {
+                acked.contains_key(id)
+                    || http(addr, "GET", &format!("/v1/documents/{id}"), None).unwrap().0 == 200
+            })
+            .count();
+        assert!(present == 0 || present == batch.len(), "a batch is half there: {batch:?}");
+        present_total += present;
+    }
+    assert_eq!(present_total, stored, "stored documents that no batch wrote");
+}
