@@ -16,7 +16,13 @@ use serde_json::{Value, json};
 /// Starts the server on a free loopback port; returns it and its address.
 fn start(dir: &std::path::Path) -> (Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_neardup"))
-        .args(["serve", "--data", dir.to_str().unwrap(), "--addr", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--data",
+            dir.to_str().unwrap(),
+            "--addr",
+            "127.0.0.1:0",
+        ])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -105,8 +111,15 @@ fn acknowledged_writes_survive_sigkill() {
     }
     let (mut server, addr) = start(dir.path());
     let acked = acked.lock().unwrap();
-    assert!(acked.len() > 100, "the clients wrote too little: {}", acked.len());
-    eprintln!("crash test: {} acknowledged documents over 4 SIGKILLs, all recovered", acked.len());
+    assert!(
+        acked.len() > 100,
+        "the clients wrote too little: {}",
+        acked.len()
+    );
+    eprintln!(
+        "crash test: {} acknowledged documents over 4 SIGKILLs, all recovered",
+        acked.len()
+    );
     verify(addr, &acked, &batches.lock().unwrap());
     // Graceful stop: SIGTERM, exit status 0.
     let status = Command::new("kill")
@@ -128,7 +141,11 @@ fn acknowledged_writes_survive_sigkill() {
 fn verify(addr: SocketAddr, acked: &HashMap<String, String>, batches: &[Vec<(String, String)>]) {
     let (_, stats) = http(addr, "GET", "/v1/stats", None).unwrap();
     let stored = stats["documents"].as_u64().unwrap() as usize;
-    assert!(stored >= acked.len(), "{stored} stored, {} acknowledged", acked.len());
+    assert!(
+        stored >= acked.len(),
+        "{stored} stored, {} acknowledged",
+        acked.len()
+    );
     for (id, hex) in acked {
         let (status, b) = http(addr, "GET", &format!("/v1/documents/{id}"), None).unwrap();
         assert_eq!(status, 200, "acknowledged {id} lost: {b}");
@@ -136,9 +153,19 @@ fn verify(addr: SocketAddr, acked: &HashMap<String, String>, batches: &[Vec<(Str
     }
     // Searchable, not just stored.
     for (id, hex) in acked.iter().take(50) {
-        let (_, b) = http(addr, "POST", "/v1/query", Some(&json!({"simhash": hex, "k": 0}))).unwrap();
+        let (_, b) = http(
+            addr,
+            "POST",
+            "/v1/query",
+            Some(&json!({"simhash": hex, "k": 0})),
+        )
+        .unwrap();
         assert!(
-            b["matches"].as_array().unwrap().iter().any(|m| m["id"] == *id),
+            b["matches"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["id"] == *id),
             "{id} not found by its fingerprint"
         );
     }
@@ -149,11 +176,20 @@ fn verify(addr: SocketAddr, acked: &HashMap<String, String>, batches: &[Vec<(Str
             .iter()
             .filter(|(id, _)| {
                 acked.contains_key(id)
-                    || http(addr, "GET", &format!("/v1/documents/{id}"), None).unwrap().0 == 200
+                    || http(addr, "GET", &format!("/v1/documents/{id}"), None)
+                        .unwrap()
+                        .0
+                        == 200
             })
             .count();
-        assert!(present == 0 || present == batch.len(), "a batch is half there: {batch:?}");
+        assert!(
+            present == 0 || present == batch.len(),
+            "a batch is half there: {batch:?}"
+        );
         present_total += present;
     }
-    assert_eq!(present_total, stored, "stored documents that no batch wrote");
+    assert_eq!(
+        present_total, stored,
+        "stored documents that no batch wrote"
+    );
 }

@@ -63,6 +63,9 @@ pub struct App {
     /// Documents loaded at start, and how long opening took.
     pub loaded: u64,
     pub open_seconds: f64,
+    /// Of which: reading the store, and building the in-memory index.
+    pub read_seconds: f64,
+    pub build_seconds: f64,
     closer: Option<Box<dyn FnOnce() + Send>>,
 }
 
@@ -115,12 +118,16 @@ fn start<B: Bits>(
     let hasher =
         SimHasher::new(settings.config.clone()).map_err(|e| ServiceError::Config(e.to_string()))?;
     let mut docs: Vec<(Arc<str>, B)> = Vec::new();
+    let read_started = Instant::now();
     store.for_each(|id, fp| docs.push((Arc::from(id), B::read_le(fp))))?;
+    let read_seconds = read_started.elapsed().as_secs_f64();
+    let build_started = Instant::now();
     let loaded = docs.len() as u64;
     let collection = Arc::new(
         collection::Collection::new(settings.design.clone(), docs)
             .map_err(|e| ServiceError::Config(e.to_string()))?,
     );
+    let build_seconds = build_started.elapsed().as_secs_f64();
     let store = Arc::new(store);
     let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
     let writer = {
@@ -162,6 +169,8 @@ fn start<B: Bits>(
         settings,
         loaded,
         open_seconds: started.elapsed().as_secs_f64(),
+        read_seconds,
+        build_seconds,
         closer: Some(Box::new(closer)),
     })
 }

@@ -24,6 +24,10 @@ pub enum Command {
     /// Index build, online and batch queries, and the self-join, each next to a
     /// brute-force scan measured in the same run.
     Index(super::bench_index::IndexArgs),
+    /// The service under load on loopback: check queries and durable
+    /// insert_if_new, throughput and p50/p99, at 1 and 10 million documents;
+    /// and the restart time.
+    Serve(super::bench_serve::ServeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -49,6 +53,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
     let args = match cmd {
         Command::Fingerprint(args) => args,
         Command::Index(args) => return super::bench_index::run(args),
+        Command::Serve(args) => return super::bench_serve::run(args),
     };
     let mut out = std::io::stdout().lock();
     let langs: &[&str] = match args.lang.as_str() {

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_index;
+pub mod bench_serve;
 pub mod compare;
 pub mod config;
 pub mod dedup;
