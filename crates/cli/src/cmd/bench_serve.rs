@@ -162,7 +162,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             }
         }
         let load_secs = started.elapsed().as_secs_f64();
-        let app = App::open(&dir, || bail_settings(), Options::default())?;
+        let app = App::open(&dir, bail_settings, Options::default())?;
         writeln!(
             out,
             "\n{n} documents: bulk load {load_secs:.1} s; restart ready to serve in {:.2} s (read the store {:.2} s, build the index {:.2} s)",

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use neardup_core::index::{Bits, Index, IndexFile, SharedBytes, plan};
+use neardup_core::index::{Bits, IdRef, IdTable, Index, IndexFile, SharedBytes, plan};
 use neardup_core::{FingerprintConfig, Width};
 use serde_json::json;
 
@@ -103,109 +103,41 @@ pub struct Opened {
     ids: IdTable,
 }
 
-/// Document ids of an index file: entry ids are positions in this table. All
-/// integers: an array; otherwise each id's JSON text (so integers stay integers
-/// among strings), one after another.
-pub enum IdTable {
-    Ints(Vec<i64>),
-    Json { offsets: Vec<u64>, bytes: Vec<u8> },
+/// Conversions between the command line's ids and an index file's.
+trait IdTableExt {
+    fn from_list(list: &IdList) -> IdTable;
+    fn get_id(&self, entry: u64) -> Option<Id>;
+    fn push_id(&mut self, id: Id);
 }
 
-impl IdTable {
+impl IdTableExt for IdTable {
     fn from_list(list: &IdList) -> IdTable {
         match list {
             IdList::Ints(v) => IdTable::Ints(v.clone()),
-            IdList::Any(v) => IdTable::json(v.iter().cloned()),
-        }
-    }
-
-    fn json(ids: impl Iterator<Item = Id>) -> IdTable {
-        let mut table = IdTable::Json {
-            offsets: vec![0],
-            bytes: Vec::new(),
-        };
-        ids.for_each(|id| table.push(id));
-        table
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            IdTable::Ints(v) => v.len(),
-            IdTable::Json { offsets, .. } => offsets.len() - 1,
-        }
-    }
-
-    pub fn get(&self, i: u64) -> Option<Id> {
-        let i = i as usize;
-        match self {
-            IdTable::Ints(v) => v.get(i).map(|&n| Id::Int(n)),
-            IdTable::Json { offsets, bytes } => {
-                let (s, e) = (*offsets.get(i)? as usize, *offsets.get(i + 1)? as usize);
-                serde_json::from_slice(bytes.get(s..e)?).ok()
+            IdList::Any(v) => {
+                let mut t = IdTable::default();
+                v.iter().cloned().for_each(|id| t.push_id(id));
+                t
             }
         }
     }
 
-    fn push(&mut self, id: Id) {
-        match (&mut *self, id) {
-            (IdTable::Ints(v), Id::Int(n)) => v.push(n),
-            (IdTable::Json { offsets, bytes }, id) => {
-                id.write_json(bytes);
-                offsets.push(bytes.len() as u64);
-            }
-            (IdTable::Ints(v), id) => {
-                let ints = std::mem::take(v);
-                *self = IdTable::json(ints.into_iter().map(Id::Int).chain([id]));
-            }
+    fn get_id(&self, entry: u64) -> Option<Id> {
+        match self.get(entry)? {
+            IdRef::Int(n) => Some(Id::Int(n)),
+            IdRef::Json(b) => serde_json::from_slice(b).ok(),
         }
     }
 
-    /// Sections and the metadata naming their kind.
-    fn sections(&self) -> (&'static str, Vec<(&'static str, Vec<u8>)>) {
-        match self {
-            IdTable::Ints(v) => ("int", vec![("doc_ids", bytemuck::cast_slice(v).to_vec())]),
-            IdTable::Json { offsets, bytes } => (
-                "json",
-                vec![
-                    ("doc_ids.offsets", bytemuck::cast_slice(offsets).to_vec()),
-                    ("doc_ids.bytes", bytes.clone()),
-                ],
-            ),
+    fn push_id(&mut self, id: Id) {
+        match id {
+            Id::Int(n) => self.push_int(n),
+            id => {
+                let mut b = Vec::new();
+                id.write_json(&mut b);
+                self.push_json(&b);
+            }
         }
-    }
-
-    fn read(file: &IndexFile, kind: &str) -> Result<IdTable> {
-        let bad = || {
-            anyhow::anyhow!(
-                "index file is corrupt: the document id table is damaged; rebuild the index"
-            )
-        };
-        Ok(match kind {
-            "int" => {
-                let b = file.section("doc_ids").ok_or_else(bad)?;
-                IdTable::Ints(
-                    b.chunks_exact(8)
-                        .map(|c| i64::from_le_bytes(c.try_into().expect("8")))
-                        .collect(),
-                )
-            }
-            "json" => {
-                let o = file.section("doc_ids.offsets").ok_or_else(bad)?;
-                let offsets: Vec<u64> = o
-                    .chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
-                    .collect();
-                let bytes = file.section("doc_ids.bytes").ok_or_else(bad)?.to_vec();
-                if offsets.first() != Some(&0)
-                    || offsets.windows(2).any(|w| w[0] > w[1])
-                    || offsets.last().is_some_and(|&l| l as usize != bytes.len())
-                {
-                    return Err(bad());
-                }
-                IdTable::Json { offsets, bytes }
-            }
-            _ => return Err(bad()),
-        })
     }
 }
 
@@ -227,8 +159,7 @@ pub fn open(path: &Path) -> Result<Opened> {
                 .with_context(|| format!("{}: bad configuration in the index", path.display()))?,
         ),
     };
-    let kind = extra.get("ids").and_then(|v| v.as_str()).unwrap_or("");
-    let ids = IdTable::read(&file, kind).with_context(|| format!("{}", path.display()))?;
+    let ids = IdTable::read(&file).with_context(|| format!("{}", path.display()))?;
     let k = file.design().k;
     Ok(Opened {
         file,
@@ -240,7 +171,7 @@ pub fn open(path: &Path) -> Result<Opened> {
 
 impl Opened {
     pub fn id(&self, entry: u64) -> Option<Id> {
-        self.ids.get(entry)
+        self.ids.get_id(entry)
     }
 }
 
@@ -356,13 +287,10 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
             opened.file.bits()
         );
     }
-    let mut ids = IdTable::read(
-        &opened.file,
-        opened.file.extra()["ids"].as_str().unwrap_or(""),
-    )?;
+    let mut ids = IdTable::read(&opened.file)?;
     let start = ids.len() as u64;
     for i in 0..g.values.len() {
-        ids.push(g.ids.get(i));
+        ids.push_id(g.ids.get(i));
     }
     let added = g.values.len();
     match opened.file.bits() {
@@ -390,12 +318,9 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
 fn delete(a: DeleteArgs) -> Result<ExitCode> {
     let opened = open(&a.index)?;
     let wanted: HashSet<&str> = a.ids.iter().map(String::as_str).collect();
-    let ids = IdTable::read(
-        &opened.file,
-        opened.file.extra()["ids"].as_str().unwrap_or(""),
-    )?;
+    let ids = IdTable::read(&opened.file)?;
     let remove = |entry: u64| {
-        ids.get(entry)
+        ids.get_id(entry)
             .is_some_and(|id| wanted.contains(id.to_string().as_str()))
     };
     let removed = match opened.file.bits() {

@@ -8,6 +8,7 @@ pub mod bits;
 pub mod compress;
 pub mod design;
 mod file;
+pub mod ids;
 mod mem;
 mod radix;
 pub mod slab;
@@ -19,6 +20,7 @@ pub use bits::Bits;
 pub use compress::CompressedIndex;
 pub use design::{Plan, PlanOption, Segment, Table, TableDesign, plan, plan_join};
 pub use file::IndexFile;
+pub use ids::{IdRef, IdTable};
 pub use slab::{SharedBytes, Slab};
 pub use table::SortedTable;
 
