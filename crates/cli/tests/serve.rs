@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// One request's documents: (id, hex fingerprint).
+type Batch = Vec<(String, String)>;
+
 /// Starts the server on a free loopback port; returns it and its address.
 fn start(dir: &std::path::Path) -> (Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_neardup"))
@@ -64,7 +67,7 @@ fn acknowledged_writes_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     // Acknowledged documents (id -> hex), and every batch sent (acked or not).
     let acked: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let batches: Arc<Mutex<Vec<Vec<(String, String)>>>> = Arc::default();
+    let batches: Arc<Mutex<Vec<Batch>>> = Arc::default();
     let mut seed = 0x5eed_u64;
     for round in 0..4 {
         let (mut server, addr) = start(dir.path());
@@ -138,7 +141,7 @@ fn acknowledged_writes_survive_sigkill() {
     }
 }
 
-fn verify(addr: SocketAddr, acked: &HashMap<String, String>, batches: &[Vec<(String, String)>]) {
+fn verify(addr: SocketAddr, acked: &HashMap<String, String>, batches: &[Batch]) {
     let (_, stats) = http(addr, "GET", "/v1/stats", None).unwrap();
     let stored = stats["documents"].as_u64().unwrap() as usize;
     assert!(
