@@ -1,1 +1,813 @@
+//! `neardup._neardup`: the Rust core for Python. The public, documented API is
+//! the `neardup` package (python/neardup/__init__.py), which wraps this.
 
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyIOError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use rayon::prelude::*;
+
+use neardup_core::dedup::{Dedup, Policy, clusters};
+use neardup_core::index::{Bits, IdRef, IdTable, Index, IndexFile, TableDesign, plan, plan_join};
+use neardup_core::jaccard::{jaccard, shingles_for};
+use neardup_core::{
+    Features, Fingerprint, FingerprintConfig, HashFunction, Profile, SimHasher, Tokenizer, Weights,
+    Width,
+};
+
+pyo3::create_exception!(
+    neardup,
+    NeardupError,
+    pyo3::exceptions::PyValueError,
+    "An error from neardup's Rust core; the message says what to do."
+);
+
+fn err(e: impl std::fmt::Display) -> PyErr {
+    NeardupError::new_err(e.to_string())
+}
+
+/// A fingerprint configuration and its ready hasher.
+#[pyclass(name = "FingerprintConfig", module = "neardup", frozen)]
+struct PyConfig {
+    config: FingerprintConfig,
+    hasher: SimHasher,
+}
+
+impl PyConfig {
+    fn from_config(config: FingerprintConfig) -> PyResult<Self> {
+        let hasher = SimHasher::new(config.clone()).map_err(err)?;
+        Ok(PyConfig { config, hasher })
+    }
+}
+
+#[pymethods]
+impl PyConfig {
+    #[new]
+    #[pyo3(signature = (*, profile=None, bits=None, tokenizer=None, features=None, weights=None,
+                        top=None, hash=None, seed=None, stopwords=None, html=None, nfkc=None,
+                        casefold=None, whitespace=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        profile: Option<&str>,
+        bits: Option<u32>,
+        tokenizer: Option<&str>,
+        features: Option<&str>,
+        weights: Option<&str>,
+        top: Option<usize>,
+        hash: Option<&str>,
+        seed: Option<u64>,
+        stopwords: Option<bool>,
+        html: Option<bool>,
+        nfkc: Option<bool>,
+        casefold: Option<bool>,
+        whitespace: Option<bool>,
+    ) -> PyResult<Self> {
+        let mut c = match profile {
+            None | Some("native") => FingerprintConfig::default(),
+            Some("python-simhash") => {
+                if bits.is_some() || tokenizer.is_some() || features.is_some() || weights.is_some()
+                {
+                    return Err(err(
+                        "profile='python-simhash' fixes every pipeline setting: give no other option",
+                    ));
+                }
+                FingerprintConfig::python_simhash()
+            }
+            Some(p) => {
+                return Err(err(format!(
+                    "unknown profile {p:?}: use 'native' or 'python-simhash'"
+                )));
+            }
+        };
+        if let Some(b) = bits {
+            c.bits = Width::from_bits(b).map_err(err)?;
+        }
+        if let Some(t) = tokenizer {
+            c.tokenizer = t.parse::<Tokenizer>().map_err(err)?;
+        }
+        if let Some(f) = features {
+            c.features = f.parse::<Features>().map_err(err)?;
+        }
+        if let Some(w) = weights {
+            c.weights = w.parse::<Weights>().map_err(err)?;
+        }
+        if top.is_some() {
+            c.top = top;
+        }
+        if let Some(h) = hash {
+            c.hash = h.parse::<HashFunction>().map_err(err)?;
+        }
+        if let Some(s) = seed {
+            c.seed = s;
+        }
+        if let Some(s) = stopwords {
+            c.stopwords = s;
+        }
+        if let Some(v) = html {
+            c.normalize.html = v;
+        }
+        if let Some(v) = nfkc {
+            c.normalize.nfkc = v;
+        }
+        if let Some(v) = casefold {
+            c.normalize.casefold = v;
+        }
+        if let Some(v) = whitespace {
+            c.normalize.whitespace = v;
+        }
+        c.validate().map_err(err)?;
+        PyConfig::from_config(c)
+    }
+
+    /// The configuration as JSON (the same text `neardup config` prints).
+    fn to_json(&self) -> String {
+        serde_json::to_string(&self.config).expect("configuration serialises")
+    }
+
+    /// A configuration from JSON (e.g. `neardup config` output or an index's).
+    #[staticmethod]
+    fn from_json(text: &str) -> PyResult<Self> {
+        let c: FingerprintConfig = serde_json::from_str(text).map_err(err)?;
+        c.validate().map_err(err)?;
+        PyConfig::from_config(c)
+    }
+
+    /// A short digest identifying the configuration.
+    fn digest(&self) -> String {
+        self.config.digest()
+    }
+
+    #[getter]
+    fn bits(&self) -> u32 {
+        self.config.bits.bits()
+    }
+
+    #[getter]
+    fn profile(&self) -> &'static str {
+        match self.config.profile {
+            Profile::PythonSimhash => "python-simhash",
+            _ => "native",
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("FingerprintConfig({})", self.config.summary())
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<PyConfig>()
+            .is_ok_and(|o| o.get().config == self.config)
+    }
+
+    fn __hash__(&self) -> u64 {
+        u64::from_str_radix(
+            &self.config.digest()[..16.min(self.config.digest().len())],
+            16,
+        )
+        .unwrap_or(0)
+    }
+}
+
+fn fp_to_int(fp: Fingerprint) -> u128 {
+    fp.value()
+}
+
+/// The fingerprint of one text, as an int.
+#[pyfunction]
+fn fingerprint(py: Python<'_>, config: &PyConfig, text: PyBackedStr) -> u128 {
+    if text.len() > 1 << 16 {
+        py.detach(|| fp_to_int(config.hasher.fingerprint(&text)))
+    } else {
+        fp_to_int(config.hasher.fingerprint(&text))
+    }
+}
+
+/// Little-endian words: one u64 per text (64 bits), or (high, low) per text.
+fn words_of(fps: &[Fingerprint], width: Width) -> Vec<u64> {
+    match width {
+        Width::W64 => fps.iter().map(|f| f.value() as u64).collect(),
+        Width::W128 => fps
+            .iter()
+            .flat_map(|f| [(f.value() >> 64) as u64, f.value() as u64])
+            .collect(),
+    }
+}
+
+fn run_parallel<T: Send>(threads: Option<usize>, f: impl FnOnce() -> T + Send) -> PyResult<T> {
+    match threads {
+        None | Some(0) => Ok(f()),
+        Some(n) => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map_err(err)?;
+            Ok(pool.install(f))
+        }
+    }
+}
+
+/// Fingerprints of many texts, in parallel with the GIL released; the words
+/// as little-endian bytes.
+#[pyfunction]
+#[pyo3(signature = (config, texts, threads=None))]
+fn fingerprints_list<'py>(
+    py: Python<'py>,
+    config: &PyConfig,
+    texts: Vec<PyBackedStr>,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let width = config.config.bits;
+    let words = py.detach(|| {
+        run_parallel(threads, || {
+            let fps: Vec<Fingerprint> = texts
+                .par_iter()
+                .with_min_len(64)
+                .map(|t| config.hasher.fingerprint(t))
+                .collect();
+            words_of(&fps, width)
+        })
+    })?;
+    Ok(PyBytes::new(py, bytemuck_bytes(&words)))
+}
+
+fn bytemuck_bytes(words: &[u64]) -> &[u8] {
+    bytemuck::cast_slice(words)
+}
+
+/// Fingerprints of an Arrow string array given by its buffers: offsets (i32,
+/// or i64 when `large`), the UTF-8 data, the array's offset and length, and
+/// the validity bitmap (nulls fingerprint as empty texts).
+#[pyfunction]
+#[pyo3(signature = (config, offsets, data, offset, length, large, validity=None, threads=None))]
+#[allow(clippy::too_many_arguments)]
+fn fingerprints_arrow<'py>(
+    py: Python<'py>,
+    config: &PyConfig,
+    offsets: &[u8],
+    data: &[u8],
+    offset: usize,
+    length: usize,
+    large: bool,
+    validity: Option<&[u8]>,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let width = config.config.bits;
+    let at = |i: usize| -> Option<usize> {
+        if large {
+            let b = offsets.get(i * 8..i * 8 + 8)?;
+            usize::try_from(i64::from_le_bytes(b.try_into().ok()?)).ok()
+        } else {
+            let b = offsets.get(i * 4..i * 4 + 4)?;
+            usize::try_from(i32::from_le_bytes(b.try_into().ok()?)).ok()
+        }
+    };
+    let mut spans = Vec::with_capacity(length);
+    for i in offset..offset + length {
+        let valid = validity.is_none_or(|v| v.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1));
+        let (s, e) = (
+            at(i).ok_or_else(|| err("arrow offsets are shorter than the array"))?,
+            at(i + 1).ok_or_else(|| err("arrow offsets are shorter than the array"))?,
+        );
+        if s > e || e > data.len() {
+            return Err(err("arrow offsets point outside the data buffer"));
+        }
+        spans.push(if valid { (s, e) } else { (0, 0) });
+    }
+    let words = py
+        .detach(|| {
+            run_parallel(threads, || {
+                let fps: Result<Vec<Fingerprint>, String> = spans
+                    .par_iter()
+                    .with_min_len(64)
+                    .map(|&(s, e)| {
+                        let text = std::str::from_utf8(&data[s..e])
+                            .map_err(|e| format!("invalid UTF-8 in the arrow data: {e}"))?;
+                        Ok(config.hasher.fingerprint(text))
+                    })
+                    .collect();
+                fps.map(|f| words_of(&f, width))
+            })
+        })?
+        .map_err(err)?;
+    Ok(PyBytes::new(py, bytemuck_bytes(&words)))
+}
+
+/// The verification features of each text (sorted 64-bit shingle hashes),
+/// each as little-endian bytes.
+#[pyfunction]
+#[pyo3(signature = (texts, html=false))]
+fn shingle_sets<'py>(
+    py: Python<'py>,
+    texts: Vec<PyBackedStr>,
+    html: bool,
+) -> Vec<Bound<'py, PyBytes>> {
+    let normalize = neardup_core::NormalizeConfig {
+        html,
+        ..Default::default()
+    };
+    let sets: Vec<Vec<u64>> = py.detach(|| {
+        texts
+            .par_iter()
+            .map(|t| shingles_for(t, &normalize))
+            .collect()
+    });
+    sets.iter()
+        .map(|s| PyBytes::new(py, bytemuck_bytes(s)))
+        .collect()
+}
+
+fn u64s(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// Jaccard similarity of pairs of feature sets given as bytes.
+#[pyfunction]
+fn jaccard_pairs(py: Python<'_>, a: Vec<Vec<u8>>, b: Vec<Vec<u8>>) -> PyResult<Vec<f64>> {
+    if a.len() != b.len() {
+        return Err(err("jaccard_pairs: the two lists differ in length"));
+    }
+    Ok(py.detach(|| {
+        a.par_iter()
+            .zip(b.par_iter())
+            .map(|(x, y)| jaccard(&u64s(x), &u64s(y)))
+            .collect()
+    }))
+}
+
+// ---------------------------------------------------------------- index ---
+
+enum AnyIndex {
+    W64(Index<u64>),
+    W128(Index<u128>),
+}
+
+#[pyclass(name = "_Index", module = "neardup")]
+struct PyIndex {
+    index: AnyIndex,
+    ids: IdTable,
+    config: Option<FingerprintConfig>,
+}
+
+fn words_to<B: Bits>(data: &[u8]) -> PyResult<Vec<B>> {
+    let w = u64s(data);
+    Ok(match B::BITS {
+        64 => w.into_iter().map(|x| B::from_u128(x as u128)).collect(),
+        _ => {
+            if w.len() % 2 != 0 {
+                return Err(err("128-bit fingerprints come as (high, low) pairs"));
+            }
+            w.chunks_exact(2)
+                .map(|p| B::from_u128(((p[0] as u128) << 64) | p[1] as u128))
+                .collect()
+        }
+    })
+}
+
+fn id_to_py(py: Python<'_>, id: Option<IdRef<'_>>) -> PyResult<Py<PyAny>> {
+    match id {
+        Some(IdRef::Int(n)) => Ok(n.into_pyobject(py)?.into_any().unbind()),
+        Some(IdRef::Json(b)) => match serde_json::from_slice(b).map_err(err)? {
+            serde_json::Value::String(s) => Ok(s.into_pyobject(py)?.into_any().unbind()),
+            serde_json::Value::Number(n) if n.is_i64() => Ok(n
+                .as_i64()
+                .expect("i64")
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
+            other => Err(err(format!("unexpected id {other} in the index"))),
+        },
+        None => Ok(py.None()),
+    }
+}
+
+fn push_py_id(ids: &mut IdTable, id: &Bound<'_, PyAny>) -> PyResult<()> {
+    if let Ok(n) = id.extract::<i64>() {
+        ids.push_int(n);
+    } else if let Ok(s) = id.extract::<String>() {
+        ids.push_json(serde_json::to_string(&s).expect("a string").as_bytes());
+    } else {
+        return Err(err("ids are ints or strs"));
+    }
+    Ok(())
+}
+
+macro_rules! with_index {
+    ($idx:expr, $i:ident => $body:expr) => {
+        match $idx {
+            AnyIndex::W64($i) => $body,
+            AnyIndex::W128($i) => $body,
+        }
+    };
+}
+
+fn matches_to_py(
+    py: Python<'_>,
+    ids: &IdTable,
+    ms: &[neardup_core::Match],
+) -> PyResult<Py<PyList>> {
+    let items: PyResult<Vec<Bound<'_, PyTuple>>> = ms
+        .iter()
+        .map(|m| {
+            let id = id_to_py(py, ids.get(m.id))?;
+            PyTuple::new(py, [id, m.distance.into_pyobject(py)?.into_any().unbind()])
+        })
+        .collect();
+    Ok(PyList::new(py, items?)?.unbind())
+}
+
+#[pymethods]
+impl PyIndex {
+    /// Builds an index of `data` (fingerprint words as bytes) with `ids`
+    /// (a list of ints or strs, or None for 0..n).
+    #[staticmethod]
+    #[pyo3(signature = (data, bits, k, ids=None, config=None, design=None))]
+    fn build(
+        py: Python<'_>,
+        data: &[u8],
+        bits: u32,
+        k: u32,
+        ids: Option<&Bound<'_, PyList>>,
+        config: Option<&PyConfig>,
+        design: Option<&str>,
+    ) -> PyResult<Self> {
+        let n = data.len() / (bits as usize / 8);
+        let design: TableDesign = match design {
+            Some(json) => serde_json::from_str(json).map_err(err)?,
+            None => {
+                let p = plan(bits, k, n.max(1) as f64, None).map_err(err)?;
+                p.options[p.chosen].design.clone()
+            }
+        };
+        let mut table = IdTable::default();
+        match ids {
+            Some(list) => {
+                if list.len() != n {
+                    return Err(err(format!("{} ids for {n} fingerprints", list.len())));
+                }
+                for id in list.iter() {
+                    push_py_id(&mut table, &id)?;
+                }
+            }
+            None => (0..n as i64).for_each(|i| table.push_int(i)),
+        }
+        let index = match bits {
+            64 => {
+                let fps = words_to::<u64>(data)?;
+                AnyIndex::W64(
+                    py.detach(|| {
+                        Index::build(
+                            design,
+                            fps.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
+                        )
+                    })
+                    .map_err(err)?,
+                )
+            }
+            128 => {
+                let fps = words_to::<u128>(data)?;
+                AnyIndex::W128(
+                    py.detach(|| {
+                        Index::build(
+                            design,
+                            fps.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
+                        )
+                    })
+                    .map_err(err)?,
+                )
+            }
+            b => return Err(err(format!("fingerprint width {b}: use 64 or 128"))),
+        };
+        Ok(PyIndex {
+            index,
+            ids: table,
+            config: config.map(|c| c.config.clone()),
+        })
+    }
+
+    /// Loads an index file (as `neardup index build` writes).
+    #[staticmethod]
+    fn load(path: &str) -> PyResult<Self> {
+        let bytes = std::fs::read(path).map_err(|e| PyIOError::new_err(format!("{path}: {e}")))?;
+        let file = IndexFile::open(Arc::new(bytes)).map_err(|e| err(format!("{path}: {e}")))?;
+        let ids = IdTable::read(&file).map_err(|e| err(format!("{path}: {e}")))?;
+        let config = match file.extra().get("config") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(c) => Some(serde_json::from_value(c.clone()).map_err(err)?),
+        };
+        let index = match file.bits() {
+            64 => AnyIndex::W64(file.index::<u64>().map_err(err)?),
+            _ => AnyIndex::W128(file.index::<u128>().map_err(err)?),
+        };
+        Ok(PyIndex { index, ids, config })
+    }
+
+    /// Writes the index file atomically (temporary file, then rename).
+    fn save(&self, path: &str) -> PyResult<()> {
+        let (kind, sections) = self.ids.sections();
+        let extra =
+            serde_json::json!({"config": self.config, "ids": kind, "format": "neardup index"});
+        let refs: Vec<(&str, &[u8])> = sections.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        let mut bytes = Vec::new();
+        with_index!(&self.index, i => i.write_to(&extra, &refs, &mut bytes)).map_err(err)?;
+        let tmp = format!("{path}.tmp-{}", std::process::id());
+        let io = |e: std::io::Error| PyIOError::new_err(format!("{path}: {e}"));
+        std::fs::write(&tmp, &bytes).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(e)
+        })
+    }
+
+    #[getter]
+    fn bits(&self) -> u32 {
+        with_index!(&self.index, i => i.design().bits)
+    }
+
+    #[getter]
+    fn k(&self) -> u32 {
+        with_index!(&self.index, i => i.design().k)
+    }
+
+    #[getter]
+    fn config(&self) -> PyResult<Option<PyConfig>> {
+        self.config.clone().map(PyConfig::from_config).transpose()
+    }
+
+    fn __len__(&self) -> usize {
+        with_index!(&self.index, i => i.len())
+    }
+
+    /// Matches of one fingerprint: [(id, distance)], nearest first.
+    fn query(&self, py: Python<'_>, fp: u128, k: u32) -> PyResult<Py<PyList>> {
+        let ms = match &self.index {
+            AnyIndex::W64(i) => {
+                let q = u64::try_from(fp)
+                    .map_err(|_| err("a 64-bit index takes 64-bit fingerprints"))?;
+                i.query(q, k).map_err(err)?
+            }
+            AnyIndex::W128(i) => i.query(fp, k).map_err(err)?,
+        };
+        matches_to_py(py, &self.ids, &ms)
+    }
+
+    /// Matches of many fingerprints (words as bytes), in parallel.
+    fn query_batch(&self, py: Python<'_>, data: &[u8], k: u32) -> PyResult<Vec<Py<PyList>>> {
+        let all = match &self.index {
+            AnyIndex::W64(i) => {
+                let qs = words_to::<u64>(data)?;
+                py.detach(|| i.query_batch(&qs, k)).map_err(err)?
+            }
+            AnyIndex::W128(i) => {
+                let qs = words_to::<u128>(data)?;
+                py.detach(|| i.query_batch(&qs, k)).map_err(err)?
+            }
+        };
+        all.iter()
+            .map(|ms| matches_to_py(py, &self.ids, ms))
+            .collect()
+    }
+
+    fn add(&mut self, id: &Bound<'_, PyAny>, fp: u128) -> PyResult<()> {
+        let entry = self.ids.len() as u64;
+        match &mut self.index {
+            AnyIndex::W64(i) => {
+                let f = u64::try_from(fp)
+                    .map_err(|_| err("a 64-bit index takes 64-bit fingerprints"))?;
+                i.add(entry, f).map_err(err)?
+            }
+            AnyIndex::W128(i) => i.add(entry, fp).map_err(err)?,
+        }
+        push_py_id(&mut self.ids, id)
+    }
+
+    /// Deletes every entry whose id is in `ids`; returns how many.
+    fn delete(&mut self, ids: &Bound<'_, PyList>) -> PyResult<usize> {
+        // Every id as its JSON text, the form both kinds of table can give.
+        let mut wanted = std::collections::HashSet::new();
+        for id in ids.iter() {
+            if let Ok(n) = id.extract::<i64>() {
+                wanted.insert(n.to_string().into_bytes());
+            } else if let Ok(s) = id.extract::<String>() {
+                wanted.insert(serde_json::to_string(&s).expect("a string").into_bytes());
+            }
+        }
+        let table = &self.ids;
+        let remove = |entry: u64| match table.get(entry) {
+            Some(IdRef::Int(n)) => wanted.contains(n.to_string().as_bytes()),
+            Some(IdRef::Json(b)) => wanted.contains(b),
+            None => false,
+        };
+        Ok(with_index!(&mut self.index, i => i.delete(remove)))
+    }
+
+    /// Every pair within k: [(id_a, id_b, distance)].
+    fn self_join(&self, py: Python<'_>, k: u32) -> PyResult<Py<PyList>> {
+        let pairs = with_index!(&self.index, i => py.detach(|| i.self_join(k))).map_err(err)?;
+        let items: PyResult<Vec<Bound<'_, PyTuple>>> = pairs
+            .iter()
+            .map(|&(a, b, d)| {
+                PyTuple::new(
+                    py,
+                    [
+                        id_to_py(py, self.ids.get(a))?,
+                        id_to_py(py, self.ids.get(b))?,
+                        d.into_pyobject(py)?.into_any().unbind(),
+                    ],
+                )
+            })
+            .collect();
+        Ok(PyList::new(py, items?)?.unbind())
+    }
+}
+
+// ---------------------------------------------------------------- dedup ---
+
+/// Batch dedup of fingerprints (and optionally feature sets): pairs as
+/// (a, b, distance, jaccard or -1) over positions, and each position's
+/// representative.
+#[pyfunction]
+#[pyo3(signature = (data, bits, k, policy, threshold=None, sets=None))]
+#[allow(clippy::type_complexity)]
+fn dedup_positions(
+    py: Python<'_>,
+    data: &[u8],
+    bits: u32,
+    k: u32,
+    policy: &str,
+    threshold: Option<f64>,
+    sets: Option<Vec<Vec<u8>>>,
+) -> PyResult<(Vec<(u32, u32, u32, f64)>, Vec<u32>)> {
+    let policy = match policy {
+        "components" => Policy::Components,
+        "incremental" => Policy::Incremental,
+        p => {
+            return Err(PyValueError::new_err(format!(
+                "policy {p:?}: use 'components' or 'incremental'"
+            )));
+        }
+    };
+    let sets: Option<Vec<Vec<u64>>> = sets.map(|s| s.iter().map(|b| u64s(b)).collect());
+    fn run<B: Bits>(
+        fps: Vec<B>,
+        k: u32,
+        policy: Policy,
+        verify: Option<(f64, &[Vec<u64>])>,
+    ) -> Result<(Vec<(u32, u32, u32, f64)>, Vec<u32>), neardup_core::Error> {
+        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        let mut d = Dedup::new(&fps, k, &design)?;
+        if let Some((t, sets)) = verify {
+            d = d.verify(t, |i| sets[i as usize].as_slice());
+        }
+        let mut pairs = Vec::new();
+        d.for_each_scored_pair(|a, b, dist, j| {
+            pairs.push((a, b, dist, j.unwrap_or(-1.0)));
+            Ok::<(), ()>(())
+        })
+        .expect("collecting");
+        Ok((pairs, d.representatives(policy)))
+    }
+    let verify = match (threshold, &sets) {
+        (Some(t), Some(s)) => Some((t, s.as_slice())),
+        (None, _) => None,
+        (Some(_), None) => return Err(err("verification needs the feature sets")),
+    };
+    let out = match bits {
+        64 => {
+            let fps = words_to::<u64>(data)?;
+            py.detach(|| run(fps, k, policy, verify))
+        }
+        128 => {
+            let fps = words_to::<u128>(data)?;
+            py.detach(|| run(fps, k, policy, verify))
+        }
+        b => return Err(err(format!("fingerprint width {b}: use 64 or 128"))),
+    };
+    out.map_err(err)
+}
+
+/// Cluster lists from representatives: [(representative, [members])].
+#[pyfunction]
+fn clusters_of(reps: Vec<u32>) -> Vec<(u32, Vec<u32>)> {
+    clusters(&reps)
+}
+
+/// The candidate configuration used with verification (as `neardup dedup`).
+#[pyfunction]
+fn candidate_config() -> PyResult<PyConfig> {
+    PyConfig::from_config(FingerprintConfig::candidates())
+}
+
+// ---------------------------------------------------------------- spark ---
+
+/// The join design for n fingerprints at k, as JSON.
+#[pyfunction]
+fn join_design(bits: u32, k: u32, n: f64) -> PyResult<String> {
+    let d = plan_join(bits, k, n.max(1.0)).map_err(err)?;
+    Ok(serde_json::to_string(&d).expect("design serialises"))
+}
+
+/// One key per design table for each fingerprint: (table, key high, key low)
+/// words for row i at 3i..3i+3, as bytes.
+#[pyfunction]
+fn table_keys<'py>(
+    py: Python<'py>,
+    design: &str,
+    data: &[u8],
+    bits: u32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let d: TableDesign = serde_json::from_str(design).map_err(err)?;
+    fn keys<B: Bits>(d: &TableDesign, fps: &[B]) -> Vec<u64> {
+        let masks: Vec<B> = d.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
+        let mut out = Vec::with_capacity(fps.len() * d.tables.len() * 3);
+        for &f in fps {
+            for (t, m) in masks.iter().enumerate() {
+                let key = f.and(*m).to_u128();
+                out.extend([t as u64, (key >> 64) as u64, key as u64]);
+            }
+        }
+        out
+    }
+    let words = match bits {
+        64 => keys(&d, &words_to::<u64>(data)?),
+        _ => keys(&d, &words_to::<u128>(data)?),
+    };
+    Ok(PyBytes::new(py, bytemuck_bytes(&words)))
+}
+
+/// Pairs within one key group of table `table`: every pair within k whose
+/// first shared table is `table` (so each pair is reported by one group).
+/// `rows` are positions; returns (position a, position b, distance), a < b.
+#[pyfunction]
+fn group_pairs(
+    py: Python<'_>,
+    design: &str,
+    table: usize,
+    data: &[u8],
+    rows: Vec<i64>,
+    bits: u32,
+    k: u32,
+) -> PyResult<Vec<(i64, i64, u32)>> {
+    let d: TableDesign = serde_json::from_str(design).map_err(err)?;
+    fn pairs<B: Bits>(
+        d: &TableDesign,
+        table: usize,
+        fps: &[B],
+        rows: &[i64],
+        k: u32,
+    ) -> Vec<(i64, i64, u32)> {
+        let masks: Vec<B> = d.tables[..table]
+            .iter()
+            .map(|t| t.prefix_mask::<B>())
+            .collect();
+        let mut out = Vec::new();
+        for i in 0..fps.len() {
+            for j in i + 1..fps.len() {
+                let dist = fps[i].distance(fps[j]);
+                if dist > k || masks.iter().any(|m| fps[i].and(*m) == fps[j].and(*m)) {
+                    continue;
+                }
+                let (a, b) = (rows[i].min(rows[j]), rows[i].max(rows[j]));
+                out.push((a, b, dist));
+            }
+        }
+        out
+    }
+    if table >= d.tables.len() {
+        return Err(err("no such table in the design"));
+    }
+    Ok(match bits {
+        64 => {
+            let f = words_to::<u64>(data)?;
+            py.detach(|| pairs(&d, table, &f, &rows, k))
+        }
+        _ => {
+            let f = words_to::<u128>(data)?;
+            py.detach(|| pairs(&d, table, &f, &rows, k))
+        }
+    })
+}
+
+#[pymodule]
+fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyConfig>()?;
+    m.add_class::<PyIndex>()?;
+    m.add("NeardupError", m.py().get_type::<NeardupError>())?;
+    m.add_function(wrap_pyfunction!(fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprints_list, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprints_arrow, m)?)?;
+    m.add_function(wrap_pyfunction!(shingle_sets, m)?)?;
+    m.add_function(wrap_pyfunction!(jaccard_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(dedup_positions, m)?)?;
+    m.add_function(wrap_pyfunction!(clusters_of, m)?)?;
+    m.add_function(wrap_pyfunction!(candidate_config, m)?)?;
+    m.add_function(wrap_pyfunction!(join_design, m)?)?;
+    m.add_function(wrap_pyfunction!(table_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(group_pairs, m)?)?;
+    Ok(())
+}

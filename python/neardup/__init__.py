@@ -1,0 +1,399 @@
+"""neardup: near-duplicate detection with SimHash fingerprints, in Rust.
+
+Charikar's SimHash and the permuted-table Hamming search of Manku, Jain & Das
+Sarma (WWW 2007). Fingerprint texts, index fingerprints for exact lookups
+within k bits, and deduplicate corpora with exact Jaccard verification.
+
+>>> import neardup
+>>> a = neardup.fingerprint("The harbour master opened the gates at dawn.")
+>>> b = neardup.fingerprint("The harbour master opened the gates at dawn!")
+>>> a == b
+True
+>>> neardup.distance(a, neardup.fingerprint("A recipe for bread and butter."), bits=64) > 3
+True
+
+Every function takes the pipeline settings as keyword arguments (``bits``,
+``tokenizer``, ``features``, ``weights``, ``profile`` ...) or a ready
+:class:`FingerprintConfig` as ``config``; errors are :class:`NeardupError`
+(a ``ValueError``) with the Rust core's message.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _neardup as _rs
+from ._neardup import FingerprintConfig, NeardupError
+
+__all__ = [
+    "FingerprintConfig",
+    "NeardupError",
+    "Index",
+    "DedupResult",
+    "fingerprint",
+    "fingerprints",
+    "distance",
+    "similarity",
+    "dedup",
+    "to_hex",
+]
+
+__version__ = "0.1.0"
+
+Id = Union[int, str]
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_config(items: Tuple[Tuple[str, Any], ...]) -> FingerprintConfig:
+    return FingerprintConfig(**dict(items))
+
+
+def _config(config: Optional[FingerprintConfig], kwargs: dict) -> FingerprintConfig:
+    if config is not None:
+        if kwargs:
+            raise TypeError("give either config= or pipeline keywords, not both")
+        if not isinstance(config, FingerprintConfig):
+            raise TypeError("config must be a neardup.FingerprintConfig")
+        return config
+    return _cached_config(tuple(sorted(kwargs.items())))
+
+
+def fingerprint(text: str, config: Optional[FingerprintConfig] = None, **kwargs: Any) -> int:
+    """The SimHash fingerprint of ``text``, as an int (64 or 128 bits).
+
+    >>> neardup.fingerprint("hello world", profile="python-simhash") == __import__("simhash").Simhash("hello world").value  # doctest: +SKIP
+    True
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+    return _rs.fingerprint(_config(config, kwargs), text)
+
+
+def _is_arrow(x: Any) -> bool:
+    mod = type(x).__module__
+    return mod.startswith("pyarrow")
+
+
+def _arrow_chunk(cfg: FingerprintConfig, arr: Any, threads: Optional[int]) -> bytes:
+    import pyarrow as pa
+
+    if pa.types.is_string(arr.type):
+        large = False
+    elif pa.types.is_large_string(arr.type):
+        large = True
+    else:
+        raise TypeError(f"an arrow array of strings is needed, not {arr.type}")
+    validity, offsets, data = arr.buffers()
+    return _rs.fingerprints_arrow(
+        cfg,
+        offsets.to_pybytes() if offsets is not None else b"",
+        data.to_pybytes() if data is not None else b"",
+        arr.offset,
+        len(arr),
+        large,
+        validity.to_pybytes() if validity is not None and arr.null_count else None,
+        threads,
+    )
+
+
+def fingerprints(
+    texts: Union[Sequence[str], Any],
+    config: Optional[FingerprintConfig] = None,
+    *,
+    threads: Optional[int] = None,
+    output: str = "numpy",
+    **kwargs: Any,
+) -> Any:
+    """Fingerprints of many texts, computed in parallel in Rust with the GIL
+    released.
+
+    ``texts``: a list (or any iterable) of str, or a pyarrow string array
+    (``string`` or ``large_string``; chunked arrays too; nulls count as empty
+    texts). Returns a numpy ``uint64`` array of shape ``(n,)``, or ``(n, 2)``
+    holding (high, low) 64-bit halves for 128-bit fingerprints; with
+    ``output="arrow"``, a pyarrow ``uint64`` array (a fixed-size list of two
+    for 128 bits). ``threads``: worker threads (default: all cores; 1 runs on
+    the calling thread only).
+
+    >>> fps = neardup.fingerprints(["one text", "another text"])
+    >>> fps.dtype, fps.shape
+    (dtype('uint64'), (2,))
+    """
+    cfg = _config(config, kwargs)
+    if _is_arrow(texts):
+        import pyarrow as pa
+
+        chunks = texts.chunks if isinstance(texts, pa.ChunkedArray) else [texts]
+        raw = b"".join(_arrow_chunk(cfg, c, threads) for c in chunks)
+    else:
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of str, not one str: use fingerprint()")
+        texts = texts if isinstance(texts, list) else list(texts)
+        raw = _rs.fingerprints_list(cfg, texts, threads)
+    words = np.frombuffer(raw, dtype="<u8").astype(np.uint64, copy=False)
+    if cfg.bits == 128:
+        words = words.reshape(-1, 2)
+    if output == "numpy":
+        return words
+    if output == "arrow":
+        import pyarrow as pa
+
+        if cfg.bits == 64:
+            return pa.array(words, type=pa.uint64())
+        return pa.FixedSizeListArray.from_arrays(pa.array(words.reshape(-1), type=pa.uint64()), 2)
+    raise ValueError(f"output={output!r}: use 'numpy' or 'arrow'")
+
+
+_fingerprints = fingerprints
+
+
+def _words(fps: Any, bits: int) -> bytes:
+    """Fingerprints (ints, a numpy array, or (n, 2) halves) as little-endian words."""
+    if isinstance(fps, np.ndarray) and fps.dtype in (np.uint64, np.int64):
+        arr = fps.astype(np.uint64, copy=False)
+        if bits == 128 and arr.ndim != 2:
+            raise NeardupError("128-bit fingerprints as an array come as (n, 2) (high, low) halves")
+        return np.ascontiguousarray(arr, dtype="<u8").tobytes()
+    ints = [int(x) for x in fps]
+    if bits == 64:
+        try:
+            return np.array(ints, dtype=np.uint64).astype("<u8").tobytes()
+        except OverflowError:
+            raise NeardupError("a fingerprint does not fit in 64 bits: use bits=128") from None
+    flat = []
+    for x in ints:
+        if x < 0 or x >> 128:
+            raise NeardupError(f"fingerprint {x} does not fit in 128 bits")
+        flat += [x >> 64, x & 0xFFFFFFFFFFFFFFFF]
+    return np.array(flat, dtype=np.uint64).astype("<u8").tobytes()
+
+
+def distance(a: int, b: int, bits: int = 64) -> int:
+    """Hamming distance between two fingerprints of ``bits`` bits."""
+    mask = (1 << bits) - 1
+    return bin((a ^ b) & mask).count("1")
+
+
+def similarity(a: int, b: int, bits: int = 64) -> float:
+    """Estimated cosine similarity of the feature vectors, cos(pi * d / f)."""
+    import math
+
+    return math.cos(math.pi * distance(a, b, bits) / bits)
+
+
+def to_hex(fp: int, bits: int = 64) -> str:
+    """A fingerprint as the hex digits neardup's command line prints."""
+    return format(fp, f"0{bits // 4}x")
+
+
+class Index:
+    """An exact Hamming-distance index (permuted tables, the paper's section 3):
+    every stored fingerprint within k of a query, nothing missed.
+
+    >>> idx = neardup.Index.build([0b1011, 0b1010, 1 << 40], ids=["a", "b", "c"], k=2)
+    >>> idx.query(0b1011)
+    [('a', 0), ('b', 1)]
+
+    Files are the command line's format (``neardup index build``/``query``).
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @classmethod
+    def build(
+        cls,
+        fingerprints: Any,
+        ids: Optional[Sequence[Id]] = None,
+        *,
+        k: int = 3,
+        bits: Optional[int] = None,
+        config: Optional[FingerprintConfig] = None,
+    ) -> "Index":
+        """Builds an index of ``fingerprints`` (ints, or an array from
+        :func:`fingerprints`) with their ``ids`` (ints or strs; default
+        positions). ``config``: how the fingerprints were made, kept in the
+        file and used by text queries. ``k``: the largest query distance."""
+        if bits is None:
+            bits = config.bits if config is not None else (128 if isinstance(fingerprints, np.ndarray) and fingerprints.ndim == 2 else 64)
+        data = _words(fingerprints, bits)
+        return cls(_rs._Index.build(data, bits, k, list(ids) if ids is not None else None, config))
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "Index":
+        """Loads an index file."""
+        return cls(_rs._Index.load(os.fspath(path)))
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Writes the index file atomically."""
+        self._inner.save(os.fspath(path))
+
+    @property
+    def k(self) -> int:
+        """The largest distance queries may ask for."""
+        return self._inner.k
+
+    @property
+    def bits(self) -> int:
+        return self._inner.bits
+
+    @property
+    def config(self) -> Optional[FingerprintConfig]:
+        """The fingerprint configuration stored with the index, if any."""
+        return self._inner.config
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __repr__(self) -> str:
+        return f"Index({len(self)} fingerprints, {self.bits} bits, k <= {self.k})"
+
+    def _fp(self, x: Union[int, str]) -> int:
+        if isinstance(x, str):
+            cfg = self.config
+            if cfg is None:
+                raise NeardupError("this index has no configuration: query it with fingerprints")
+            return _rs.fingerprint(cfg, x)
+        return int(x)
+
+    def query(self, x: Union[int, str], k: Optional[int] = None) -> List[Tuple[Id, int]]:
+        """``[(id, distance)]`` of every entry within ``k`` (default: the
+        index's k) of a fingerprint or text, nearest first."""
+        return self._inner.query(self._fp(x), self.k if k is None else k)
+
+    def query_batch(self, xs: Any, k: Optional[int] = None) -> List[List[Tuple[Id, int]]]:
+        """:meth:`query` for many fingerprints (or texts), in parallel."""
+        if not isinstance(xs, np.ndarray) and len(xs) and isinstance(xs[0], str):
+            cfg = self.config
+            if cfg is None:
+                raise NeardupError("this index has no configuration: query it with fingerprints")
+            xs = fingerprints(xs, cfg)
+        return self._inner.query_batch(_words(xs, self.bits), self.k if k is None else k)
+
+    def add(self, id: Id, x: Union[int, str]) -> None:
+        """Adds one entry (searchable at once)."""
+        self._inner.add(id, self._fp(x))
+
+    def delete(self, ids: Iterable[Id]) -> int:
+        """Deletes every entry with one of ``ids``; returns how many."""
+        return self._inner.delete(list(ids))
+
+    def self_join(self, k: Optional[int] = None) -> List[Tuple[Id, Id, int]]:
+        """Every pair of entries within ``k``: ``[(id_a, id_b, distance)]``."""
+        return self._inner.self_join(self.k if k is None else k)
+
+
+@dataclass
+class DedupResult:
+    """The outcome of :func:`dedup`.
+
+    ``pairs``: ``(id_a, id_b, distance, jaccard)`` for every near-duplicate pair
+    (``jaccard`` is None without verification); ``clusters``: ``(representative,
+    members)`` for every cluster of two or more; ``keep``: for each input, whether
+    it survives; ``representatives``: each input's representative id.
+    """
+
+    pairs: List[Tuple[Id, Id, int, Optional[float]]]
+    clusters: List[Tuple[Id, List[Id]]]
+    keep: np.ndarray
+    representatives: List[Id] = field(repr=False)
+    k: int = 0
+    verified: bool = False
+
+
+def _verify_threshold(verify: Union[bool, str, None, float]) -> Optional[float]:
+    if verify is None or verify is False:
+        return None
+    if verify is True:
+        return 0.8
+    if isinstance(verify, (int, float)):
+        return float(verify)
+    if isinstance(verify, str) and verify.startswith("jaccard:"):
+        try:
+            t = float(verify[len("jaccard:"):])
+        except ValueError:
+            t = -1.0
+        if 0.0 <= t <= 1.0:
+            return t
+    raise NeardupError(f"verify={verify!r}: use 'jaccard:T' with T in [0, 1], e.g. 'jaccard:0.8', or False")
+
+
+def dedup(
+    texts: Optional[Sequence[str]] = None,
+    *,
+    fingerprints: Any = None,
+    ids: Optional[Sequence[Id]] = None,
+    k: Optional[int] = None,
+    verify: Union[bool, str, None] = True,
+    policy: str = "components",
+    config: Optional[FingerprintConfig] = None,
+    **kwargs: Any,
+) -> DedupResult:
+    """Near-duplicate pairs and clusters of a corpus, as ``neardup dedup`` finds
+    them (same defaults, same answers).
+
+    Give ``texts`` (verified by exact Jaccard similarity of word 3-shingles,
+    ``verify="jaccard:0.8"`` by default; candidates from 128-bit fingerprints
+    of single tokens within k = 13, unless ``config`` or pipeline keywords say
+    otherwise) or ready ``fingerprints`` (no verification; k = 3 for 64 bits).
+
+    >>> r = neardup.dedup(["the cat sat on the mat " * 5, "the cat sat on the mat " * 5 + "!", "dogs bark loudly at night " * 5], ids=["a", "b", "c"])
+    >>> [(a, b) for a, b, *_ in r.pairs], r.clusters
+    ([('a', 'b')], [('a', ['a', 'b'])])
+    """
+    threshold = _verify_threshold(verify) if texts is not None else None
+    if texts is None and fingerprints is None:
+        raise TypeError("give texts or fingerprints=")
+    if texts is not None and fingerprints is not None:
+        raise TypeError("give texts or fingerprints=, not both")
+    sets = None
+    if texts is not None:
+        texts = list(texts)
+        if threshold is not None and config is None:
+            base = _rs.candidate_config()
+            cfg = FingerprintConfig.from_json(_merge_json(base.to_json(), kwargs)) if kwargs else base
+        else:
+            cfg = _config(config, kwargs)
+        bits = cfg.bits
+        data = _words(_fingerprints(texts, cfg), bits)
+        if threshold is not None:
+            html = '"html":true' in cfg.to_json().replace(" ", "")
+            sets = _rs.shingle_sets(texts, html)
+        n = len(texts)
+    else:
+        arr = fingerprints
+        bits = 128 if (isinstance(arr, np.ndarray) and arr.ndim == 2) or (config is not None and config.bits == 128) else 64
+        data = _words(arr, bits)
+        n = len(data) // (bits // 8)
+    if k is None:
+        k = {(64, True): 7, (128, True): 13, (64, False): 3, (128, False): 6}[(bits, threshold is not None)]
+    ids = list(ids) if ids is not None else list(range(n))
+    if len(ids) != n:
+        raise NeardupError(f"{len(ids)} ids for {n} documents")
+    pairs, reps = _rs.dedup_positions(data, bits, k, policy, threshold, sets)
+    return DedupResult(
+        pairs=[(ids[a], ids[b], d, (None if j < 0 else j)) for a, b, d, j in pairs],
+        clusters=[(ids[r], [ids[m] for m in members]) for r, members in _rs.clusters_of(reps)],
+        keep=np.array([r == i for i, r in enumerate(reps)], dtype=bool),
+        representatives=[ids[r] for r in reps],
+        k=k,
+        verified=threshold is not None,
+    )
+
+
+def _merge_json(base_json: str, kwargs: dict) -> str:
+    """Pipeline keywords applied on top of a configuration (as JSON)."""
+    import json
+
+    base = json.loads(base_json)
+    override = json.loads(FingerprintConfig(**kwargs).to_json())
+    default = json.loads(FingerprintConfig().to_json())
+    for key, value in override.items():
+        if value != default.get(key):
+            base[key] = value
+    return json.dumps(base)
