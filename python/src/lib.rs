@@ -359,7 +359,7 @@ fn words_to<B: Bits>(data: &[u8]) -> PyResult<Vec<B>> {
     Ok(match B::BITS {
         64 => w.into_iter().map(|x| B::from_u128(x as u128)).collect(),
         _ => {
-            if w.len() % 2 != 0 {
+            if !w.len().is_multiple_of(2) {
                 return Err(err("128-bit fingerprints come as (high, low) pairs"));
             }
             w.chunks_exact(2)
