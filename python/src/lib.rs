@@ -740,57 +740,103 @@ fn table_keys<'py>(
     Ok(PyBytes::new(py, bytemuck_bytes(&words)))
 }
 
-/// Pairs within one key group of table `table`: every pair within k whose
-/// first shared table is `table` (so each pair is reported by one group).
-/// `rows` are positions; returns (position a, position b, distance), a < b.
+fn i64s(bytes: &[u8]) -> Vec<i64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// Pairs within key groups, for the Spark job. The rows (columns as
+/// little-endian i64 bytes) are sorted by group: (table, key high, key low,
+/// block i, block j). Within a group, row x in block `block[x]` is compared
+/// with row y when their blocks are (i, j) (or both i when i == j: a skewed
+/// group is split into block pairs, each its own group). A pair is kept when
+/// within k and `table` is the first table where both share the prefix, so
+/// each pair comes out of exactly one group. Returns (pos a, pos b, distance)
+/// rows as i64 bytes, a < b.
 #[pyfunction]
-fn group_pairs(
-    py: Python<'_>,
+#[allow(clippy::too_many_arguments)]
+fn sorted_group_pairs<'py>(
+    py: Python<'py>,
     design: &str,
-    table: usize,
-    data: &[u8],
-    rows: Vec<i64>,
     bits: u32,
     k: u32,
-) -> PyResult<Vec<(i64, i64, u32)>> {
+    table: &[u8],
+    key_hi: &[u8],
+    key_lo: &[u8],
+    block_i: &[u8],
+    block_j: &[u8],
+    block: &[u8],
+    pos: &[u8],
+    fp_hi: &[u8],
+    fp_lo: &[u8],
+) -> PyResult<Bound<'py, PyBytes>> {
     let d: TableDesign = serde_json::from_str(design).map_err(err)?;
-    fn pairs<B: Bits>(
+    let cols = [table, key_hi, key_lo, block_i, block_j, block, pos, fp_hi, fp_lo].map(i64s);
+    let n = cols[0].len();
+    if cols.iter().any(|c| c.len() != n) {
+        return Err(err("sorted_group_pairs: columns differ in length"));
+    }
+    let [table, key_hi, key_lo, bi, bj, block, pos, hi, lo] = cols;
+    fn run<B: Bits>(
         d: &TableDesign,
-        table: usize,
-        fps: &[B],
-        rows: &[i64],
         k: u32,
-    ) -> Vec<(i64, i64, u32)> {
-        let masks: Vec<B> = d.tables[..table]
-            .iter()
-            .map(|t| t.prefix_mask::<B>())
-            .collect();
+        c: [&[i64]; 9],
+    ) -> Vec<i64> {
+        let [table, key_hi, key_lo, bi, bj, block, pos, hi, lo] = c;
+        let fp = |x: usize| B::from_u128(((hi[x] as u64 as u128) << 64) | lo[x] as u64 as u128);
+        let masks: Vec<B> = d.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
+        let same = |x: usize, y: usize| {
+            table[x] == table[y]
+                && key_hi[x] == key_hi[y]
+                && key_lo[x] == key_lo[y]
+                && bi[x] == bi[y]
+                && bj[x] == bj[y]
+        };
         let mut out = Vec::new();
-        for i in 0..fps.len() {
-            for j in i + 1..fps.len() {
-                let dist = fps[i].distance(fps[j]);
-                if dist > k || masks.iter().any(|m| fps[i].and(*m) == fps[j].and(*m)) {
-                    continue;
-                }
-                let (a, b) = (rows[i].min(rows[j]), rows[i].max(rows[j]));
-                out.push((a, b, dist));
+        let mut start = 0;
+        while start < table.len() {
+            let mut end = start + 1;
+            while end < table.len() && same(start, end) {
+                end += 1;
             }
+            let t = table[start] as usize;
+            let (gi, gj) = (bi[start], bj[start]);
+            let fps: Vec<B> = (start..end).map(fp).collect();
+            for x in 0..fps.len() {
+                for y in x + 1..fps.len() {
+                    let (bx, by) = (block[start + x], block[start + y]);
+                    let wanted = if gi == gj {
+                        bx == gi && by == gi
+                    } else {
+                        (bx == gi && by == gj) || (bx == gj && by == gi)
+                    };
+                    if !wanted {
+                        continue;
+                    }
+                    let dist = fps[x].distance(fps[y]);
+                    if dist > k
+                        || masks[..t.min(masks.len())]
+                            .iter()
+                            .any(|m| fps[x].and(*m) == fps[y].and(*m))
+                    {
+                        continue;
+                    }
+                    let (a, b) = (pos[start + x], pos[start + y]);
+                    out.extend([a.min(b), a.max(b), i64::from(dist)]);
+                }
+            }
+            start = end;
         }
         out
     }
-    if table >= d.tables.len() {
-        return Err(err("no such table in the design"));
-    }
-    Ok(match bits {
-        64 => {
-            let f = words_to::<u64>(data)?;
-            py.detach(|| pairs(&d, table, &f, &rows, k))
-        }
-        _ => {
-            let f = words_to::<u128>(data)?;
-            py.detach(|| pairs(&d, table, &f, &rows, k))
-        }
-    })
+    let c = [&table[..], &key_hi, &key_lo, &bi, &bj, &block, &pos, &hi, &lo];
+    let out = py.detach(|| match bits {
+        64 => run::<u64>(&d, k, c),
+        _ => run::<u128>(&d, k, c),
+    });
+    Ok(PyBytes::new(py, bytemuck::cast_slice(&out)))
 }
 
 #[pymodule]
@@ -808,6 +854,6 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(candidate_config, m)?)?;
     m.add_function(wrap_pyfunction!(join_design, m)?)?;
     m.add_function(wrap_pyfunction!(table_keys, m)?)?;
-    m.add_function(wrap_pyfunction!(group_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(sorted_group_pairs, m)?)?;
     Ok(())
 }

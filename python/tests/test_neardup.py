@@ -16,11 +16,11 @@ SAMPLE = ROOT / "examples" / "sample.jsonl"
 
 
 def neardup_bin():
-    """The CLI binary (CI sets NEARDUP_BIN; else the cargo build's)."""
-    for p in [os.environ.get("NEARDUP_BIN"), ROOT / "target/release/neardup", ROOT / "target/debug/neardup"]:
-        if p and Path(p).exists():
-            return str(p)
-    pytest.skip("the neardup binary is not built: run cargo build first")
+    """The CLI binary (tests/conftest.py finds it; CI builds it first)."""
+    p = os.environ.get("NEARDUP_BIN")
+    if not p or not Path(p).exists():
+        pytest.fail("the neardup binary is not built: run cargo build first, or set NEARDUP_BIN")
+    return p
 
 
 def cli(*args, input=None):
