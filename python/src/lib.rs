@@ -773,17 +773,16 @@ fn sorted_group_pairs<'py>(
     fp_lo: &[u8],
 ) -> PyResult<Bound<'py, PyBytes>> {
     let d: TableDesign = serde_json::from_str(design).map_err(err)?;
-    let cols = [table, key_hi, key_lo, block_i, block_j, block, pos, fp_hi, fp_lo].map(i64s);
+    let cols = [
+        table, key_hi, key_lo, block_i, block_j, block, pos, fp_hi, fp_lo,
+    ]
+    .map(i64s);
     let n = cols[0].len();
     if cols.iter().any(|c| c.len() != n) {
         return Err(err("sorted_group_pairs: columns differ in length"));
     }
     let [table, key_hi, key_lo, bi, bj, block, pos, hi, lo] = cols;
-    fn run<B: Bits>(
-        d: &TableDesign,
-        k: u32,
-        c: [&[i64]; 9],
-    ) -> Vec<i64> {
+    fn run<B: Bits>(d: &TableDesign, k: u32, c: [&[i64]; 9]) -> Vec<i64> {
         let [table, key_hi, key_lo, bi, bj, block, pos, hi, lo] = c;
         let fp = |x: usize| B::from_u128(((hi[x] as u64 as u128) << 64) | lo[x] as u64 as u128);
         let masks: Vec<B> = d.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
@@ -831,7 +830,17 @@ fn sorted_group_pairs<'py>(
         }
         out
     }
-    let c = [&table[..], &key_hi, &key_lo, &bi, &bj, &block, &pos, &hi, &lo];
+    let c = [
+        &table[..],
+        &key_hi,
+        &key_lo,
+        &bi,
+        &bj,
+        &block,
+        &pos,
+        &hi,
+        &lo,
+    ];
     let out = py.detach(|| match bits {
         64 => run::<u64>(&d, k, c),
         _ => run::<u128>(&d, k, c),
