@@ -178,7 +178,9 @@ def dedup(
     keyed = keyed.withColumn("other", F.explode(F.sequence(F.lit(0).cast("long"), F.col("nblocks") - 1)))
     keyed = keyed.withColumn("block_i", F.least("block", "other")).withColumn("block_j", F.greatest("block", "other"))
     order = group + ["block_i", "block_j"]
-    parts = max(spark.sparkContext.defaultParallelism * 2, 1)
+    # Partitions of about two million key rows (~150 MB in the Python worker).
+    tables = len(json.loads(design)["tables"])
+    parts = max(spark.sparkContext.defaultParallelism * 2, -(-n * tables // 2_000_000), 1)
     sorted_rows = keyed.repartition(parts, *order).sortWithinPartitions(*order)
     pair_schema = T.StructType(
         [T.StructField("pa", T.LongType(), False), T.StructField("pb", T.LongType(), False), T.StructField("distance", T.LongType(), False)]
