@@ -97,3 +97,44 @@ def test_spark_equals_cli(spark, tmp_path, verify):
     deduped = spark.read.parquet(str(out / "deduped"))
     assert deduped.count() == n - sum(size - 1 for _, size, _ in want_clusters)
     assert set(deduped.columns) == {"id", "text", "lang"}
+
+
+def test_command_line_on_parquet_with_jsonl_output(spark, tmp_path):
+    """`python -m neardup.spark dedup` reads Parquet and writes JSON Lines,
+    with the same answers as the CLI on the same records."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neardup.spark import main
+
+    corpus = tmp_path / "c.jsonl"
+    rows = [json.loads(l) for l in open(make_small(corpus))]
+    table = pa.Table.from_pylist(rows)
+    pq.write_table(table, tmp_path / "c.parquet")
+    want_pairs, want_clusters = cli_dedup(corpus, tmp_path, ["--no-verify"])
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(tmp_path / "c.parquet"), "--output", str(out), "--format", "jsonl", "--no-verify"]) == 0
+    got = sorted(
+        (d["a"], d["b"], d["distance"])
+        for f in sorted((out / "pairs").glob("part-*"))
+        for d in map(json.loads, f.read_text().splitlines())
+    )
+    assert got == want_pairs
+    clusters = [json.loads(l) for f in sorted((out / "clusters").glob("part-*")) for l in f.read_text().splitlines()]
+    assert sorted((c["representative"], c["size"], tuple(c["members"])) for c in clusters) == want_clusters
+    assert main(["dedup", "--input", str(tmp_path / "c.parquet"), "--output", str(out), "--text-field", "body"]) == 2
+
+
+def make_small(path):
+    rng = random.Random(5)
+    docs = []
+    for i in range(1500):
+        words = [f"v{rng.randrange(3000)}" for _ in range(rng.randrange(40, 120))]
+        docs.append({"id": i, "text": " ".join(words)})
+        if i % 5 == 0:
+            words[rng.randrange(len(words))] = "changed"
+            docs.append({"id": 100000 + i, "text": " ".join(words)})
+    with open(path, "w") as f:
+        for d in docs:
+            f.write(json.dumps(d) + "\n")
+    return path
