@@ -89,10 +89,13 @@ impl Store {
         let path = dir.join(DB_FILE);
         let exists = path.exists();
         let db = Database::create(&path).map_err(|e| {
-            ServiceError::Storage(format!(
-                "cannot open {}: {e} (is another neardup serve using this folder?)",
-                path.display()
-            ))
+            let text = e.to_string();
+            let hint = if text.contains("lock") || text.contains("already open") {
+                "is another neardup serve using this folder?"
+            } else {
+                "it is not a readable neardup collection: give an empty folder to create one"
+            };
+            ServiceError::Storage(format!("cannot open {}: {text} ({hint})", path.display()))
         })?;
         let settings = if exists {
             let tx = db.begin_read().map_err(storage)?;
