@@ -9,7 +9,10 @@
 //! write batch or a merge. Deleted and replaced entries are tombstoned until a
 //! rebuild drops them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use neardup_core::TableDesign;
@@ -30,9 +33,88 @@ struct State<B: Bits> {
     mid: Arc<Index<B>>,
     recent: Vec<(u64, B)>,
     tombstones: HashSet<u64>,
-    /// Entry number -> document id (None once deleted or replaced).
-    names: Vec<Option<Arc<str>>>,
-    by_id: HashMap<Arc<str>, u64>,
+    ids: Ids,
+}
+
+/// Document ids without an allocation each: entry number -> id, as spans of
+/// one byte arena, and id -> live entry through a hash table of entry numbers.
+/// (About 45 bytes per document beyond the id itself, where a map of
+/// reference-counted strings took over 100.)
+#[derive(Default)]
+struct Ids {
+    bytes: Vec<u8>,
+    /// (start, length) in `bytes`; length `DEAD` once deleted or replaced.
+    spans: Vec<(u64, u32)>,
+    live: HashTable<u64>,
+    hasher: DefaultHashBuilder,
+    count: usize,
+}
+
+const DEAD: u32 = u32::MAX;
+
+impl Ids {
+    fn with_capacity(n: usize, bytes: usize) -> Self {
+        Ids {
+            bytes: Vec::with_capacity(bytes),
+            spans: Vec::with_capacity(n),
+            live: HashTable::with_capacity(n),
+            hasher: DefaultHashBuilder::default(),
+            count: 0,
+        }
+    }
+
+    fn bytes_of(&self, entry: u64) -> Option<&[u8]> {
+        let &(start, len) = self.spans.get(entry as usize)?;
+        (len != DEAD).then(|| &self.bytes[start as usize..start as usize + len as usize])
+    }
+
+    fn name(&self, entry: u64) -> Option<&str> {
+        self.bytes_of(entry)
+            .map(|b| std::str::from_utf8(b).expect("ids are stored as UTF-8"))
+    }
+
+    fn find(&self, id: &str) -> Option<u64> {
+        let h = self.hasher.hash_one(id.as_bytes());
+        self.live
+            .find(h, |&e| self.bytes_of(e) == Some(id.as_bytes()))
+            .copied()
+    }
+
+    /// Adds `id` as a new entry (the caller has removed any live one).
+    fn push(&mut self, id: &str) -> u64 {
+        let entry = self.spans.len() as u64;
+        self.spans.push((self.bytes.len() as u64, id.len() as u32));
+        self.bytes.extend_from_slice(id.as_bytes());
+        let h = self.hasher.hash_one(id.as_bytes());
+        let (spans, bytes, hasher) = (&self.spans, &self.bytes, &self.hasher);
+        self.live.insert_unique(h, entry, |&e| {
+            let (s, l) = spans[e as usize];
+            hasher.hash_one(&bytes[s as usize..s as usize + l as usize])
+        });
+        self.count += 1;
+        entry
+    }
+
+    /// Removes the live entry of `id`, if any; returns it.
+    fn remove(&mut self, id: &str) -> Option<u64> {
+        let h = self.hasher.hash_one(id.as_bytes());
+        let (spans, bytes) = (&self.spans, &self.bytes);
+        let found = self.live.find_entry(h, |&e| {
+            let (s, l) = spans[e as usize];
+            l != DEAD && &bytes[s as usize..s as usize + l as usize] == id.as_bytes()
+        });
+        let entry = match found {
+            Ok(occupied) => occupied.remove().0,
+            Err(_) => return None,
+        };
+        self.spans[entry as usize].1 = DEAD;
+        self.count -= 1;
+        Some(entry)
+    }
+
+    fn memory(&self) -> usize {
+        self.bytes.capacity() + self.spans.capacity() * 16 + self.live.capacity() * 9
+    }
 }
 
 pub struct Collection<B: Bits> {
@@ -62,18 +144,30 @@ pub struct Levels {
 }
 
 impl<B: Bits> Collection<B> {
-    /// A collection over `docs` (id, fingerprint), built as one main index.
-    pub fn new(design: TableDesign, docs: Vec<(Arc<str>, B)>) -> Result<Self, neardup_core::Error> {
-        let mut names = Vec::with_capacity(docs.len());
-        let mut by_id = HashMap::with_capacity(docs.len());
-        let mut entries = Vec::with_capacity(docs.len());
-        for (i, (id, fp)) in docs.into_iter().enumerate() {
-            by_id.insert(Arc::clone(&id), i as u64);
-            names.push(Some(id));
-            entries.push((i as u64, fp));
+    /// A collection over the documents `for_each` gives (id, fingerprint),
+    /// built as one main index; `expected`: about how many.
+    pub fn new(
+        design: TableDesign,
+        for_each: impl FnOnce(&mut dyn FnMut(&str, B)) -> Result<(), crate::ServiceError>,
+        expected: usize,
+    ) -> Result<Self, crate::ServiceError> {
+        let mut ids = Ids::with_capacity(expected, expected * 24);
+        let mut entries: Vec<(u64, B)> = Vec::with_capacity(expected);
+        let mut replaced = HashSet::new();
+        for_each(&mut |id, fp| {
+            // A store yields each id once; if not, the last one counts.
+            if let Some(old) = ids.remove(id) {
+                replaced.insert(old);
+            }
+            let e = ids.push(id);
+            entries.push((e, fp));
+        })?;
+        if !replaced.is_empty() {
+            entries.retain(|(e, _)| !replaced.contains(e));
         }
-        let main = Index::build(design.clone(), entries)?;
-        let mid = Index::build(design.clone(), std::iter::empty())?;
+        let config = |e: neardup_core::Error| crate::ServiceError::Config(e.to_string());
+        let main = Index::build(design.clone(), entries).map_err(config)?;
+        let mid = Index::build(design.clone(), std::iter::empty()).map_err(config)?;
         Ok(Collection {
             design,
             state: RwLock::new(State {
@@ -81,8 +175,7 @@ impl<B: Bits> Collection<B> {
                 mid: Arc::new(mid),
                 recent: Vec::new(),
                 tombstones: HashSet::new(),
-                names,
-                by_id,
+                ids,
             }),
             merge_wanted: Mutex::new(false),
             wake: Condvar::new(),
@@ -101,9 +194,9 @@ impl<B: Bits> Collection<B> {
             if s.tombstones.contains(&entry) {
                 return;
             }
-            if let Some(Some(id)) = s.names.get(entry as usize) {
+            if let Some(id) = s.ids.name(entry) {
                 found.push(Found {
-                    id: Arc::clone(id),
+                    id: Arc::from(id),
                     distance,
                 });
             }
@@ -132,8 +225,9 @@ impl<B: Bits> Collection<B> {
         self.state
             .read()
             .expect("collection lock")
-            .by_id
-            .contains_key(id)
+            .ids
+            .find(id)
+            .is_some()
     }
 
     /// Applies committed writes: `Some(fp)` stores (replacing a document of the
@@ -141,15 +235,11 @@ impl<B: Bits> Collection<B> {
     pub fn apply<'a>(&self, writes: impl IntoIterator<Item = (&'a str, Option<B>)>) {
         let mut s = self.state.write().expect("collection lock");
         for (id, fp) in writes {
-            if let Some(old) = s.by_id.remove(id) {
+            if let Some(old) = s.ids.remove(id) {
                 s.tombstones.insert(old);
-                s.names[old as usize] = None;
             }
             if let Some(fp) = fp {
-                let entry = s.names.len() as u64;
-                let id: Arc<str> = Arc::from(id);
-                s.names.push(Some(Arc::clone(&id)));
-                s.by_id.insert(id, entry);
+                let entry = s.ids.push(id);
                 s.recent.push((entry, fp));
             }
         }
@@ -164,7 +254,7 @@ impl<B: Bits> Collection<B> {
     pub fn levels(&self) -> Levels {
         let s = self.state.read().expect("collection lock");
         Levels {
-            documents: s.by_id.len(),
+            documents: s.ids.count,
             main: s.main.len(),
             mid: s.mid.len(),
             recent: s.recent.len(),
@@ -172,8 +262,7 @@ impl<B: Bits> Collection<B> {
             index_bytes: s.main.memory()
                 + s.mid.memory()
                 + s.recent.len() * (8 + std::mem::size_of::<B>())
-                + s.names.len() * 16
-                + s.by_id.len() * 40,
+                + s.ids.memory(),
         }
     }
 

@@ -117,17 +117,22 @@ fn start<B: Bits>(
 ) -> Result<App, ServiceError> {
     let hasher =
         SimHasher::new(settings.config.clone()).map_err(|e| ServiceError::Config(e.to_string()))?;
-    let mut docs: Vec<(Arc<str>, B)> = Vec::new();
     let read_started = Instant::now();
-    store.for_each(|id, fp| docs.push((Arc::from(id), B::read_le(fp))))?;
-    let read_seconds = read_started.elapsed().as_secs_f64();
-    let build_started = Instant::now();
-    let loaded = docs.len() as u64;
-    let collection = Arc::new(
-        collection::Collection::new(settings.design.clone(), docs)
-            .map_err(|e| ServiceError::Config(e.to_string()))?,
-    );
-    let build_seconds = build_started.elapsed().as_secs_f64();
+    let expected = store.document_count()? as usize;
+    let mut read_seconds = 0.0;
+    let collection = Arc::new(collection::Collection::new(
+        settings.design.clone(),
+        |add| {
+            let r = store.for_each(|id, fp| add(id, B::read_le(fp)));
+            read_seconds = read_started.elapsed().as_secs_f64();
+            r
+        },
+        expected,
+    )?);
+    let loaded = collection.levels().documents as u64;
+    // Reading the store and filling the id table happen together; the rest is
+    // building the tables.
+    let build_seconds = read_started.elapsed().as_secs_f64() - read_seconds;
     let store = Arc::new(store);
     let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
     let writer = {
