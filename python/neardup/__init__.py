@@ -354,16 +354,11 @@ def dedup(
     sets = None
     if texts is not None:
         texts = list(texts)
-        if threshold is not None and config is None:
-            base = _rs.candidate_config()
-            cfg = FingerprintConfig.from_json(_merge_json(base.to_json(), kwargs)) if kwargs else base
-        else:
-            cfg = _config(config, kwargs)
+        cfg = _dedup_config(threshold is not None, config, kwargs)
         bits = cfg.bits
         data = _words(_fingerprints(texts, cfg), bits)
         if threshold is not None:
-            html = '"html":true' in cfg.to_json().replace(" ", "")
-            sets = _rs.shingle_sets(texts, html)
+            sets = _rs.shingle_sets(cfg, texts)
         n = len(texts)
     else:
         arr = fingerprints
@@ -371,7 +366,7 @@ def dedup(
         data = _words(arr, bits)
         n = len(data) // (bits // 8)
     if k is None:
-        k = {(64, True): 7, (128, True): 13, (64, False): 3, (128, False): 6}[(bits, threshold is not None)]
+        k = _rs.default_k(bits, threshold is not None)
     ids = list(ids) if ids is not None else list(range(n))
     if len(ids) != n:
         raise NeardupError(f"{len(ids)} ids for {n} documents")
@@ -384,6 +379,16 @@ def dedup(
         k=k,
         verified=threshold is not None,
     )
+
+
+def _dedup_config(verified: bool, config: Optional[FingerprintConfig], kwargs: dict) -> FingerprintConfig:
+    """The configuration a dedup fingerprints with, as ``neardup dedup`` picks it:
+    with verification and no ``config``, the candidate configuration adjusted
+    by the keywords; otherwise ``config`` or the keywords."""
+    if verified and config is None:
+        base = _rs.candidate_config()
+        return FingerprintConfig.from_json(_merge_json(base.to_json(), kwargs)) if kwargs else base
+    return _config(config, kwargs)
 
 
 def _merge_json(base_json: str, kwargs: dict) -> str:

@@ -65,13 +65,9 @@ class SparkDedupResult:
 
 def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict):
     threshold = neardup._verify_threshold(verify)
-    if threshold is not None and config is None:
-        base = _rs.candidate_config()
-        cfg = neardup.FingerprintConfig.from_json(neardup._merge_json(base.to_json(), kwargs)) if kwargs else base
-    else:
-        cfg = neardup._config(config, kwargs)
+    cfg = neardup._dedup_config(threshold is not None, config, kwargs)
     if k is None:
-        k = {(64, True): 7, (128, True): 13, (64, False): 3, (128, False): 6}[(cfg.bits, threshold is not None)]
+        k = _rs.default_k(cfg.bits, threshold is not None)
     return cfg, k, threshold
 
 
@@ -100,7 +96,6 @@ def dedup(
     cfg, k, threshold = _settings(verify, k, config, kwargs)
     bits = cfg.bits
     cfg_json = cfg.to_json()
-    html = json.loads(cfg_json)["normalize"]["html"]
     stages = {}
     t0 = time.time()
 
@@ -132,7 +127,7 @@ def dedup(
             cols = [b.column("_pos"), pa.array(hi.view(np.int64)), pa.array(lo.view(np.int64))]
             if threshold is not None:
                 py_texts = [t if t is not None else "" for t in texts.to_pylist()]
-                cols.append(pa.array(_rs.shingle_sets(py_texts, html), type=pa.binary()))
+                cols.append(pa.array(_rs.shingle_sets(c, py_texts), type=pa.binary()))
             yield pa.RecordBatch.from_arrays(cols, schema=pa.schema([(f.name, _arrow_type(f.dataType)) for f in fp_schema.fields]))
 
     fps = with_pos.select("_pos", text_col).mapInArrow(fingerprint_batches, fp_schema).localCheckpoint()

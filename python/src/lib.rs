@@ -163,11 +163,10 @@ impl PyConfig {
     }
 
     fn __hash__(&self) -> u64 {
-        u64::from_str_radix(
-            &self.config.digest()[..16.min(self.config.digest().len())],
-            16,
-        )
-        .unwrap_or(0)
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.config.digest().hash(&mut h);
+        h.finish()
     }
 }
 
@@ -295,19 +294,15 @@ fn fingerprints_arrow<'py>(
     Ok(PyBytes::new(py, bytemuck_bytes(&words)))
 }
 
-/// The verification features of each text (sorted 64-bit shingle hashes),
-/// each as little-endian bytes.
+/// The verification features of each text (sorted 64-bit shingle hashes)
+/// after the configuration's normalisation, each as little-endian bytes.
 #[pyfunction]
-#[pyo3(signature = (texts, html=false))]
 fn shingle_sets<'py>(
     py: Python<'py>,
+    config: &PyConfig,
     texts: Vec<PyBackedStr>,
-    html: bool,
 ) -> Vec<Bound<'py, PyBytes>> {
-    let normalize = neardup_core::NormalizeConfig {
-        html,
-        ..Default::default()
-    };
+    let normalize = config.config.normalize;
     let sets: Vec<Vec<u64>> = py.detach(|| {
         texts
             .par_iter()
@@ -697,6 +692,15 @@ fn clusters_of(reps: Vec<u32>) -> Vec<(u32, Vec<u32>)> {
     clusters(&reps)
 }
 
+/// The default candidate distance of a dedup (as `neardup dedup`).
+#[pyfunction]
+fn default_k(bits: u32, verify: bool) -> PyResult<u32> {
+    Ok(neardup_core::dedup::default_k(
+        Width::from_bits(bits).map_err(err)?,
+        verify,
+    ))
+}
+
 /// The candidate configuration used with verification (as `neardup dedup`).
 #[pyfunction]
 fn candidate_config() -> PyResult<PyConfig> {
@@ -861,6 +865,7 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dedup_positions, m)?)?;
     m.add_function(wrap_pyfunction!(clusters_of, m)?)?;
     m.add_function(wrap_pyfunction!(candidate_config, m)?)?;
+    m.add_function(wrap_pyfunction!(default_k, m)?)?;
     m.add_function(wrap_pyfunction!(join_design, m)?)?;
     m.add_function(wrap_pyfunction!(table_keys, m)?)?;
     m.add_function(wrap_pyfunction!(sorted_group_pairs, m)?)?;

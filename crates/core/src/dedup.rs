@@ -17,6 +17,18 @@ pub enum Policy {
     Incremental,
 }
 
+/// The default candidate distance of a dedup: with verification wide enough
+/// that nearly every pair at Jaccard 0.8 is a candidate, without it the
+/// paper's choice (docs/quality.md). The CLI, Python and Spark all use this.
+pub fn default_k(width: crate::Width, verify: bool) -> u32 {
+    match (width, verify) {
+        (crate::Width::W64, true) => 7,
+        (crate::Width::W128, true) => 13,
+        (crate::Width::W64, false) => 3,
+        (crate::Width::W128, false) => 6,
+    }
+}
+
 /// The result of a self-join of documents' fingerprints.
 #[derive(Debug)]
 pub struct Dedup {

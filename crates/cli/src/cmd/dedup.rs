@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Result, bail};
 use clap::ValueEnum;
-use neardup_core::dedup::{Dedup, Policy, clusters};
+use neardup_core::dedup::{Dedup, Policy, clusters, default_k};
 use neardup_core::index::{Bits, plan_join};
 use neardup_core::jaccard::{SHORT_TEXT_WORDS, Verify};
 use neardup_core::{FingerprintConfig, Width};
@@ -83,17 +83,6 @@ pub struct Args {
 
     #[command(flatten)]
     pub run: RunArgs,
-}
-
-/// The default k: with verification wide enough that nearly every pair at
-/// Jaccard 0.8 is a candidate, without it the paper's choice (docs/quality.md).
-fn default_k(width: Width, verify: bool) -> u32 {
-    match (width, verify) {
-        (Width::W64, true) => 7,
-        (Width::W128, true) => 13,
-        (Width::W64, false) => 3,
-        (Width::W128, false) => 6,
-    }
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
