@@ -162,7 +162,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             }
         }
         let load_secs = started.elapsed().as_secs_f64();
-        let app = App::open(&dir, bail_settings, Options::default())?;
+        let app = App::open(&dir, already_created, Options::default())?;
         writeln!(
             out,
             "\n{n} documents: bulk load {load_secs:.1} s; restart ready to serve in {:.2} s (read the store {:.2} s, build the index {:.2} s)",
@@ -234,7 +234,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn bail_settings() -> Result<Settings, neardup_server::ServiceError> {
+fn already_created() -> Result<Settings, neardup_server::ServiceError> {
     Err(neardup_server::ServiceError::Config(
         "the collection was just created".into(),
     ))
