@@ -485,11 +485,12 @@ fn decode(
     line: Option<u64>,
     offset: u64,
 ) -> Result<String> {
-    match String::from_utf8(bytes) {
-        Ok(s) => Ok(s),
-        Err(e) if lossy => Ok(String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    match simdutf8::compat::from_utf8(&bytes) {
+        // SAFETY: simdutf8 has just validated these bytes as UTF-8.
+        Ok(_) => Ok(unsafe { String::from_utf8_unchecked(bytes) }),
+        Err(_) if lossy => Ok(String::from_utf8_lossy(&bytes).into_owned()),
         Err(e) => {
-            let at = offset + e.utf8_error().valid_up_to() as u64;
+            let at = offset + e.valid_up_to() as u64;
             let line = line.map(|l| format!(" (line {l})")).unwrap_or_default();
             Err(anyhow!(
                 "{name}: invalid UTF-8 at byte offset {at}{line}; fix the encoding or pass \
@@ -509,7 +510,8 @@ fn parse_json_line(
     args: &InputArgs,
     lossy: bool,
 ) -> Result<(String, Option<Id>), LineError> {
-    let text: Cow<str> = match std::str::from_utf8(line) {
+    // simdutf8 validates non-ASCII text (Chinese) several times faster than std.
+    let text: Cow<str> = match simdutf8::compat::from_utf8(line) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) if lossy => String::from_utf8_lossy(line),
         Err(e) => return Err(LineError::Utf8(e.valid_up_to())),

@@ -60,6 +60,33 @@ impl UnitSums {
         }
     }
 
+    /// Adds up to 255 hashes at once, with the counters in registers.
+    #[inline]
+    pub(crate) fn add_all(&mut self, hashes: &[u128]) {
+        debug_assert!(hashes.len() <= 255);
+        if self.pending as usize + hashes.len() > 255 {
+            self.flush();
+        }
+        match self.width {
+            Width::W64 => Self::spread_into::<8>(&mut self.lanes, hashes),
+            Width::W128 => Self::spread_into::<16>(&mut self.lanes, hashes),
+        }
+        self.pending += hashes.len() as u32;
+        self.total += hashes.len() as u64;
+    }
+
+    #[inline(always)]
+    fn spread_into<const N: usize>(lanes: &mut [u64; 16], hashes: &[u128]) {
+        let mut local: [u64; N] = lanes[..N].try_into().expect("N lanes");
+        for &h in hashes {
+            let bytes = h.to_le_bytes();
+            for (lane, &b) in local.iter_mut().zip(&bytes[..N]) {
+                *lane += SPREAD[b as usize];
+            }
+        }
+        lanes[..N].copy_from_slice(&local);
+    }
+
     fn flush(&mut self) {
         let n = self.width.bits() as usize / 8;
         for (m, lane) in self.lanes[..n].iter_mut().enumerate() {
@@ -152,6 +179,11 @@ mod tests {
             let width = if wide { Width::W128 } else { Width::W64 };
             let mut acc = UnitSums::new(width);
             for &h in &hashes { acc.add(h & width.mask()); }
+            // The same hashes in groups, as the batched path adds them.
+            let mut grouped = UnitSums::new(width);
+            let masked: Vec<u128> = hashes.iter().map(|&h| h & width.mask()).collect();
+            for group in masked.chunks(31) { grouped.add_all(group); }
+            prop_assert_eq!(grouped.finish().value(), acc.clone().finish().value());
             let pairs: Vec<(u128, i64)> = hashes.iter().map(|&h| (h & width.mask(), 1)).collect();
             prop_assert_eq!(acc.finish().value(), textbook(&pairs, width));
         }

@@ -27,10 +27,7 @@ pub fn normalize_into(config: &NormalizeConfig, text: &str, out: &mut String, tm
     let mut i = 0;
     while i < n {
         // A run of ASCII up to the next non-ASCII byte.
-        let k = bytes[i..]
-            .iter()
-            .position(|&b| b >= 0x80)
-            .map_or(n, |p| i + p);
+        let k = next_non_ascii(bytes, i).unwrap_or(n);
         if k > i {
             // The last ASCII character stays behind if what follows may compose with it.
             let end = if k < n && simple_map(config, char_at(text, k)).is_none() {
@@ -43,6 +40,14 @@ pub fn normalize_into(config: &NormalizeConfig, text: &str, out: &mut String, tm
             if i == n {
                 break;
             }
+        }
+        // A run of stable non-ASCII characters (CJK text, mostly) is copied
+        // whole, except a last one that a combining character may follow.
+        let run = stable_run(text, i);
+        if run > i {
+            ws.push_stable(&text[i..run], out);
+            i = run;
+            continue;
         }
         // A simple non-ASCII character followed by a simple one (or the end).
         let c = char_at(text, i);
@@ -66,6 +71,54 @@ pub fn normalize_into(config: &NormalizeConfig, text: &str, out: &mut String, tm
         normalize_slow(config, &text[i..j], &mut ws, out);
         i = j;
     }
+}
+
+/// The end of the longest run of [`is_stable`] non-ASCII characters from `i`
+/// each followed by a stable character or the end of the text (so that nothing
+/// after the run composes with it): `i` if there is none.
+#[inline]
+fn stable_run(text: &str, i: usize) -> usize {
+    let b = text.as_bytes();
+    // `last`: where the last character taken into the run starts.
+    let (mut j, mut last) = (i, i);
+    while j < b.len() {
+        let lead = b[j];
+        if (0xE5..=0xE9).contains(&lead) {
+            // U+5000 to U+9FFF: CJK unified ideographs, the bulk of Chinese text.
+            last = j;
+            j += 3;
+            continue;
+        }
+        if lead < 0x80 {
+            return j;
+        }
+        let c = char_at(text, j);
+        if !is_stable(c) {
+            // It may compose with the run's last character: leave that one to
+            // the careful path.
+            return last;
+        }
+        last = j;
+        j += c.len_utf8();
+    }
+    j
+}
+
+/// The first byte at or after `pos` that is not ASCII, eight bytes at a time.
+#[inline]
+pub(crate) fn next_non_ascii(b: &[u8], mut pos: usize) -> Option<usize> {
+    while let Some(chunk) = b.get(pos..pos + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        let high = word & 0x8080_8080_8080_8080;
+        if high != 0 {
+            return Some(pos + high.trailing_zeros() as usize / 8);
+        }
+        pos += 8;
+    }
+    b.get(pos..)?
+        .iter()
+        .position(|&c| c >= 0x80)
+        .map(|p| pos + p)
 }
 
 #[inline]
@@ -278,6 +331,17 @@ impl WhitespaceFolder {
         self.pending = trail > 0;
     }
 
+    /// A run of stable non-ASCII characters, none of them whitespace, already
+    /// normalised.
+    #[inline]
+    fn push_stable(&mut self, run: &str, out: &mut String) {
+        let mut chars = run.chars();
+        let first = chars.next().expect("a non-empty run");
+        self.flush_pending(first, out);
+        out.push_str(run);
+        self.last = Some(chars.next_back().unwrap_or(first));
+    }
+
     /// Any character, already normalised.
     #[inline]
     fn push(&mut self, c: char, out: &mut String) {
@@ -300,10 +364,14 @@ impl WhitespaceFolder {
 /// Appends ASCII bytes with whitespace runs folded to one space.
 #[inline]
 fn fold_bytes(bytes: &[u8], prev_ws: &mut bool, out: &mut String) {
+    debug_assert!(bytes.is_ascii());
+    // SAFETY: only ASCII bytes are appended, so `out` stays UTF-8.
+    let out = unsafe { out.as_mut_vec() };
+    out.reserve(bytes.len());
     for &c in bytes {
         let ws = c == b' ' || (0x09..=0x0d).contains(&c);
         if !(ws && *prev_ws) {
-            out.push(if ws { ' ' } else { c as char });
+            out.push(if ws { b' ' } else { c });
         }
         *prev_ws = ws;
     }

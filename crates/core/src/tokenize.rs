@@ -6,7 +6,9 @@ use jieba_rs::Jieba;
 use unicode_segmentation::UnicodeSegmentation;
 
 use crate::config::{MAX_WIDTH, Tokenizer};
-use crate::normalize::is_han;
+use crate::normalize::{is_han, next_non_ascii};
+
+mod scan;
 
 /// The shared jieba segmenter, loaded once (about a quarter of a second) on first use.
 pub fn jieba() -> &'static Jieba {
@@ -60,9 +62,8 @@ pub fn words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
 /// The first non-ASCII character at or after `pos` that the fast tokenizer does
 /// not know.
 fn next_unknown(b: &[u8], mut pos: usize) -> Option<usize> {
-    while let Some(p) = b[pos..].iter().position(|&c| c >= 0x80) {
-        let k = pos + p;
-        if known_punct(&b[k..]).is_none() {
+    while let Some(k) = next_non_ascii(b, pos) {
+        if !known_punct(&b[k..]) {
             return Some(k);
         }
         pos = k + 3;
@@ -70,15 +71,19 @@ fn next_unknown(b: &[u8], mut pos: usize) -> Option<usize> {
     None
 }
 
-/// Common typographic punctuation, as UTF-8, with its UAX #29 word-break class:
-/// ‘ ’ are MidNumLet; – — “ ” … are Other.
+/// Is `b` the start of a common typographic punctuation mark that the fast
+/// tokenizer knows? ‘ ’ (UAX #29 MidNumLet, like `'`), and – — “ ” … (Other).
 #[inline]
-fn known_punct(b: &[u8]) -> Option<Class> {
-    match b {
-        [0xE2, 0x80, 0x98 | 0x99, ..] => Some(Class::MidNumLet),
-        [0xE2, 0x80, 0x93 | 0x94 | 0x9C | 0x9D | 0xA6, ..] => Some(Class::Other),
-        _ => None,
-    }
+fn known_punct(b: &[u8]) -> bool {
+    matches!(
+        b,
+        [
+            0xE2,
+            0x80,
+            0x98 | 0x99 | 0x93 | 0x94 | 0x9C | 0x9D | 0xA6,
+            ..
+        ]
+    )
 }
 
 fn jieba_words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
@@ -149,15 +154,31 @@ fn auto<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
         ascii_words(text, emit);
         return;
     }
+    // Only non-ASCII characters can be Han: skip ASCII eight bytes at a time.
+    let b = text.as_bytes();
     let mut run_start = 0;
     let mut in_han = false;
-    for (i, c) in text.char_indices() {
+    let mut pos = 0;
+    while let Some(k) = next_non_ascii(b, pos) {
+        if in_han && k > pos {
+            // ASCII between two non-ASCII characters ends a Han run.
+            flush_run(&text[run_start..pos], true, emit);
+            run_start = pos;
+            in_han = false;
+        }
+        let c = text[k..].chars().next().expect("a character boundary");
         let han = is_han(c);
         if han != in_han {
-            flush_run(&text[run_start..i], in_han, emit);
-            run_start = i;
+            flush_run(&text[run_start..k], in_han, emit);
+            run_start = k;
             in_han = han;
         }
+        pos = k + c.len_utf8();
+    }
+    if in_han && pos < b.len() {
+        flush_run(&text[run_start..pos], true, emit);
+        run_start = pos;
+        in_han = false;
     }
     flush_run(&text[run_start..], in_han, emit);
 }
@@ -177,47 +198,6 @@ fn flush_run<'a, F: FnMut(&'a str)>(run: &'a str, han: bool, emit: &mut F) {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Letter,
-    Digit,
-    Underscore,
-    /// `:` joins letters only (MidLetter).
-    MidLetter,
-    /// `.` and `'` join letters or digits (MidNumLet, Single_Quote).
-    MidNumLet,
-    /// `,` and `;` join digits only (MidNum).
-    MidNum,
-    Other,
-}
-
-const fn class(b: u8) -> Class {
-    match b {
-        b'a'..=b'z' | b'A'..=b'Z' => Class::Letter,
-        b'0'..=b'9' => Class::Digit,
-        b'_' => Class::Underscore,
-        b':' => Class::MidLetter,
-        b'.' | b'\'' => Class::MidNumLet,
-        b',' | b';' => Class::MidNum,
-        _ => Class::Other,
-    }
-}
-
-static CLASS: [Class; 128] = {
-    let mut t = [Class::Other; 128];
-    let mut i = 0;
-    while i < 128 {
-        t[i] = class(i as u8);
-        i += 1;
-    }
-    t
-};
-
-#[inline]
-const fn is_word_class(c: Class) -> bool {
-    matches!(c, Class::Letter | Class::Digit | Class::Underscore)
-}
-
 /// UAX #29 words of ASCII text (rules WB5 to WB13b restricted to ASCII), keeping
 /// only segments with a letter or digit. Checked against `unicode-segmentation`
 /// by a property test.
@@ -226,72 +206,20 @@ pub fn ascii_words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     fast_words(text, emit)
 }
 
-/// The class and byte length of the character at `i`: ASCII, or one of
-/// [`known_punct`] (the only non-ASCII characters `fast_words` is given).
-#[inline]
-fn class_at(b: &[u8], i: usize) -> (Class, usize) {
-    match b.get(i) {
-        None => (Class::Other, 0),
-        Some(&c) if c < 0x80 => (CLASS[c as usize], 1),
-        Some(_) => (known_punct(&b[i..]).unwrap_or(Class::Other), 3),
-    }
-}
-
-/// Letters, digits and `_`: the bytes that continue a word by themselves.
-static WORD_BYTE: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 128 {
-        t[i] = is_word_class(class(i as u8));
-        i += 1;
-    }
-    t
-};
-
 /// UAX #29 words of text made of ASCII and [`known_punct`] characters.
+#[inline]
 fn fast_words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     let b = text.as_bytes();
-    let n = b.len();
-    let mut i = 0;
-    while i < n {
-        // Skip to the next word byte (non-ASCII bytes here are punctuation).
-        while i < n && !WORD_BYTE[b[i] as usize] {
-            i += 1;
-        }
-        if i == n {
-            break;
-        }
-        let start = i;
-        loop {
-            while i < n && WORD_BYTE[b[i] as usize] {
-                i += 1;
-            }
-            // A single middle character joins two letters or two digits.
-            let (mid, mid_len) = class_at(b, i);
-            if !matches!(mid, Class::MidLetter | Class::MidNumLet | Class::MidNum) {
-                break;
-            }
-            let last = CLASS[b[i - 1] as usize];
-            let (after, _) = class_at(b, i + mid_len);
-            let joins = match mid {
-                Class::MidLetter => last == Class::Letter && after == Class::Letter,
-                Class::MidNumLet => {
-                    (last == Class::Letter && after == Class::Letter)
-                        || (last == Class::Digit && after == Class::Digit)
-                }
-                _ => last == Class::Digit && after == Class::Digit,
-            };
-            if !joins {
-                break;
-            }
-            i += mid_len;
-        }
+    scan::for_each_word_span(b, &mut |start, end| {
         // Only a segment that starts with `_` can lack a letter or digit.
-        let word = &text[start..i];
-        if b[start] != b'_' || word.bytes().any(|c| c != b'_') {
-            emit(word);
+        if b[start] != b'_' || b[start..end].iter().any(|&c| c != b'_') {
+            // A word starts at an ASCII byte and ends at the end of the text or
+            // after an ASCII byte (`’` joins only when a letter or digit follows).
+            debug_assert!(text.is_char_boundary(start) && text.is_char_boundary(end));
+            // SAFETY: so both ends are character boundaries, and end <= len.
+            emit(unsafe { text.get_unchecked(start..end) });
         }
-    }
+    });
 }
 
 /// Character n-grams of `text`; a text shorter than `n` characters (but not
@@ -385,6 +313,32 @@ mod tests {
         /// The fast tokenizer on ASCII with typographic punctuation.
         #[test]
         fn fast_words_match_uax29(s in "[a-b0-1.',:;_ ‘’–—“”…]{0,40}") {
+            same_as_uax29(&s, mixed)?;
+        }
+
+        /// `auto` gives Han runs to jieba and the rest to words, as a character by
+        /// character split does.
+        #[test]
+        fn auto_splits_runs_like_a_char_by_char_split(s in "[a-b .\n中文北京é’]{0,80}") {
+            let mut fast = Vec::new();
+            auto(&s, &mut |w| fast.push(w.to_owned()));
+            let mut slow = Vec::new();
+            let mut start = 0;
+            let mut in_han = false;
+            for (i, c) in s.char_indices() {
+                if is_han(c) != in_han {
+                    flush_run(&s[start..i], in_han, &mut |w: &str| slow.push(w.to_owned()));
+                    start = i;
+                    in_han = is_han(c);
+                }
+            }
+            flush_run(&s[start..], in_han, &mut |w: &str| slow.push(w.to_owned()));
+            prop_assert_eq!(fast, slow);
+        }
+
+        /// Long texts, whose words cross the tokenizer's 64-byte blocks.
+        #[test]
+        fn fast_words_match_uax29_across_blocks(s in "[a-bA0-1.',:;_ ‘’–—“”…\n]{0,400}") {
             same_as_uax29(&s, mixed)?;
         }
     }

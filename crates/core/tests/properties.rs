@@ -99,8 +99,26 @@ fn english() -> impl Strategy<Value = String> {
     prop::collection::vec(
         (
             prop::sample::select(vec![
-                "the", "The", "cat", "sat", "on", "a", "mat", "don't", "3.14", "U.S.A", "e-mail",
-                "x_y", "_", "it's", "42", "Rust", "fast", "SLOW",
+                "the",
+                "The",
+                "cat",
+                "sat",
+                "on",
+                "a",
+                "mat",
+                "don't",
+                "3.14",
+                "U.S.A",
+                "e-mail",
+                "x_y",
+                "_",
+                "it's",
+                "42",
+                "Rust",
+                "fast",
+                "SLOW",
+                "Pneumonoultramicroscopicsilicovolcanoconiosis",
+                "antidisestablishmentarianism",
             ]),
             prop::sample::select(vec![
                 " ", " ", " ", "  ", ", ", ".\n", "\t", "; ", " - ", "\r\n",

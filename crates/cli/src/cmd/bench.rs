@@ -47,6 +47,11 @@ pub struct FingerprintArgs {
     /// Measure with 1 to this many threads.
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub max_threads: usize,
+
+    /// Also copy each generated corpus here, as `<DIR>/<lang>.jsonl`: the same
+    /// input for `neardup fingerprint` under a profiler.
+    #[arg(long, value_name = "DIR")]
+    pub save_corpus: Option<PathBuf>,
 }
 
 pub fn run(cmd: Command) -> Result<ExitCode> {
@@ -70,6 +75,11 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("corpus.jsonl");
         let bytes = write_jsonl(&path, &docs)?;
+        if let Some(dir) = &args.save_corpus {
+            let copy = dir.join(format!("{lang}.jsonl"));
+            std::fs::copy(&path, &copy)
+                .with_context(|| format!("cannot copy the corpus to {}", copy.display()))?;
+        }
         writeln!(
             out,
             "# {lang}: {} documents, {:.1} MB of JSON Lines, from {}",
@@ -161,7 +171,7 @@ fn stages(out: &mut impl Write, path: &Path, lang: &str, bytes: u64) -> Result<(
     };
     let hasher = SimHasher::new(config(tokenizer, Features::Tokens))?;
     let norm_config = NormalizeConfig::default();
-    let mut line = String::from("  stages, cumulative, 1 thread, best of 3:");
+    let mut line = format!("  stages, cumulative, 1 thread, best of {REPEATS}:");
     for stage in 0..4 {
         let seconds = best_of(REPEATS, || {
             let started = Instant::now();
@@ -203,7 +213,7 @@ fn stages(out: &mut impl Write, path: &Path, lang: &str, bytes: u64) -> Result<(
 
 /// Each timing is the best of this many runs: the machines are shared, and the
 /// best run is the one least disturbed by neighbours.
-const REPEATS: usize = 3;
+const REPEATS: usize = 5;
 
 fn best_of(n: usize, mut f: impl FnMut() -> Result<f64>) -> Result<f64> {
     let mut best = f64::INFINITY;
