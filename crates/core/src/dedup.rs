@@ -4,7 +4,7 @@
 //! (the "big bucket") cost one entry in the join and work linear in the output.
 
 use crate::error::Error;
-use crate::index::{Bits, Collapsed, TableDesign, join_sorted_unique};
+use crate::index::{Bits, Collapsed, TableDesign, join_sorted_unique_with};
 
 /// How near-duplicates are resolved into kept and dropped documents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,8 +68,8 @@ impl Dedup {
                 "more than 4,294,967,294 documents in one run: split the input".into(),
             ));
         }
-        let c = Collapsed::new(fps);
-        let distinct_pairs = join_sorted_unique(&c.distinct, k, design)?;
+        let (c, scratch) = Collapsed::with_scratch(fps);
+        let distinct_pairs = join_sorted_unique_with(&c.distinct, k, design, scratch)?;
         Ok(Dedup {
             groups: Groups {
                 order: c.order,
@@ -266,14 +266,18 @@ impl Dedup {
                 parent[join as usize] = keep;
             }
         }
-        self.groups
-            .group_of
-            .iter()
-            .map(|&g| {
-                let root = find(&mut parent, g);
-                self.groups.first(root)
-            })
-            .collect()
+        // Group by group, so that the reads are sequential (most groups are their
+        // own root); only the writes land at random.
+        let mut rep = crate::index::mem::with_huge_capacity(self.documents());
+        rep.resize(self.documents(), 0u32);
+        for g in 0..n as u32 {
+            let root = find(&mut parent, g);
+            let first = self.groups.first(root);
+            for &doc in self.groups.members(g) {
+                rep[doc as usize] = first;
+            }
+        }
+        rep
     }
 
     fn incremental(&self) -> Vec<u32> {

@@ -33,3 +33,42 @@ fn advise_huge(ptr: *const u8, bytes: usize) {
 
 #[cfg(not(target_os = "linux"))]
 fn advise_huge(_ptr: *const u8, _bytes: usize) {}
+
+/// The allocation of `v` (its elements dropped), as an empty `Vec<B>` with room
+/// for as many bytes: large scratch space passed from one stage to the next, so
+/// that the next one does not fault in (and the kernel zero) fresh pages. Empty
+/// with no capacity if the two element types do not fit the same allocation.
+pub fn recycle<T: Copy, B: Copy>(mut v: Vec<T>) -> Vec<B> {
+    use std::mem::{align_of, size_of};
+    v.clear();
+    if size_of::<B>() == 0
+        || size_of::<T>() % size_of::<B>() != 0
+        || align_of::<T>() != align_of::<B>()
+    {
+        return Vec::new();
+    }
+    let words = v.capacity() * (size_of::<T>() / size_of::<B>());
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: the allocation came from the global allocator with T's alignment,
+    // which is B's, and its size, capacity * size_of::<T>(), is exactly
+    // words * size_of::<B>(); so it is a valid allocation of `words` B's. The
+    // length is 0: no element is read before being written.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<B>(), 0, words) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycled_allocations_keep_their_bytes_of_room() {
+        let v: Vec<(u64, u32)> = vec![(1, 2); 1000];
+        let cap = v.capacity();
+        let mut w: Vec<u64> = recycle(v);
+        assert_eq!(w.capacity(), 2 * cap);
+        w.extend(0..2 * cap as u64);
+        assert_eq!(w[2 * cap - 1], 2 * cap as u64 - 1);
+        let none: Vec<u64> = recycle(vec![0u32; 10]);
+        assert_eq!(none.capacity(), 0);
+    }
+}

@@ -9,7 +9,7 @@ pub mod compress;
 pub mod design;
 mod file;
 pub mod ids;
-mod mem;
+pub mod mem;
 mod radix;
 pub mod slab;
 pub(crate) mod table;
@@ -359,24 +359,43 @@ pub struct Collapsed<B: Bits> {
     pub group_of: Vec<u32>,
 }
 
+/// Large buffers one stage of a self-join hands to the next, so that each does not
+/// fault in fresh pages (the kernel zeroing them was a fifth of a 100-million join).
+#[derive(Debug, Default)]
+pub struct JoinScratch<B> {
+    bufs: Vec<Vec<B>>,
+}
+
 impl<B: Bits> Collapsed<B> {
     /// Groups `fps` (document i has `fps[i]`) by value: one parallel sort.
     pub fn new(fps: &[B]) -> Self {
+        Self::with_scratch(fps).0
+    }
+
+    /// [`Collapsed::new`], and its sort's buffers for [`join_sorted_unique_with`].
+    pub fn with_scratch(fps: &[B]) -> (Self, JoinScratch<B>) {
         let mut pairs: Vec<(B, u32)> = mem::with_huge_capacity(fps.len());
         pairs.extend(fps.iter().enumerate().map(|(i, &f)| (f, i as u32)));
         // Radix by the top bits, then the (small) groups of equal top bits.
         let d = table::dir_bits_for(pairs.len(), B::BITS).min(26);
-        radix::sort_by_top(&mut pairs, &mut Vec::new(), d);
+        let mut tmp = Vec::new();
+        radix::sort_by_top(&mut pairs, &mut tmp, d);
         let mut lo = 0;
         while lo < pairs.len() {
             let top = pairs[lo].0.top(d);
-            let hi = lo + pairs[lo..].iter().take_while(|p| p.0.top(d) == top).count();
-            pairs[lo..hi].sort_unstable();
+            let mut hi = lo + 1;
+            while hi < pairs.len() && pairs[hi].0.top(d) == top {
+                hi += 1;
+            }
+            if hi - lo > 1 {
+                pairs[lo..hi].sort_unstable();
+            }
             lo = hi;
         }
-        let mut distinct = Vec::new();
-        let mut starts = Vec::new();
-        let mut group_of = vec![0u32; fps.len()];
+        let mut distinct = mem::with_huge_capacity(pairs.len());
+        let mut starts = mem::with_huge_capacity(pairs.len() + 1);
+        let mut group_of = mem::with_huge_capacity(fps.len());
+        group_of.resize(fps.len(), 0u32);
         for (pos, &(f, doc)) in pairs.iter().enumerate() {
             if pos == 0 || pairs[pos - 1].0 != f {
                 distinct.push(f);
@@ -385,13 +404,17 @@ impl<B: Bits> Collapsed<B> {
             group_of[doc as usize] = distinct.len() as u32 - 1;
         }
         starts.push(pairs.len() as u32);
-        let order = pairs.into_iter().map(|(_, d)| d).collect();
-        Collapsed {
+        let order = pairs.iter().map(|&(_, d)| d).collect();
+        let collapsed = Collapsed {
             distinct,
             order,
             starts,
             group_of,
-        }
+        };
+        let scratch = JoinScratch {
+            bufs: vec![mem::recycle(pairs), mem::recycle(tmp)],
+        };
+        (collapsed, scratch)
     }
 
     /// The documents of group `g`, ascending.
@@ -408,7 +431,7 @@ pub fn self_join<B: Bits>(
     k: u32,
     design: &TableDesign,
 ) -> Result<Vec<(u32, u32, u32)>, Error> {
-    let c = Collapsed::new(fps);
+    let (c, scratch) = Collapsed::with_scratch(fps);
     let mut out = Vec::new();
     for g in 0..c.distinct.len() as u32 {
         let m = c.members(g);
@@ -418,7 +441,7 @@ pub fn self_join<B: Bits>(
             }
         }
     }
-    for (u, v, d) in join_sorted_unique(&c.distinct, k, design)? {
+    for (u, v, d) in join_sorted_unique_with(&c.distinct, k, design, scratch)? {
         for &a in c.members(u) {
             for &b in c.members(v) {
                 out.push((a.min(b), a.max(b), d));
@@ -443,6 +466,17 @@ pub fn join_sorted_unique<B: Bits>(
     k: u32,
     design: &TableDesign,
 ) -> Result<Vec<(u32, u32, u32)>, Error> {
+    join_sorted_unique_with(sorted, k, design, JoinScratch::default())
+}
+
+/// [`join_sorted_unique`], sorting in the buffers of `scratch` where they are
+/// large enough.
+pub fn join_sorted_unique_with<B: Bits>(
+    sorted: &[B],
+    k: u32,
+    design: &TableDesign,
+    scratch: JoinScratch<B>,
+) -> Result<Vec<(u32, u32, u32)>, Error> {
     if design.bits != B::BITS {
         return Err(Error::WidthMismatch {
             expected: design.bits,
@@ -464,13 +498,24 @@ pub fn join_sorted_unique<B: Bits>(
     // table (`map_init` would make new scratch per split: fresh pages each time).
     let tables: Vec<(usize, &Table)> = design.tables.iter().enumerate().collect();
     let per_thread = tables.len().div_ceil(rayon::current_num_threads().max(1));
-    let per_table: Vec<Vec<(B, B, u32)>> = tables
-        .par_chunks(per_thread.max(1))
-        .flat_map_iter(|chunk| {
-            let (mut keys, mut tmp) = (Vec::new(), Vec::new());
+    let chunks: Vec<&[(usize, &Table)]> = tables.chunks(per_thread.max(1)).collect();
+    let mut bufs = scratch.bufs;
+    bufs.resize_with(chunks.len(), Vec::new);
+    let n = sorted.len();
+    let per_table: Vec<Vec<(B, B, u32)>> = chunks
+        .into_par_iter()
+        .zip(bufs)
+        .flat_map_iter(|(chunk, mut buf)| {
+            // Keys and radix scratch, n words each, reused from table to table.
+            if buf.capacity() < 2 * n {
+                buf = mem::with_huge_capacity(2 * n);
+            }
+            buf.clear();
+            buf.resize(2 * n, B::zero());
+            let (keys, tmp) = buf.split_at_mut(n);
             chunk
                 .iter()
-                .map(|&(ti, t)| join_table(sorted, t, &masks[..ti], k, &mut keys, &mut tmp))
+                .map(|&(ti, t)| join_table(sorted, t, &masks[..ti], k, keys, tmp))
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -488,18 +533,18 @@ pub fn join_sorted_unique<B: Bits>(
 }
 
 /// One table's pairs, as fingerprint values.
-/// `keys` and `tmp` are scratch buffers reused from table to table.
+/// `keys` and `tmp`, as long as `fps`, are scratch reused from table to table.
 fn join_table<B: Bits>(
     fps: &[B],
     t: &Table,
     earlier_masks: &[B],
     k: u32,
-    keys: &mut Vec<B>,
-    tmp: &mut Vec<B>,
+    keys: &mut [B],
+    tmp: &mut [B],
 ) -> Vec<(B, B, u32)> {
     let p = t.prefix_bits();
     let d = table::dir_bits_for(fps.len(), p);
-    radix::sort_mapped_by_top(fps, |f| t.permute(f), keys, tmp, d);
+    radix::sort_mapped_into(fps, |f| t.permute(f), keys, tmp, d);
     // The earlier tables' prefix masks, in this table's key space.
     let earlier: Vec<B> = earlier_masks.iter().map(|&m| t.permute(m)).collect();
     // Prefixes can be longer than 64 bits at f = 128: compare masked words.

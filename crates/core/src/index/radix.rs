@@ -45,23 +45,16 @@ pub fn sort_by_top<T: TopBits>(v: &mut [T], tmp: &mut Vec<T>, bits: u32) {
 
 /// Sorts `f(x)` for every `x` of `src` into `out` by the top `bits` bits, stably,
 /// without first materialising the mapped values: the first counting pass reads
-/// `src` and maps on the fly. `tmp` is scratch space reused across calls.
-pub fn sort_mapped_by_top<S: Copy + Sync, T: TopBits>(
+/// `src` and maps on the fly. `out` and `tmp` (scratch) are as long as `src`.
+pub fn sort_mapped_into<S: Copy + Sync, T: TopBits>(
     src: &[S],
     f: impl Fn(S) -> T + Copy,
-    out: &mut Vec<T>,
-    tmp: &mut Vec<T>,
+    out: &mut [T],
+    tmp: &mut [T],
     bits: u32,
 ) {
     debug_assert!((1..=26).contains(&bits));
-    let n = src.len();
-    for buf in [&mut *out, &mut *tmp] {
-        if buf.len() < n {
-            *buf = super::mem::with_huge_capacity(n);
-            buf.resize(n, T::default());
-        }
-        buf.truncate(n);
-    }
+    assert!(out.len() == src.len() && tmp.len() == src.len());
     if bits <= 13 {
         pass_mapped(src, f, out, bits, 0, bits);
         return;
@@ -126,8 +119,8 @@ mod tests {
         #[test]
         fn mapped_sort_equals_map_then_sort(v in prop::collection::vec(any::<u64>(), 0..500), bits in 1u32..27) {
             let f = |x: u64| x.rotate_left(13) ^ 0x5555;
-            let mut got = Vec::new();
-            sort_mapped_by_top(&v, f, &mut got, &mut Vec::new(), bits);
+            let mut got = vec![0u64; v.len()];
+            sort_mapped_into(&v, f, &mut got, &mut vec![0u64; v.len()], bits);
             let mut expected: Vec<u64> = v.iter().map(|&x| f(x)).collect();
             expected.sort_by_key(|x| x >> (64 - bits));
             prop_assert_eq!(got, expected);
