@@ -330,16 +330,26 @@ impl<B: Bits> CompressedTable<B> {
                 if j == self.block_len[b] as usize {
                     break;
                 }
-                let (h, len) = self.code.decode[r.peek(MAX_CODE) as usize];
-                r.pos += len as usize;
-                let h = h as u32;
+                // One 64-bit window (at least 57 valid bits) holds the code and,
+                // usually, the bits below h too: one load per key, not two.
+                let window = r.peek(57);
+                let (h, len) = self.code.decode[(window & ((1 << MAX_CODE) - 1)) as usize];
+                let (h, len) = (h as u32, len as u32);
+                let low = if len + h <= 57 {
+                    r.pos += (len + h) as usize;
+                    let below = if h == 0 { 0 } else { u64::MAX >> (64 - h) };
+                    B::from_u128(((window >> len) & below) as u128)
+                } else {
+                    r.pos += len as usize;
+                    r.take_wide::<B>(h)
+                };
                 // Above h: as before; at h: 1; below: the stored bits.
                 let above = if h + 1 >= B::BITS {
                     B::zero()
                 } else {
                     cur.and(B::mask(h + 1, B::BITS - h - 1))
                 };
-                cur = above.or(B::mask(h, 1)).or(r.take_wide::<B>(h));
+                cur = above.or(B::mask(h, 1)).or(low);
             }
             b += 1;
         }
