@@ -177,7 +177,7 @@ pub fn run(args: IndexArgs) -> Result<ExitCode> {
     // Compressed tables: bits per key and query time against the plain tables.
     let bound = 64.0 - (n as f64).log2();
     let plain_p50 = percentile(&lat, 0.5);
-    for block in [256usize, 1024] {
+    for block in [256usize, 512, 1024] {
         let t = Instant::now();
         let c = neardup_core::index::CompressedIndex::build(
             design.clone(),

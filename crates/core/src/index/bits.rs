@@ -24,6 +24,8 @@ pub trait Bits: bytemuck::Pod + Ord + Eq + Hash + Debug + Default + Send + Sync 
     fn field(self, start: u32, len: u32) -> Self;
     /// Shift left.
     fn shl(self, n: u32) -> Self;
+    /// Shift right.
+    fn shr(self, n: u32) -> Self;
     /// Bitwise or.
     fn or(self, other: Self) -> Self;
     /// Bitwise and.
@@ -72,6 +74,10 @@ macro_rules! impl_bits {
             #[inline]
             fn shl(self, n: u32) -> Self {
                 if n >= Self::BITS { 0 } else { self << n }
+            }
+            #[inline]
+            fn shr(self, n: u32) -> Self {
+                if n >= Self::BITS { 0 } else { self >> n }
             }
             #[inline]
             fn or(self, other: Self) -> Self {

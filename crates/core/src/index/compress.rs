@@ -28,7 +28,13 @@ struct Huffman {
     /// For every MAX_CODE-bit window (reversed code order: LSB first), the symbol
     /// and its length.
     decode: Vec<(u8, u8)>,
+    /// The same for codes of at most FAST_CODE bits, small enough to stay in the
+    /// L1 cache beside the other tables'; length 0 means "look in `decode`".
+    fast: Box<[(u8, u8); 1 << FAST_CODE]>,
 }
+
+/// Bits of the first-level decoding table.
+const FAST_CODE: u32 = 8;
 
 impl Huffman {
     fn new(freq: &[u64]) -> Huffman {
@@ -60,7 +66,17 @@ impl Huffman {
                 fill += 1 << len;
             }
         }
-        Huffman { codes, decode }
+        let mut fast = Box::new([(0u8, 0u8); 1 << FAST_CODE]);
+        for (w, f) in fast.iter_mut().enumerate() {
+            if u32::from(decode[w].1) <= FAST_CODE {
+                *f = decode[w];
+            }
+        }
+        Huffman {
+            codes,
+            decode,
+            fast,
+        }
     }
 }
 
@@ -170,16 +186,24 @@ impl BitReader<'_> {
     }
 }
 
+/// A block's header, kept apart from the coded stream for the search: its first
+/// key whole, where its codes start in the stream (bytes) and how many keys it
+/// holds. One struct, so that finding the block also fetches where it starts.
+#[derive(Clone, Copy, Debug)]
+struct Head<B> {
+    first: B,
+    start: u32,
+    len: u16,
+}
+
 /// One compressed table.
 #[derive(Clone, Debug)]
 pub struct CompressedTable<B: Bits> {
     table: Table,
+    /// The key bits of the table's prefix, and the bits below it.
     prefix: B,
-    /// First key of each block, and where each block starts in `data` (bytes).
-    block_first: Vec<B>,
-    block_start: Vec<u32>,
-    /// Entries in each block.
-    block_len: Vec<u16>,
+    rest: B,
+    heads: Vec<Head<B>>,
     /// `block_dir[v]`: the first block whose first key's top `dir_bits` bits are >= v.
     block_dir: Vec<u32>,
     dir_bits: u32,
@@ -199,47 +223,38 @@ impl<B: Bits> CompressedTable<B> {
         }
         let code = Huffman::new(&freq);
         let mut w = BitWriter::default();
-        let (mut block_first, mut block_start, mut block_len) =
-            (Vec::new(), Vec::new(), Vec::new());
+        let mut heads: Vec<Head<B>> = Vec::new();
         let mut prev = B::zero();
-        let mut in_block = 0usize;
         for &key in sorted {
-            let full = in_block == 0
-                || w.bytes.len() - *block_start.last().expect("a block") as usize >= block_bytes
-                || in_block == u16::MAX as usize;
+            let full = heads.last().is_none_or(|h| {
+                w.bytes.len() - h.start as usize >= block_bytes || h.len == u16::MAX
+            });
             if full {
                 w.align();
-                block_first.push(key);
-                block_start.push(w.bytes.len() as u32);
-                block_len.push(0);
-                in_block = 0;
+                heads.push(Head {
+                    first: key,
+                    start: w.bytes.len() as u32,
+                    len: 0,
+                });
             } else {
                 let h = high_bit(prev.xor(key));
                 let (c, len) = code.codes[h as usize];
                 w.put(c as u64, len);
                 w.put_wide(key, h);
             }
-            in_block += 1;
-            *block_len.last_mut().expect("a block") += 1;
+            heads.last_mut().expect("a block").len += 1;
             prev = key;
         }
         w.align();
         w.bytes.extend_from_slice(&[0u8; 8]);
         let p = table.prefix_bits();
-        let dir_bits = super::table::dir_bits_for(block_first.len(), p);
-        let mut block_dir = vec![0u32; (1 << dir_bits) + 1];
-        for f in &block_first {
-            block_dir[f.top(dir_bits) as usize + 1] += 1;
-        }
-        for v in 0..1usize << dir_bits {
-            block_dir[v + 1] += block_dir[v];
-        }
+        let dir_bits = super::table::dir_bits_for(heads.len(), p);
+        let block_dir = super::table::directory(heads.iter().map(|h| h.first), dir_bits);
         CompressedTable {
             table: table.clone(),
             prefix: B::mask(B::BITS - p, p),
-            block_first,
-            block_start,
-            block_len,
+            rest: B::mask(0, B::BITS - p),
+            heads,
             block_dir,
             dir_bits,
             data: w.bytes,
@@ -247,112 +262,203 @@ impl<B: Bits> CompressedTable<B> {
         }
     }
 
-    /// Bits per key: the coded stream, and with the block directory.
+    /// Bits per key: the coded stream, and with the block headers and the
+    /// directory as memory holds them.
     pub fn bits_per_key(&self, n: usize) -> (f64, f64) {
         let stream = (self.data.len() - 8) as f64 * 8.0;
-        let dir = self.block_first.len() as f64 * (B::BITS as f64 + 32.0 + 16.0)
-            + self.block_dir.len() as f64 * 32.0;
         let n = n.max(1) as f64;
-        (stream / n, (stream + dir) / n)
+        (stream / n, (self.memory() - 8) as f64 * 8.0 / n)
     }
 
     /// Bytes held.
     pub fn memory(&self) -> usize {
         self.data.len()
-            + self.block_first.len() * (std::mem::size_of::<B>() + 6)
+            + self.heads.len() * std::mem::size_of::<Head<B>>()
             + self.block_dir.len() * 4
     }
 
-    /// The permuted query and its directory slot, prefetched.
+    /// Starts a probe for `query`: its permuted key and directory slot, with the
+    /// slot prefetched.
     #[inline]
-    fn start(&self, query: B) -> (B, usize) {
+    fn start(&self, query: B) -> Cursor<B> {
         let key = self.table.permute(query);
-        let v = key.and(self.prefix).top(self.dir_bits) as usize;
-        super::table::prefetch(&self.block_dir[v]);
-        (key, v)
-    }
-
-    /// Prefetches the block keys and offsets the directory slot `v` points at.
-    #[inline]
-    fn touch(&self, v: usize) {
-        let from = (self.block_dir[v] as usize).saturating_sub(1);
-        if let (Some(f), Some(s)) = (self.block_first.get(from), self.block_start.get(from)) {
-            super::table::prefetch(f);
-            super::table::prefetch(s);
+        let slot = key.top(self.dir_bits) as usize;
+        super::table::prefetch(&self.block_dir[slot]);
+        Cursor {
+            key,
+            lo: key.and(self.prefix),
+            slot,
+            ..Cursor::default()
         }
     }
 
-    /// The first block to decode for `key`, its data prefetched.
+    /// Prefetches the block headers the directory slot points at.
     #[inline]
-    fn locate(&self, key: B, v: usize) -> usize {
-        let lo = key.and(self.prefix);
+    fn touch(&self, p: &Cursor<B>) {
+        let (from, to) = (
+            self.block_dir[p.slot] as usize,
+            self.block_dir[p.slot + 1] as usize,
+        );
+        if let Some(h) = self.heads.get(from.saturating_sub(1)) {
+            super::table::prefetch(h);
+        }
+        if let Some(h) = self.heads.get(to.saturating_sub(1)) {
+            super::table::prefetch(h);
+        }
+    }
+
+    /// Finds the first block to decode, and prefetches the part of its data that
+    /// the probe will read.
+    #[inline]
+    fn locate(&self, p: &mut Cursor<B>) {
+        let lo = p.lo;
         // The last block whose first key is <= the smallest key with this prefix:
         // among the blocks whose first keys share lo's top bits (the directory),
         // or the one just before them.
-        let (from, to) = (self.block_dir[v] as usize, self.block_dir[v + 1] as usize);
-        let within = self.block_first[from..to].partition_point(|&f| f <= lo);
-        let b = (from + within).saturating_sub(1);
-        if let Some(&at) = self.block_start.get(b) {
-            for line in (0..256).step_by(64) {
-                if let Some(byte) = self.data.get(at as usize + line) {
-                    super::table::prefetch(byte);
-                }
+        let (from, to) = (
+            self.block_dir[p.slot] as usize,
+            self.block_dir[p.slot + 1] as usize,
+        );
+        let within = self.heads[from..to].partition_point(|h| h.first <= lo);
+        p.block = (from + within).saturating_sub(1);
+        let Some(head) = self.heads.get(p.block) else {
+            return;
+        };
+        // Keys are close to uniform within a block, so decoding stops about where
+        // the prefix's last key falls between this block's first key and the
+        // next one's: fetch the block's data up to there, and a line more.
+        let at = head.start as usize;
+        let reach = match self.heads.get(p.block + 1) {
+            Some(next) => {
+                let first = head.first.to_u128() as f64;
+                let last = lo.or(self.rest).to_u128() as f64;
+                let span = next.first.to_u128() as f64 - first;
+                let bytes = (next.start - head.start) as f64;
+                (((last - first) / span).min(1.0) * bytes) as usize + 64
             }
+            None => self.data.len() - at,
+        };
+        let end = (at + reach).min(self.data.len());
+        let mut line = at;
+        while line < end {
+            super::table::prefetch(&self.data[line]);
+            line += 64;
         }
-        b
     }
 
-    /// Keys within `k` of `key` (permuted), from block `b` on, as fingerprints.
-    fn probe_from(&self, key: B, mut b: usize, k: u32, out: &mut Vec<(B, u32)>) {
-        let lo = key.and(self.prefix);
-        while b < self.block_first.len() {
-            if self.block_first[b].and(self.prefix) > lo {
-                return; // this block starts past the prefix
+    /// Enters block `b` for the probe's key: false if there is none, or if it
+    /// starts past the key's prefix.
+    #[inline]
+    fn enter(&self, c: &mut Cursor<B>, b: usize) -> bool {
+        match self.heads.get(b) {
+            Some(head) if head.first.and(self.prefix) <= c.lo => {
+                c.block = b;
+                c.pos = head.start as usize * 8;
+                c.cur = head.first;
+                c.left = head.len;
+                true
             }
-            let mut r = BitReader {
-                bytes: &self.data,
-                pos: self.block_start[b] as usize * 8,
-            };
-            let mut cur = self.block_first[b];
-            let mut j = 0;
-            loop {
-                let p = cur.and(self.prefix);
-                if p > lo {
-                    return;
-                }
-                if p == lo {
-                    let d = cur.distance(key);
-                    if d <= k {
-                        out.push((self.table.unpermute(cur), d));
-                    }
-                }
-                j += 1;
-                if j == self.block_len[b] as usize {
-                    break;
-                }
-                // One 64-bit window (at least 57 valid bits) holds the code and,
-                // usually, the bits below h too: one load per key, not two.
-                let window = r.peek(57);
-                let (h, len) = self.code.decode[(window & ((1 << MAX_CODE) - 1)) as usize];
-                let (h, len) = (h as u32, len as u32);
-                let low = if len + h <= 57 {
-                    r.pos += (len + h) as usize;
-                    let below = if h == 0 { 0 } else { u64::MAX >> (64 - h) };
-                    B::from_u128(((window >> len) & below) as u128)
-                } else {
-                    r.pos += len as usize;
-                    r.take_wide::<B>(h)
-                };
-                // Above h: as before; at h: 1; below: the stored bits.
-                let above = if h + 1 >= B::BITS {
-                    B::zero()
-                } else {
-                    cur.and(B::mask(h + 1, B::BITS - h - 1))
-                };
-                cur = above.or(B::mask(h, 1)).or(low);
-            }
-            b += 1;
+            _ => false,
         }
+    }
+
+    /// Checks the cursor's key against the query and decodes the next one: false
+    /// once the keys are past the query's prefix.
+    #[inline]
+    fn step(&self, c: &mut Cursor<B>, k: u32, out: &mut Vec<(B, u32)>) -> bool {
+        let prefix = c.cur.and(self.prefix);
+        if prefix > c.lo {
+            return false;
+        }
+        if prefix == c.lo {
+            let d = c.cur.distance(c.key);
+            if d <= k {
+                out.push((self.table.unpermute(c.cur), d));
+            }
+        }
+        c.left -= 1;
+        if c.left == 0 {
+            return self.enter(c, c.block + 1);
+        }
+        // One 64-bit window (at least 57 valid bits) holds the code and, usually,
+        // the bits below h too: one load per key, not two.
+        let mut r = BitReader {
+            bytes: &self.data,
+            pos: c.pos,
+        };
+        let window = r.peek(57);
+        let (h, len) = match self.code.fast[(window & ((1 << FAST_CODE) - 1)) as usize] {
+            (_, 0) => self.code.decode[(window & ((1 << MAX_CODE) - 1)) as usize],
+            e => e,
+        };
+        let (h, len) = (h as u32, len as u32);
+        let low = if len + h <= 57 {
+            r.pos += (len + h) as usize;
+            B::from_u128(((window >> len) & ((1u64 << h) - 1)) as u128)
+        } else {
+            r.pos += len as usize;
+            r.take_wide::<B>(h)
+        };
+        c.pos = r.pos;
+        // Above h: as before (h is a 0 in the previous key); at h: 1; below: the
+        // stored bits.
+        c.cur = c.cur.shr(h).or(B::from_u128(1)).shl(h).or(low);
+        true
+    }
+}
+
+/// One table's probe: the permuted query and its prefix, the directory slot,
+/// the block, where in the stream, the current key and how many keys the block
+/// has left.
+#[derive(Clone, Copy, Default)]
+struct Cursor<B> {
+    key: B,
+    lo: B,
+    slot: usize,
+    block: usize,
+    pos: usize,
+    cur: B,
+    left: u16,
+}
+
+/// Tables probed together, so that their cache misses overlap.
+const MAX_TABLES: usize = 32;
+
+/// Appends every key within `k` of `query` in `tables` (at most [`MAX_TABLES`])
+/// to `found`, in phases over all tables so that their cache misses overlap:
+/// directory slots, block headers, block data, then decoding.
+fn probe<B: Bits>(tables: &[CompressedTable<B>], query: B, k: u32, found: &mut Vec<(B, u32)>) {
+    let mut cursors = [Cursor::default(); MAX_TABLES];
+    let cursors = &mut cursors[..tables.len()];
+    for (t, c) in tables.iter().zip(cursors.iter_mut()) {
+        *c = t.start(query);
+    }
+    for (t, c) in tables.iter().zip(cursors.iter()) {
+        t.touch(c);
+    }
+    for (t, c) in tables.iter().zip(cursors.iter_mut()) {
+        t.locate(c);
+    }
+    // Decoding is a chain of dependent loads per table: step the tables in turn,
+    // one key each, so that the chains overlap instead of running one by one.
+    let mut active = [0u8; MAX_TABLES];
+    let mut live = 0;
+    for (i, (t, c)) in tables.iter().zip(cursors.iter_mut()).enumerate() {
+        if t.enter(c, c.block) {
+            active[live] = i as u8;
+            live += 1;
+        }
+    }
+    while live > 0 {
+        let mut kept = 0;
+        for a in 0..live {
+            let i = active[a] as usize;
+            if tables[i].step(&mut cursors[i], k, found) {
+                active[kept] = i as u8;
+                kept += 1;
+            }
+        }
+        live = kept;
     }
 }
 
@@ -369,6 +475,9 @@ pub struct CompressedIndex<B: Bits> {
     design: TableDesign,
     /// Distinct fingerprints, ascending, and the entries of each.
     fps: Vec<B>,
+    /// `fps_dir[v]`: the first fingerprint whose top `fps_dir_bits` bits are >= v.
+    fps_dir: Vec<u32>,
+    fps_dir_bits: u32,
     starts: Vec<u32>,
     ids: Vec<u64>,
     tables: Vec<CompressedTable<B>>,
@@ -411,9 +520,13 @@ impl<B: Bits> CompressedIndex<B> {
                 CompressedTable::build(t, &keys, block_bytes)
             })
             .collect();
+        let fps_dir_bits = super::table::dir_bits_for(fps.len(), B::BITS);
+        let fps_dir = super::table::directory(fps.iter().copied(), fps_dir_bits);
         Ok(CompressedIndex {
             design,
             fps,
+            fps_dir,
+            fps_dir_bits,
             starts,
             ids,
             tables,
@@ -437,6 +550,7 @@ impl<B: Bits> CompressedIndex<B> {
             .map(CompressedTable::memory)
             .sum::<usize>()
             + self.fps.len() * (std::mem::size_of::<B>() + 4)
+            + self.fps_dir.len() * 4
             + self.ids.len() * 8
     }
 
@@ -448,27 +562,15 @@ impl<B: Bits> CompressedIndex<B> {
                 self.design.k
             )));
         }
-        // In phases over all tables, so that their cache misses overlap:
-        // directory slots, block keys, block data, then decoding.
         let mut found = Vec::new();
-        let starts: Vec<(B, usize)> = self.tables.iter().map(|t| t.start(query)).collect();
-        for (t, &(_, v)) in self.tables.iter().zip(&starts) {
-            t.touch(v);
-        }
-        let blocks: Vec<usize> = self
-            .tables
-            .iter()
-            .zip(&starts)
-            .map(|(t, &(key, v))| t.locate(key, v))
-            .collect();
-        for ((t, &(key, _)), &b) in self.tables.iter().zip(&starts).zip(&blocks) {
-            t.probe_from(key, b, k, &mut found);
+        for tables in self.tables.chunks(MAX_TABLES) {
+            probe(tables, query, k, &mut found);
         }
         found.sort_unstable();
         found.dedup();
         let mut out = Vec::new();
         for (fp, distance) in found {
-            if let Ok(g) = self.fps.binary_search(&fp) {
+            if let Some(g) = self.find(fp) {
                 for &id in &self.ids[self.starts[g] as usize..self.starts[g + 1] as usize] {
                     out.push(Match { distance, id });
                 }
@@ -476,6 +578,15 @@ impl<B: Bits> CompressedIndex<B> {
         }
         out.sort_unstable();
         Ok(out)
+    }
+
+    /// The position of `fp` among the distinct fingerprints.
+    #[inline]
+    fn find(&self, fp: B) -> Option<usize> {
+        let b = fp.top(self.fps_dir_bits) as usize;
+        let (from, to) = (self.fps_dir[b] as usize, self.fps_dir[b + 1] as usize);
+        let i = from + self.fps[from..to].partition_point(|&f| f < fp);
+        (self.fps.get(i) == Some(&fp)).then_some(i)
     }
 
     /// [`CompressedIndex::query`] for many queries, in parallel.
