@@ -279,6 +279,34 @@ proptest! {
         }
     }
 
+    /// A large batch on compressed tables, answered by walking each table,
+    /// equals brute force query by query: near and far queries, in any order,
+    /// with repeats.
+    #[test]
+    fn compressed_batch_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![16usize, 64, 1024]), seed in any::<u64>()) {
+        let d = design(64, k, choice);
+        let entries: Vec<(u64, u64)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
+        let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block).unwrap();
+        let mut rng = neardup_core::rng::SplitMix64(seed);
+        let queries: Vec<u64> = (0..5000)
+            .map(|i| match rng.next() % 3 {
+                0 => rng.next(),
+                _ => {
+                    let mut q = fps[i % fps.len()];
+                    for _ in 0..rng.next() % 5 {
+                        q ^= 1 << (rng.next() % 64);
+                    }
+                    q
+                }
+            })
+            .collect();
+        let got = c.query_batch(&queries, k).unwrap();
+        prop_assert_eq!(got.len(), queries.len());
+        for (q, g) in queries.iter().zip(&got) {
+            prop_assert_eq!(g, &brute_query(&entries, *q, k));
+        }
+    }
+
     #[test]
     fn compressed_index_128_is_exact(fps in fingerprints::<u128>(128), k in 0u32..10, block in prop::sample::select(vec![16usize, 256])) {
         let d = design(128, k, 0);

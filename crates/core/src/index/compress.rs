@@ -307,20 +307,25 @@ impl<B: Bits> CompressedTable<B> {
         }
     }
 
+    /// The last block whose first key is <= `lo` (the smallest key with its
+    /// prefix), or 0: among the blocks whose first keys share lo's top bits (the
+    /// directory slot `slot`), or the one just before them.
+    #[inline]
+    fn block_for(&self, lo: B, slot: usize) -> usize {
+        let (from, to) = (
+            self.block_dir[slot] as usize,
+            self.block_dir[slot + 1] as usize,
+        );
+        let within = self.heads[from..to].partition_point(|h| h.first <= lo);
+        (from + within).saturating_sub(1)
+    }
+
     /// Finds the first block to decode, and prefetches the part of its data that
     /// the probe will read.
     #[inline]
     fn locate(&self, p: &mut Cursor<B>) {
         let lo = p.lo;
-        // The last block whose first key is <= the smallest key with this prefix:
-        // among the blocks whose first keys share lo's top bits (the directory),
-        // or the one just before them.
-        let (from, to) = (
-            self.block_dir[p.slot] as usize,
-            self.block_dir[p.slot + 1] as usize,
-        );
-        let within = self.heads[from..to].partition_point(|h| h.first <= lo);
-        p.block = (from + within).saturating_sub(1);
+        p.block = self.block_for(lo, p.slot);
         let Some(head) = self.heads.get(p.block) else {
             return;
         };
@@ -376,6 +381,13 @@ impl<B: Bits> CompressedTable<B> {
                 out.push((self.table.unpermute(c.cur), d));
             }
         }
+        self.advance(c)
+    }
+
+    /// Decodes the cursor's next key: false at the end of the table, or when the
+    /// next block starts past the cursor's prefix.
+    #[inline]
+    fn advance(&self, c: &mut Cursor<B>) -> bool {
         c.left -= 1;
         if c.left == 0 {
             return self.enter(c, c.block + 1);
@@ -405,6 +417,50 @@ impl<B: Bits> CompressedTable<B> {
         c.cur = c.cur.shr(h).or(B::from_u128(1)).shl(h).or(low);
         true
     }
+
+    /// Every key within `k` of the queries `sorted` (permuted keys with their
+    /// query numbers, ascending), as (query, fingerprint, distance): one walk
+    /// along the table, decoding each block the queries need once, and jumping
+    /// over the blocks they do not.
+    fn scan(&self, sorted: &[(B, u32)], k: u32) -> Vec<(u32, B, u32)> {
+        let mut out = Vec::new();
+        let mut run: Vec<B> = Vec::new();
+        let mut c = Cursor::default();
+        let mut live = false;
+        let mut i = 0;
+        while i < sorted.len() {
+            let lo = sorted[i].0.and(self.prefix);
+            let same = sorted[i..].partition_point(|q| q.0.and(self.prefix) == lo);
+            // The walk stands at the first key past the previous prefix; jump
+            // ahead when the block that holds this prefix is further on.
+            c.lo = lo;
+            let b = self.block_for(lo, lo.top(self.dir_bits) as usize);
+            if !live || b > c.block {
+                live = self.enter(&mut c, b);
+            }
+            run.clear();
+            while live {
+                let p = c.cur.and(self.prefix);
+                if p > lo {
+                    break;
+                }
+                if p == lo {
+                    run.push(c.cur);
+                }
+                live = self.advance(&mut c);
+            }
+            for &(key, q) in &sorted[i..i + same] {
+                for &cur in &run {
+                    let d = cur.distance(key);
+                    if d <= k {
+                        out.push((q, self.table.unpermute(cur), d));
+                    }
+                }
+            }
+            i += same;
+        }
+        out
+    }
 }
 
 /// One table's probe: the permuted query and its prefix, the directory slot,
@@ -420,6 +476,10 @@ struct Cursor<B> {
     cur: B,
     left: u16,
 }
+
+/// Batches from this size are answered by walking the tables (see
+/// [`CompressedIndex::query_batch`]); smaller ones query by query.
+const SCAN_FROM: usize = 4096;
 
 /// Tables probed together, so that their cache misses overlap.
 const MAX_TABLES: usize = 32;
@@ -554,14 +614,19 @@ impl<B: Bits> CompressedIndex<B> {
             + self.ids.len() * 8
     }
 
-    /// Every entry within `k` of `query`, each once, nearest first (ties by id).
-    pub fn query(&self, query: B, k: u32) -> Result<Vec<Match>, Error> {
+    fn check_k(&self, k: u32) -> Result<(), Error> {
         if k > self.design.k {
             return Err(Error::InvalidConfig(format!(
                 "k = {k} is larger than this index's maximum k = {}",
                 self.design.k
             )));
         }
+        Ok(())
+    }
+
+    /// Every entry within `k` of `query`, each once, nearest first (ties by id).
+    pub fn query(&self, query: B, k: u32) -> Result<Vec<Match>, Error> {
+        self.check_k(k)?;
         let mut found = Vec::new();
         for tables in self.tables.chunks(MAX_TABLES) {
             probe(tables, query, k, &mut found);
@@ -589,8 +654,51 @@ impl<B: Bits> CompressedIndex<B> {
         (self.fps.get(i) == Some(&fp)).then_some(i)
     }
 
-    /// [`CompressedIndex::query`] for many queries, in parallel.
+    /// [`CompressedIndex::query`] for many queries, in parallel; answers in
+    /// query order. A large batch is sorted by each table's key and answered in
+    /// one walk along each table, as the paper's batch mode does: every block is
+    /// decoded at most once per walk, however many queries it serves.
     pub fn query_batch(&self, queries: &[B], k: u32) -> Result<Vec<Vec<Match>>, Error> {
-        queries.par_iter().map(|&q| self.query(q, k)).collect()
+        self.check_k(k)?;
+        if queries.len() < SCAN_FROM {
+            return queries.par_iter().map(|&q| self.query(q, k)).collect();
+        }
+        if queries.len() > u32::MAX as usize {
+            return Err(Error::InvalidConfig(
+                "a batch holds fewer than 4,294,967,296 queries: split it".into(),
+            ));
+        }
+        // Each table's sorted queries are cut into pieces walked in parallel.
+        let piece = queries
+            .len()
+            .div_ceil(4 * rayon::current_num_threads())
+            .max(SCAN_FROM / 4);
+        let mut found: Vec<(u32, B, u32)> = self
+            .tables
+            .par_iter()
+            .flat_map(|t| {
+                let mut keys: Vec<(B, u32)> = queries
+                    .iter()
+                    .zip(0u32..)
+                    .map(|(&q, i)| (t.table.permute(q), i))
+                    .collect();
+                keys.par_sort_unstable();
+                keys.par_chunks(piece)
+                    .flat_map_iter(|part| t.scan(part, k))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        found.par_sort_unstable();
+        found.dedup();
+        let mut out = vec![Vec::new(); queries.len()];
+        for (q, fp, distance) in found {
+            if let Some(g) = self.find(fp) {
+                for &id in &self.ids[self.starts[g] as usize..self.starts[g + 1] as usize] {
+                    out[q as usize].push(Match { distance, id });
+                }
+            }
+        }
+        out.par_iter_mut().for_each(|m| m.sort_unstable());
+        Ok(out)
     }
 }
