@@ -4,7 +4,7 @@
 //! (the "big bucket") cost one entry in the join and work linear in the output.
 
 use crate::error::Error;
-use crate::index::{Bits, Collapsed, TableDesign, join_sorted_unique_with};
+use crate::index::{Bits, Collapsed, JoinScratch, TableDesign, join_sorted_unique_with};
 
 /// How near-duplicates are resolved into kept and dropped documents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +68,25 @@ impl Dedup {
                 "more than 4,294,967,294 documents in one run: split the input".into(),
             ));
         }
-        let (c, scratch) = Collapsed::with_scratch(fps);
+        Self::joined(Collapsed::with_scratch(fps), k, design)
+    }
+
+    /// [`Dedup::new`] that reuses the fingerprints' allocation (a large run's
+    /// fingerprints are not needed after the first sort).
+    pub fn from_vec<B: Bits>(fps: Vec<B>, k: u32, design: &TableDesign) -> Result<Dedup, Error> {
+        if fps.len() >= u32::MAX as usize {
+            return Err(Error::InvalidConfig(
+                "more than 4,294,967,294 documents in one run: split the input".into(),
+            ));
+        }
+        Self::joined(Collapsed::from_vec(fps), k, design)
+    }
+
+    fn joined<B: Bits>(
+        (c, scratch): (Collapsed<B>, JoinScratch<B>),
+        k: u32,
+        design: &TableDesign,
+    ) -> Result<Dedup, Error> {
         let distinct_pairs = join_sorted_unique_with(&c.distinct, k, design, scratch)?;
         Ok(Dedup {
             groups: Groups {

@@ -179,6 +179,12 @@ proptest! {
         let expected = brute_pairs(&fps, k);
         prop_assert_eq!(dd.pair_count(), expected.len() as u64);
         prop_assert_eq!(&pairs, &expected);
+        // The same from the fingerprints' own allocation.
+        let owned = Dedup::from_vec(fps.clone(), k, &d).unwrap();
+        let mut owned_pairs = Vec::new();
+        owned.for_each_pair(|a, b, dist| { owned_pairs.push((a, b, dist)); Ok::<(), ()>(()) }).unwrap();
+        owned_pairs.sort_unstable();
+        prop_assert_eq!(&owned_pairs, &expected);
 
         // Components: brute-force union-find; representative = first document.
         let n = fps.len();

@@ -234,8 +234,7 @@ fn join<B: Bits>(
 ) -> Result<(Dedup, Vec<u32>)> {
     let fps: Vec<B> = values.into_words();
     let design = plan_join(B::BITS, k, fps.len() as f64)?;
-    let mut dedup = Dedup::new(&fps, k, &design)?;
-    drop(fps);
+    let mut dedup = Dedup::from_vec(fps, k, &design)?;
     if let Some((threshold, sets)) = verify {
         dedup = dedup.verify(threshold, |doc| sets.get(doc));
     }

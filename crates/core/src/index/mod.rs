@@ -374,8 +374,29 @@ impl<B: Bits> Collapsed<B> {
 
     /// [`Collapsed::new`], and its sort's buffers for [`join_sorted_unique_with`].
     pub fn with_scratch(fps: &[B]) -> (Self, JoinScratch<B>) {
+        Self::sorted(Self::pairs_of(fps), mem::with_huge_capacity(fps.len()))
+    }
+
+    /// [`Collapsed::with_scratch`] that takes the fingerprints' own allocation
+    /// for the distinct list, rather than faulting in fresh memory for it.
+    pub fn from_vec(mut fps: Vec<B>) -> (Self, JoinScratch<B>) {
+        let pairs = Self::pairs_of(&fps);
+        fps.clear();
+        Self::sorted(pairs, fps)
+    }
+
+    /// (fingerprint, document) for every document.
+    fn pairs_of(fps: &[B]) -> Vec<(B, u32)> {
+        // Written in parallel, so that both cores fault in the fresh pages.
         let mut pairs: Vec<(B, u32)> = mem::with_huge_capacity(fps.len());
-        pairs.extend(fps.iter().enumerate().map(|(i, &f)| (f, i as u32)));
+        pairs.par_extend(fps.par_iter().enumerate().map(|(i, &f)| (f, i as u32)));
+        pairs
+    }
+
+    /// Sorts `pairs` and groups them, writing the distinct fingerprints into
+    /// `distinct` (empty).
+    fn sorted(mut pairs: Vec<(B, u32)>, mut distinct: Vec<B>) -> (Self, JoinScratch<B>) {
+        let n = pairs.len();
         // Radix by the top bits, then the (small) groups of equal top bits.
         let d = table::dir_bits_for(pairs.len(), B::BITS).min(26);
         let mut tmp = Vec::new();
@@ -392,19 +413,23 @@ impl<B: Bits> Collapsed<B> {
             }
             lo = hi;
         }
-        let mut distinct = mem::with_huge_capacity(pairs.len());
-        let mut starts = mem::with_huge_capacity(pairs.len() + 1);
-        let mut group_of = mem::with_huge_capacity(fps.len());
-        group_of.resize(fps.len(), 0u32);
+        debug_assert!(distinct.is_empty());
+        // Fresh pages faulted in by both cores (see `mem::filled_huge`).
+        let mut starts = mem::filled_huge(n + 1, 0u32);
+        let mut group_of = mem::filled_huge(n, 0u32);
+        let mut groups = 0;
         for (pos, &(f, doc)) in pairs.iter().enumerate() {
             if pos == 0 || pairs[pos - 1].0 != f {
                 distinct.push(f);
-                starts.push(pos as u32);
+                starts[groups] = pos as u32;
+                groups += 1;
             }
-            group_of[doc as usize] = distinct.len() as u32 - 1;
+            group_of[doc as usize] = groups as u32 - 1;
         }
-        starts.push(pairs.len() as u32);
-        let order = pairs.iter().map(|&(_, d)| d).collect();
+        starts[groups] = n as u32;
+        starts.truncate(groups + 1);
+        let mut order = mem::with_huge_capacity(n);
+        order.par_extend(pairs.par_iter().map(|&(_, d)| d));
         let collapsed = Collapsed {
             distinct,
             order,
@@ -519,12 +544,23 @@ pub fn join_sorted_unique_with<B: Bits>(
                 .collect::<Vec<_>>()
         })
         .collect();
+    // Fingerprints back to their positions: a directory on the top bits narrows
+    // each search to a few entries (two cache misses, not a binary search's
+    // twenty-odd over gigabytes).
+    let dir_bits = table::dir_bits_for(n, B::BITS);
+    let dir = table::directory(sorted.iter().copied(), dir_bits);
+    let position = |f: B| {
+        let b = f.top(dir_bits) as usize;
+        let (from, to) = (dir[b] as usize, dir[b + 1] as usize);
+        let i = from + sorted[from..to].partition_point(|&x| x < f);
+        debug_assert_eq!(sorted[i], f, "a stored fingerprint");
+        i as u32
+    };
     let mut pairs: Vec<(u32, u32, u32)> = per_table
         .into_par_iter()
         .flatten()
         .map(|(a, b, d)| {
-            let ia = sorted.binary_search(&a).expect("a stored fingerprint") as u32;
-            let ib = sorted.binary_search(&b).expect("a stored fingerprint") as u32;
+            let (ia, ib) = (position(a), position(b));
             (ia.min(ib), ia.max(ib), d)
         })
         .collect();

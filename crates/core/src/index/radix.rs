@@ -5,7 +5,7 @@
 use super::bits::Bits;
 
 /// Something sorted by the top bits of a fingerprint word.
-pub trait TopBits: Copy + Default {
+pub trait TopBits: Copy + Default + Send + Sync {
     /// The top `d` bits (0 < d <= 64).
     fn top_bits(&self, d: u32) -> u64;
 }
@@ -29,8 +29,7 @@ impl<B: Bits> TopBits for (B, u32) {
 pub fn sort_by_top<T: TopBits>(v: &mut [T], tmp: &mut Vec<T>, bits: u32) {
     debug_assert!((1..=26).contains(&bits));
     if tmp.len() < v.len() {
-        *tmp = super::mem::with_huge_capacity(v.len());
-        tmp.resize(v.len(), T::default());
+        *tmp = super::mem::filled_huge(v.len(), T::default());
     }
     let tmp = &mut tmp[..v.len()];
     if bits <= 13 {
