@@ -386,7 +386,7 @@ impl<B: Bits> CompressedTable<B> {
 
     /// Decodes the cursor's next key: false at the end of the table, or when the
     /// next block starts past the cursor's prefix.
-    #[inline]
+    #[inline(always)]
     fn advance(&self, c: &mut Cursor<B>) -> bool {
         c.left -= 1;
         if c.left == 0 {
