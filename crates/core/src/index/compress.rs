@@ -690,15 +690,27 @@ impl<B: Bits> CompressedIndex<B> {
             .collect();
         found.par_sort_unstable();
         found.dedup();
-        let mut out = vec![Vec::new(); queries.len()];
-        for (q, fp, distance) in found {
-            if let Some(g) = self.find(fp) {
-                for &id in &self.ids[self.starts[g] as usize..self.starts[g + 1] as usize] {
-                    out[q as usize].push(Match { distance, id });
+        // Each query's answers, built in parallel (the id lookups are cache
+        // misses), then moved to their places.
+        let answers: Vec<(u32, Vec<Match>)> = found
+            .par_chunk_by(|a, b| a.0 == b.0)
+            .map(|group| {
+                let mut m = Vec::new();
+                for &(_, fp, distance) in group {
+                    if let Some(g) = self.find(fp) {
+                        for &id in &self.ids[self.starts[g] as usize..self.starts[g + 1] as usize] {
+                            m.push(Match { distance, id });
+                        }
+                    }
                 }
-            }
+                m.sort_unstable();
+                (group[0].0, m)
+            })
+            .collect();
+        let mut out = vec![Vec::new(); queries.len()];
+        for (q, m) in answers {
+            out[q as usize] = m;
         }
-        out.par_iter_mut().for_each(|m| m.sort_unstable());
         Ok(out)
     }
 }
