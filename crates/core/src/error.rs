@@ -57,11 +57,11 @@ pub enum Error {
 
     /// An index file has a format version this code does not read.
     #[error(
-        "index file format version {got} is not supported (this neardup reads version {expected}); \
+        "index file format version {got} is not supported (this neardup reads versions 1 to {expected}); \
          rebuild the index with this neardup"
     )]
     IndexVersion {
-        /// The version read here.
+        /// The newest version read here.
         expected: u32,
         /// The file's version.
         got: u32,

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use neardup_core::index::{Bits, IdRef, IdTable, Index, IndexFile, SharedBytes, plan};
+use neardup_core::index::{
+    Bits, CompressedIndex, IdRef, IdTable, Index, IndexFile, SharedBytes, plan,
+};
 use neardup_core::{FingerprintConfig, Width};
 use serde_json::json;
 
@@ -24,7 +26,8 @@ pub enum Command {
     /// Build an index file from documents or from a fingerprint file.
     #[command(after_help = "Examples:
   neardup index build corpus.jsonl -o corpus.ndx
-  neardup index build --fingerprints fps.jsonl --k 4 -o fps.ndx")]
+  neardup index build --fingerprints fps.jsonl --k 4 -o fps.ndx
+  neardup index build corpus.jsonl --compressed -o corpus.ndx   # read-only, ~5.5 bytes per key per table")]
     Build(Box<BuildArgs>),
     /// Add documents (or fingerprints) to an index file; it is rewritten atomically.
     #[command(after_help = "Example:
@@ -54,6 +57,16 @@ pub struct BuildArgs {
     /// The index file to write.
     #[arg(short, long, value_name = "PATH")]
     pub output: PathBuf,
+    /// Compressed tables (the paper's §3.2: blocks of Huffman-coded keys):
+    /// about 44 bits per key and table instead of 96, queries several times
+    /// slower, and read-only (no `index add` or `index delete`).
+    #[arg(long)]
+    pub compressed: bool,
+    /// Bytes per block of the compressed tables: smaller blocks decode faster
+    /// and cost more bits per key.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024, requires = "compressed",
+          value_parser = clap::value_parser!(u32).range(16..=65536))]
+    pub block_bytes: u32,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -175,9 +188,15 @@ impl Opened {
     }
 }
 
+/// An index of either kind, for writing.
+enum Built<'a, B: Bits> {
+    Plain(&'a Index<B>),
+    Compressed(&'a CompressedIndex<B>),
+}
+
 fn write_index<B: Bits>(
     path: &Path,
-    index: &Index<B>,
+    index: Built<'_, B>,
     config: Option<&FingerprintConfig>,
     ids: &IdTable,
 ) -> Result<u64> {
@@ -185,9 +204,45 @@ fn write_index<B: Bits>(
     let extra = json!({"config": config, "ids": kind, "format": "neardup index"});
     let refs: Vec<(&str, &[u8])> = sections.iter().map(|(n, b)| (*n, b.as_slice())).collect();
     let mut out = Output::create(Some(path))?;
-    let n = index.write_to(&extra, &refs, &mut out)?;
+    let n = match index {
+        Built::Plain(i) => i.write_to(&extra, &refs, &mut out)?,
+        Built::Compressed(i) => i.write_to(&extra, &refs, &mut out)?,
+    };
     out.finish()?;
     Ok(n)
+}
+
+/// Builds the index of `design` over entries `0..n` (fingerprint `fp(i)`) and
+/// writes it.
+fn build_and_write<B: Bits>(
+    a: &BuildArgs,
+    design: &neardup_core::TableDesign,
+    n: usize,
+    fp: impl Fn(usize) -> B,
+    config: Option<&FingerprintConfig>,
+    ids: &IdTable,
+) -> Result<u64> {
+    let entries = (0..n).map(|i| (i as u64, fp(i)));
+    if a.compressed {
+        let c = CompressedIndex::build(design.clone(), entries, a.block_bytes as usize)?;
+        write_index(&a.output, Built::Compressed(&c), config, ids)
+    } else {
+        let index = Index::build(design.clone(), entries)?;
+        write_index(&a.output, Built::Plain(&index), config, ids)
+    }
+}
+
+/// Add and delete rewrite plain tables; compressed ones are built whole.
+fn refuse_compressed(opened: &Opened, path: &Path) -> Result<()> {
+    if opened.file.is_compressed() {
+        bail!(
+            "{}: its tables are compressed, which makes it read-only: rebuild it with \
+             `neardup index build --compressed` over all the documents, or build it without \
+             --compressed to add and delete",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 pub fn run(cmd: Command) -> Result<ExitCode> {
@@ -233,22 +288,10 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
         design.tables.len()
     );
     let bytes = with_spinner(&message, a.run.quiet, || -> Result<u64> {
+        let config = g.config.as_ref();
         match g.width {
-            Width::W64 => write_index(
-                &a.output,
-                &Index::<u64>::build(
-                    design.clone(),
-                    (0..n).map(|i| (i as u64, g.values.get(i) as u64)),
-                )?,
-                g.config.as_ref(),
-                &ids,
-            ),
-            Width::W128 => write_index(
-                &a.output,
-                &Index::<u128>::build(design.clone(), (0..n).map(|i| (i as u64, g.values.get(i))))?,
-                g.config.as_ref(),
-                &ids,
-            ),
+            Width::W64 => build_and_write(&a, &design, n, |i| g.values.get(i) as u64, config, &ids),
+            Width::W128 => build_and_write(&a, &design, n, |i| g.values.get(i), config, &ids),
         }
     })?;
     if !a.run.quiet {
@@ -267,6 +310,7 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
 fn add(mut a: AddArgs) -> Result<ExitCode> {
     init_threads(a.run.threads)?;
     let opened = open(&a.index)?;
+    refuse_compressed(&opened, &a.index)?;
     match &opened.config {
         Some(c) => a.source.pipeline.preset = Some(c.clone()),
         None if a.source.fingerprints.is_none() => bail!(
@@ -299,14 +343,14 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
             for j in 0..g.values.len() {
                 index.add(start + j as u64, g.values.get(j) as u64)?;
             }
-            write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
+            write_index(&a.index, Built::Plain(&index), opened.config.as_ref(), &ids)?;
         }
         _ => {
             let mut index = opened.file.index::<u128>()?;
             for j in 0..g.values.len() {
                 index.add(start + j as u64, g.values.get(j))?;
             }
-            write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
+            write_index(&a.index, Built::Plain(&index), opened.config.as_ref(), &ids)?;
         }
     }
     if !a.run.quiet {
@@ -317,6 +361,7 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
 
 fn delete(a: DeleteArgs) -> Result<ExitCode> {
     let opened = open(&a.index)?;
+    refuse_compressed(&opened, &a.index)?;
     let wanted: HashSet<&str> = a.ids.iter().map(String::as_str).collect();
     let ids = IdTable::read(&opened.file)?;
     let remove = |entry: u64| {
@@ -327,13 +372,13 @@ fn delete(a: DeleteArgs) -> Result<ExitCode> {
         64 => {
             let mut index = opened.file.index::<u64>()?;
             let n = index.delete(remove);
-            write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
+            write_index(&a.index, Built::Plain(&index), opened.config.as_ref(), &ids)?;
             n
         }
         _ => {
             let mut index = opened.file.index::<u128>()?;
             let n = index.delete(remove);
-            write_index(&a.index, &index, opened.config.as_ref(), &ids)?;
+            write_index(&a.index, Built::Plain(&index), opened.config.as_ref(), &ids)?;
             n
         }
     };
@@ -342,6 +387,17 @@ fn delete(a: DeleteArgs) -> Result<ExitCode> {
         a.index.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Bits per distinct key per table, averaged, and the table count.
+fn compressed_bits<B: Bits>(c: &CompressedIndex<B>) -> (f64, usize) {
+    let tables = c.tables().len();
+    let total: f64 = c
+        .tables()
+        .iter()
+        .map(|t| t.bits_per_key(c.distinct()).1)
+        .sum();
+    (total / tables.max(1) as f64, tables)
 }
 
 fn info(path: &Path) -> Result<ExitCode> {
@@ -353,6 +409,18 @@ fn info(path: &Path) -> Result<ExitCode> {
     writeln!(out, "bits         {}", f.bits())?;
     writeln!(out, "max k        {}", o.k)?;
     writeln!(out, "design       {}", f.design().describe())?;
+    if f.is_compressed() {
+        let (bits, tables) = match f.bits() {
+            64 => compressed_bits(&f.compressed_index::<u64>()?),
+            _ => compressed_bits(&f.compressed_index::<u128>()?),
+        };
+        writeln!(
+            out,
+            "tables       compressed, read-only: {bits:.1} bits per key per table ({tables} tables, with block headers)"
+        )?;
+    } else {
+        writeln!(out, "tables       plain")?;
+    }
     writeln!(
         out,
         "size         {} bytes ({:.1} bytes per entry)",

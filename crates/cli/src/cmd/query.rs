@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use neardup_core::index::{Bits, Index, Match};
+use neardup_core::index::{Bits, CompressedIndex, Index, Match};
 use neardup_core::jaccard::{Verify, jaccard, shingles_for};
 use neardup_core::{Fingerprint, SimHasher, Width};
 
@@ -92,6 +92,8 @@ type Pending = (Option<Id>, Fingerprint, Vec<Match>, Vec<u64>);
 enum Loaded {
     W64(Index<u64>),
     W128(Index<u128>),
+    Compressed64(CompressedIndex<u64>),
+    Compressed128(CompressedIndex<u128>),
 }
 
 impl Loaded {
@@ -99,6 +101,8 @@ impl Loaded {
         Ok(match self {
             Loaded::W64(i) => i.query(neardup_core::index::bits::word_of(fp)?, k)?,
             Loaded::W128(i) => i.query(neardup_core::index::bits::word_of(fp)?, k)?,
+            Loaded::Compressed64(i) => i.query(neardup_core::index::bits::word_of(fp)?, k)?,
+            Loaded::Compressed128(i) => i.query(neardup_core::index::bits::word_of(fp)?, k)?,
         })
     }
 }
@@ -118,9 +122,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     let width = Width::from_bits(opened.file.bits())?;
-    let index = match width {
-        Width::W64 => Loaded::W64(load(&opened)?),
-        Width::W128 => Loaded::W128(load(&opened)?),
+    let index = match (width, opened.file.is_compressed()) {
+        (Width::W64, false) => Loaded::W64(load(&opened)?),
+        (Width::W128, false) => Loaded::W128(load(&opened)?),
+        (Width::W64, true) => Loaded::Compressed64(opened.file.compressed_index()?),
+        (Width::W128, true) => Loaded::Compressed128(opened.file.compressed_index()?),
     };
     let hasher = || -> Result<SimHasher> {
         let Some(config) = &opened.config else {

@@ -14,7 +14,9 @@ use rayon::prelude::*;
 use super::Match;
 use super::bits::Bits;
 use super::design::{Table, TableDesign};
+use super::file::{COMPRESSED_FORMAT_VERSION, CompressedMeta, IndexFile};
 use super::radix;
+use super::slab::Slab;
 use crate::error::Error;
 
 /// Longest Huffman code, so decoding is one table lookup.
@@ -38,11 +40,33 @@ const FAST_CODE: u32 = 8;
 
 impl Huffman {
     fn new(freq: &[u64]) -> Huffman {
-        let lengths = limited_lengths(freq, MAX_CODE);
+        let lengths: Vec<u8> = limited_lengths(freq, MAX_CODE)
+            .into_iter()
+            .map(|l| l as u8)
+            .collect();
+        Huffman::from_lengths(&lengths).expect("a valid length-limited code")
+    }
+
+    /// The canonical code of these lengths per symbol (0: unused), as a file
+    /// stores it; None unless they make a prefix code of at most MAX_CODE bits.
+    fn from_lengths(lengths: &[u8]) -> Option<Huffman> {
+        let kraft: u64 = lengths
+            .iter()
+            .filter(|&&l| l > 0)
+            .map(|&l| 1u64 << (MAX_CODE - u32::from(l).min(MAX_CODE)))
+            .sum();
+        if lengths.iter().any(|&l| u32::from(l) > MAX_CODE)
+            || kraft == 0
+            || kraft > 1 << MAX_CODE
+            || lengths.len() > 256
+        {
+            return None;
+        }
+        let lengths: Vec<u32> = lengths.iter().map(|&l| u32::from(l)).collect();
         // Canonical codes: by (length, symbol).
-        let mut order: Vec<usize> = (0..freq.len()).filter(|&s| lengths[s] > 0).collect();
+        let mut order: Vec<usize> = (0..lengths.len()).filter(|&s| lengths[s] > 0).collect();
         order.sort_by_key(|&s| (lengths[s], s));
-        let mut codes = vec![(0u32, 0u32); freq.len()];
+        let mut codes = vec![(0u32, 0u32); lengths.len()];
         let mut code = 0u32;
         let mut prev_len = 0;
         for &s in &order {
@@ -72,11 +96,16 @@ impl Huffman {
                 *f = decode[w];
             }
         }
-        Huffman {
+        Some(Huffman {
             codes,
             decode,
             fast,
-        }
+        })
+    }
+
+    /// The code length of every symbol.
+    fn lengths(&self) -> Vec<u8> {
+        self.codes.iter().map(|&(_, l)| l as u8).collect()
     }
 }
 
@@ -160,8 +189,13 @@ struct BitReader<'a> {
 impl BitReader<'_> {
     #[inline]
     fn peek(&self, bits: u32) -> u64 {
+        // The stream ends with 8 bytes of padding; past the end (a damaged
+        // file) it reads zeros rather than out of bounds.
         let at = self.pos / 8;
-        let word = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("padded"));
+        let word = self
+            .bytes
+            .get(at..at + 8)
+            .map_or(0, |w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
         (word >> (self.pos % 8)) & (u64::MAX >> (64 - bits.max(1)))
     }
     #[inline]
@@ -187,13 +221,38 @@ impl BitReader<'_> {
 }
 
 /// A block's header, kept apart from the coded stream for the search: its first
-/// key whole, where its codes start in the stream (bytes) and how many keys it
-/// holds. One struct, so that finding the block also fetches where it starts.
+/// key whole, and in one more word where its codes start in the stream (bytes,
+/// low 32 bits) and how many keys it holds (the next 16). One struct, so that
+/// finding the block also fetches where it starts; two words of one type, so
+/// that it has no padding and files hold it as it is.
 #[derive(Clone, Copy, Debug)]
-struct Head<B> {
+#[repr(C)]
+pub struct Head<B> {
     first: B,
-    start: u32,
-    len: u16,
+    at: B,
+}
+
+// SAFETY: `Head` is `repr(C)` with two fields of the same `Pod` type, so it has
+// no padding, and every bit pattern of it is valid.
+unsafe impl<B: Bits> bytemuck::Zeroable for Head<B> {}
+// SAFETY: as above.
+unsafe impl<B: Bits> bytemuck::Pod for Head<B> {}
+
+impl<B: Bits> Head<B> {
+    fn new(first: B, start: u32, len: u16) -> Self {
+        Head {
+            first,
+            at: B::from_u128(u128::from(start) | u128::from(len) << 32),
+        }
+    }
+    #[inline]
+    fn start(&self) -> usize {
+        self.at.to_u128() as u32 as usize
+    }
+    #[inline]
+    fn len(&self) -> u16 {
+        (self.at.to_u128() >> 32) as u16
+    }
 }
 
 /// One compressed table.
@@ -203,12 +262,26 @@ pub struct CompressedTable<B: Bits> {
     /// The key bits of the table's prefix, and the bits below it.
     prefix: B,
     rest: B,
-    heads: Vec<Head<B>>,
+    heads: Slab<Head<B>>,
     /// `block_dir[v]`: the first block whose first key's top `dir_bits` bits are >= v.
-    block_dir: Vec<u32>,
+    block_dir: Slab<u32>,
     dir_bits: u32,
-    data: Vec<u8>,
+    data: Slab<u8>,
     code: Huffman,
+}
+
+/// A table's arrays for one query or walk: slices resolved once, so that the
+/// decoding loop does not go through [`Slab`] at every key.
+#[derive(Clone, Copy)]
+struct View<'a, B: Bits> {
+    table: &'a Table,
+    prefix: B,
+    rest: B,
+    heads: &'a [Head<B>],
+    block_dir: &'a [u32],
+    dir_bits: u32,
+    data: &'a [u8],
+    code: &'a Huffman,
 }
 
 impl<B: Bits> CompressedTable<B> {
@@ -223,30 +296,31 @@ impl<B: Bits> CompressedTable<B> {
         }
         let code = Huffman::new(&freq);
         let mut w = BitWriter::default();
-        let mut heads: Vec<Head<B>> = Vec::new();
+        // (first key, start, keys) per block.
+        let mut blocks: Vec<(B, u32, u16)> = Vec::new();
         let mut prev = B::zero();
         for &key in sorted {
-            let full = heads.last().is_none_or(|h| {
-                w.bytes.len() - h.start as usize >= block_bytes || h.len == u16::MAX
+            let full = blocks.last().is_none_or(|&(_, start, len)| {
+                w.bytes.len() - start as usize >= block_bytes || len == u16::MAX
             });
             if full {
                 w.align();
-                heads.push(Head {
-                    first: key,
-                    start: w.bytes.len() as u32,
-                    len: 0,
-                });
+                blocks.push((key, w.bytes.len() as u32, 0));
             } else {
                 let h = high_bit(prev.xor(key));
                 let (c, len) = code.codes[h as usize];
                 w.put(c as u64, len);
                 w.put_wide(key, h);
             }
-            heads.last_mut().expect("a block").len += 1;
+            blocks.last_mut().expect("a block").2 += 1;
             prev = key;
         }
         w.align();
         w.bytes.extend_from_slice(&[0u8; 8]);
+        let heads: Vec<Head<B>> = blocks
+            .into_iter()
+            .map(|(first, start, len)| Head::new(first, start, len))
+            .collect();
         let p = table.prefix_bits();
         let dir_bits = super::table::dir_bits_for(heads.len(), p);
         let block_dir = super::table::directory(heads.iter().map(|h| h.first), dir_bits);
@@ -254,11 +328,26 @@ impl<B: Bits> CompressedTable<B> {
             table: table.clone(),
             prefix: B::mask(B::BITS - p, p),
             rest: B::mask(0, B::BITS - p),
-            heads,
-            block_dir,
+            heads: heads.into(),
+            block_dir: block_dir.into(),
             dir_bits,
-            data: w.bytes,
+            data: w.bytes.into(),
             code,
+        }
+    }
+
+    /// The arrays, resolved for a query.
+    #[inline]
+    fn view(&self) -> View<'_, B> {
+        View {
+            table: &self.table,
+            prefix: self.prefix,
+            rest: self.rest,
+            heads: &self.heads,
+            block_dir: &self.block_dir,
+            dir_bits: self.dir_bits,
+            data: &self.data,
+            code: &self.code,
         }
     }
 
@@ -276,7 +365,9 @@ impl<B: Bits> CompressedTable<B> {
             + self.heads.len() * std::mem::size_of::<Head<B>>()
             + self.block_dir.len() * 4
     }
+}
 
+impl<B: Bits> View<'_, B> {
     /// Starts a probe for `query`: its permuted key and directory slot, with the
     /// slot prefetched.
     #[inline]
@@ -332,13 +423,13 @@ impl<B: Bits> CompressedTable<B> {
         // Keys are close to uniform within a block, so decoding stops about where
         // the prefix's last key falls between this block's first key and the
         // next one's: fetch the block's data up to there, and a line more.
-        let at = head.start as usize;
+        let at = head.start();
         let reach = match self.heads.get(p.block + 1) {
             Some(next) => {
                 let first = head.first.to_u128() as f64;
                 let last = lo.or(self.rest).to_u128() as f64;
                 let span = next.first.to_u128() as f64 - first;
-                let bytes = (next.start - head.start) as f64;
+                let bytes = next.start().saturating_sub(head.start()) as f64;
                 (((last - first) / span).min(1.0) * bytes) as usize + 64
             }
             None => self.data.len() - at,
@@ -358,9 +449,9 @@ impl<B: Bits> CompressedTable<B> {
         match self.heads.get(b) {
             Some(head) if head.first.and(self.prefix) <= c.lo => {
                 c.block = b;
-                c.pos = head.start as usize * 8;
+                c.pos = head.start() * 8;
                 c.cur = head.first;
-                c.left = head.len;
+                c.left = head.len();
                 true
             }
             _ => false,
@@ -388,14 +479,14 @@ impl<B: Bits> CompressedTable<B> {
     /// next block starts past the cursor's prefix.
     #[inline(always)]
     fn advance(&self, c: &mut Cursor<B>) -> bool {
-        c.left -= 1;
+        c.left = c.left.saturating_sub(1);
         if c.left == 0 {
             return self.enter(c, c.block + 1);
         }
         // One 64-bit window (at least 57 valid bits) holds the code and, usually,
         // the bits below h too: one load per key, not two.
         let mut r = BitReader {
-            bytes: &self.data,
+            bytes: self.data,
             pos: c.pos,
         };
         let window = r.peek(57);
@@ -488,6 +579,7 @@ const MAX_TABLES: usize = 32;
 /// to `found`, in phases over all tables so that their cache misses overlap:
 /// directory slots, block headers, block data, then decoding.
 fn probe<B: Bits>(tables: &[CompressedTable<B>], query: B, k: u32, found: &mut Vec<(B, u32)>) {
+    let tables: Vec<View<'_, B>> = tables.iter().map(CompressedTable::view).collect();
     let mut cursors = [Cursor::default(); MAX_TABLES];
     let cursors = &mut cursors[..tables.len()];
     for (t, c) in tables.iter().zip(cursors.iter_mut()) {
@@ -534,12 +626,12 @@ fn high_bit<B: Bits>(x: B) -> u32 {
 pub struct CompressedIndex<B: Bits> {
     design: TableDesign,
     /// Distinct fingerprints, ascending, and the entries of each.
-    fps: Vec<B>,
+    fps: Slab<B>,
     /// `fps_dir[v]`: the first fingerprint whose top `fps_dir_bits` bits are >= v.
-    fps_dir: Vec<u32>,
+    fps_dir: Slab<u32>,
     fps_dir_bits: u32,
-    starts: Vec<u32>,
-    ids: Vec<u64>,
+    starts: Slab<u32>,
+    ids: Slab<u64>,
     tables: Vec<CompressedTable<B>>,
 }
 
@@ -568,7 +660,7 @@ impl<B: Bits> CompressedIndex<B> {
             }
         }
         starts.push(pairs.len() as u32);
-        let ids = pairs.into_iter().map(|(_, id)| id).collect();
+        let ids: Vec<u64> = pairs.into_iter().map(|(_, id)| id).collect();
         let tables = design
             .tables
             .par_iter()
@@ -584,11 +676,11 @@ impl<B: Bits> CompressedIndex<B> {
         let fps_dir = super::table::directory(fps.iter().copied(), fps_dir_bits);
         Ok(CompressedIndex {
             design,
-            fps,
-            fps_dir,
+            fps: fps.into(),
+            fps_dir: fps_dir.into(),
             fps_dir_bits,
-            starts,
-            ids,
+            starts: starts.into(),
+            ids: ids.into(),
             tables,
         })
     }
@@ -636,7 +728,7 @@ impl<B: Bits> CompressedIndex<B> {
         let mut out = Vec::new();
         for (fp, distance) in found {
             if let Some(g) = self.find(fp) {
-                for &id in &self.ids[self.starts[g] as usize..self.starts[g + 1] as usize] {
+                for &id in self.ids_of(g) {
                     out.push(Match { distance, id });
                 }
             }
@@ -648,10 +740,20 @@ impl<B: Bits> CompressedIndex<B> {
     /// The position of `fp` among the distinct fingerprints.
     #[inline]
     fn find(&self, fp: B) -> Option<usize> {
+        let fps: &[B] = &self.fps;
         let b = fp.top(self.fps_dir_bits) as usize;
         let (from, to) = (self.fps_dir[b] as usize, self.fps_dir[b + 1] as usize);
-        let i = from + self.fps[from..to].partition_point(|&f| f < fp);
-        (self.fps.get(i) == Some(&fp)).then_some(i)
+        let i = from + fps[from..to].partition_point(|&f| f < fp);
+        (fps.get(i) == Some(&fp)).then_some(i)
+    }
+
+    /// The ids of distinct fingerprint `g` (none if a damaged file says so).
+    #[inline]
+    fn ids_of(&self, g: usize) -> &[u64] {
+        match (self.starts.get(g), self.starts.get(g + 1)) {
+            (Some(&a), Some(&b)) => self.ids.get(a as usize..b as usize).unwrap_or_default(),
+            _ => &[],
+        }
     }
 
     /// [`CompressedIndex::query`] for many queries, in parallel; answers in
@@ -684,7 +786,7 @@ impl<B: Bits> CompressedIndex<B> {
                     .collect();
                 keys.par_sort_unstable();
                 keys.par_chunks(piece)
-                    .flat_map_iter(|part| t.scan(part, k))
+                    .flat_map_iter(|part| t.view().scan(part, k))
                     .collect::<Vec<_>>()
             })
             .collect();
@@ -698,7 +800,7 @@ impl<B: Bits> CompressedIndex<B> {
                 let mut m = Vec::new();
                 for &(_, fp, distance) in group {
                     if let Some(g) = self.find(fp) {
-                        for &id in &self.ids[self.starts[g] as usize..self.starts[g + 1] as usize] {
+                        for &id in self.ids_of(g) {
                             m.push(Match { distance, id });
                         }
                     }
@@ -712,5 +814,149 @@ impl<B: Bits> CompressedIndex<B> {
             out[q as usize] = m;
         }
         Ok(out)
+    }
+}
+
+impl<B: Bits> CompressedIndex<B> {
+    /// Writes the index file (format version 2, see [`IndexFile`]) with the
+    /// caller's `extra` metadata and named `sections`. Returns the bytes written.
+    pub fn write_to<W: std::io::Write>(
+        &self,
+        extra: &serde_json::Value,
+        sections: &[(&str, &[u8])],
+        w: W,
+    ) -> Result<u64, Error> {
+        let mut own: Vec<(String, &[u8])> = vec![
+            ("fps".into(), bytemuck::cast_slice(&self.fps)),
+            ("fps.dir".into(), bytemuck::cast_slice(&self.fps_dir)),
+            ("starts".into(), bytemuck::cast_slice(&self.starts)),
+            ("ids".into(), bytemuck::cast_slice(&self.ids)),
+        ];
+        for (i, t) in self.tables.iter().enumerate() {
+            own.push((format!("t{i}.heads"), bytemuck::cast_slice(&t.heads)));
+            own.push((format!("t{i}.dir"), bytemuck::cast_slice(&t.block_dir)));
+            own.push((format!("t{i}.data"), &t.data));
+        }
+        let head = super::file::Head {
+            version: COMPRESSED_FORMAT_VERSION,
+            bits: B::BITS,
+            entries: self.ids.len() as u64,
+            design: &self.design,
+            dir_bits: self.tables.iter().map(|t| t.dir_bits).collect(),
+            compressed: Some(CompressedMeta {
+                distinct: self.fps.len() as u64,
+                fps_dir_bits: self.fps_dir_bits,
+                blocks: self.tables.iter().map(|t| t.heads.len() as u64).collect(),
+                code_lengths: self.tables.iter().map(|t| t.code.lengths()).collect(),
+            }),
+        };
+        super::file::write_file(head, own, extra, sections, w)
+    }
+}
+
+fn corrupt(reason: impl Into<String>) -> Error {
+    Error::CorruptIndex(reason.into())
+}
+
+/// A directory of `2^bits + 1` entries must start at 0, never decrease and end
+/// at `total`.
+fn directory_is_sound(dir: &[u32], total: u64) -> bool {
+    dir.first() == Some(&0)
+        && dir.last().map(|&l| u64::from(l)) == Some(total)
+        && dir.windows(2).all(|w| w[0] <= w[1])
+}
+
+impl IndexFile {
+    /// The compressed index of a version-2 file, using the file's bytes in place.
+    /// Checks the structure (directories, block headers, codes: work in
+    /// proportion to the blocks, not the keys), so that a damaged file gives an
+    /// error or, past these checks, wrong bits in answers, never a crash;
+    /// [`IndexFile::verify`] checks every byte.
+    pub fn compressed_index<B: Bits>(&self) -> Result<CompressedIndex<B>, Error> {
+        let Some(meta) = self.compressed_meta() else {
+            return Err(Error::InvalidConfig(
+                "this index file holds plain tables, not compressed ones".into(),
+            ));
+        };
+        if B::BITS != self.bits() {
+            return Err(Error::WidthMismatch {
+                expected: B::BITS,
+                got: self.bits(),
+            });
+        }
+        let design = self.design().clone();
+        let tables = design.tables.len();
+        let dir_bits = self.dir_bits();
+        if design.bits != B::BITS
+            || dir_bits.len() != tables
+            || meta.blocks.len() != tables
+            || meta.code_lengths.len() != tables
+        {
+            return Err(corrupt("the design does not match the header"));
+        }
+        let (n, distinct) = (self.entries(), meta.distinct);
+        if n >= u64::from(u32::MAX) || distinct > n {
+            return Err(corrupt(format!("{distinct} distinct of {n} entries")));
+        }
+        if !(1..=26).contains(&meta.fps_dir_bits) {
+            return Err(corrupt("the fingerprint directory's size"));
+        }
+        let fps: Slab<B> = self.slab("fps", distinct)?;
+        let fps_dir: Slab<u32> = self.slab("fps.dir", (1u64 << meta.fps_dir_bits) + 1)?;
+        let starts: Slab<u32> = self.slab("starts", distinct + 1)?;
+        let ids: Slab<u64> = self.slab("ids", n)?;
+        if !directory_is_sound(&fps_dir, distinct)
+            || starts.first() != Some(&0)
+            || starts.last().map(|&s| u64::from(s)) != Some(n)
+        {
+            return Err(corrupt("the fingerprint directory is damaged"));
+        }
+        let mut out = Vec::with_capacity(tables);
+        for (i, t) in design.tables.iter().enumerate() {
+            let (bits, blocks) = (dir_bits[i], meta.blocks[i]);
+            let p = t.prefix_bits();
+            if !(1..=26).contains(&bits) || bits > p || blocks >= u64::from(u32::MAX) {
+                return Err(corrupt(format!("table {i}'s directory or block count")));
+            }
+            let heads: Slab<Head<B>> = self.slab(&format!("t{i}.heads"), blocks)?;
+            let block_dir: Slab<u32> = self.slab(&format!("t{i}.dir"), (1u64 << bits) + 1)?;
+            let data_len = self.section(&format!("t{i}.data")).map_or(0, <[u8]>::len);
+            let data: Slab<u8> = self.slab(&format!("t{i}.data"), data_len as u64)?;
+            let code = (meta.code_lengths[i].len() == B::BITS as usize)
+                .then(|| Huffman::from_lengths(&meta.code_lengths[i]))
+                .flatten()
+                .ok_or_else(|| corrupt(format!("table {i}'s code")))?;
+            let mut keys = 0u64;
+            let mut last = 0;
+            for h in heads.iter() {
+                if h.len() == 0 || h.start() < last || h.start() + 8 > data_len {
+                    return Err(corrupt(format!("table {i}'s block headers are damaged")));
+                }
+                last = h.start();
+                keys += u64::from(h.len());
+            }
+            if keys != distinct || !directory_is_sound(&block_dir, blocks) {
+                return Err(corrupt(format!("table {i}'s blocks are damaged")));
+            }
+            out.push(CompressedTable {
+                table: t.clone(),
+                prefix: B::mask(B::BITS - p, p),
+                rest: B::mask(0, B::BITS - p),
+                heads,
+                block_dir,
+                dir_bits: bits,
+                data,
+                code,
+            });
+        }
+        Ok(CompressedIndex {
+            design,
+            fps,
+            fps_dir,
+            fps_dir_bits: meta.fps_dir_bits,
+            starts,
+            ids,
+            tables: out,
+        })
     }
 }

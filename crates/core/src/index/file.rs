@@ -3,11 +3,15 @@
 //! ```text
 //! header (64 bytes)  magic "NDUPIDX\0", format version u32, fingerprint bits u32,
 //!                    entries u64, zero padding
-//! sections           each 64-byte aligned: "fps", "ids", and per table i
-//!                    "t{i}.keys", "t{i}.items", "t{i}.dir"; then the caller's own
+//! sections           each 64-byte aligned. Version 1 (plain tables): "fps", "ids",
+//!                    and per table i "t{i}.keys", "t{i}.items", "t{i}.dir".
+//!                    Version 2 (compressed tables, read-only): "fps" (distinct,
+//!                    ascending), "fps.dir", "starts", "ids", and per table i
+//!                    "t{i}.heads", "t{i}.dir", "t{i}.data". Then the caller's own
 //!                    (document ids, ...)
 //! metadata           JSON: design, section table (offset, length, xxh3-64), the
-//!                    caller's "extra" value (the FingerprintConfig, ...)
+//!                    caller's "extra" value (the FingerprintConfig, ...), and for
+//!                    version 2 the tables' directory sizes and Huffman code lengths
 //! footer (32 bytes)  metadata offset u64, metadata length u64, xxh3-64 of header
 //!                    and metadata u64, magic "NDUPEND\0"
 //! ```
@@ -32,8 +36,10 @@ use crate::error::Error;
 
 const MAGIC: &[u8; 8] = b"NDUPIDX\0";
 const END_MAGIC: &[u8; 8] = b"NDUPEND\0";
-/// The format version this code writes and reads.
+/// The format version of files with plain tables.
 pub const FORMAT_VERSION: u32 = 1;
+/// The format version of files with compressed tables.
+pub const COMPRESSED_FORMAT_VERSION: u32 = 2;
 const HEADER: usize = 64;
 const FOOTER: usize = 32;
 const ALIGN: usize = 64;
@@ -52,6 +58,19 @@ struct Meta {
     dir_bits: Vec<u32>,
     sections: Vec<Section>,
     extra: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compressed: Option<CompressedMeta>,
+}
+
+/// What a compressed index needs beside its sections.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct CompressedMeta {
+    /// Distinct fingerprints, and the bits of their directory.
+    pub(super) distinct: u64,
+    pub(super) fps_dir_bits: u32,
+    /// Per table: blocks, and the Huffman code length of every symbol.
+    pub(super) blocks: Vec<u64>,
+    pub(super) code_lengths: Vec<Vec<u8>>,
 }
 
 fn corrupt(reason: impl Into<String>) -> Error {
@@ -64,7 +83,7 @@ pub fn write<B: Bits, W: Write>(
     index: &Index<B>,
     extra: &serde_json::Value,
     sections: &[(&str, &[u8])],
-    mut w: W,
+    w: W,
 ) -> Result<u64, Error> {
     let clean;
     let index = if index.deleted_count > 0 || index.indexed < index.fps.len() {
@@ -75,11 +94,50 @@ pub fn write<B: Bits, W: Write>(
     } else {
         index
     };
+    let mut own: Vec<(String, &[u8])> = vec![
+        ("fps".into(), bytemuck::cast_slice(&index.fps)),
+        ("ids".into(), bytemuck::cast_slice(&index.ids)),
+    ];
+    for (i, t) in index.tables.iter().enumerate() {
+        own.push((format!("t{i}.keys"), bytemuck::cast_slice(&t.keys)));
+        own.push((format!("t{i}.items"), bytemuck::cast_slice(&t.items)));
+        own.push((format!("t{i}.dir"), bytemuck::cast_slice(&t.dir)));
+    }
+    let head = Head {
+        version: FORMAT_VERSION,
+        bits: B::BITS,
+        entries: index.fps.len() as u64,
+        design: &index.design,
+        dir_bits: index.tables.iter().map(|t| t.dir_bits).collect(),
+        compressed: None,
+    };
+    write_file(head, own, extra, sections, w)
+}
+
+/// What the header and metadata say besides the sections.
+pub(super) struct Head<'a> {
+    pub(super) version: u32,
+    pub(super) bits: u32,
+    pub(super) entries: u64,
+    pub(super) design: &'a TableDesign,
+    pub(super) dir_bits: Vec<u32>,
+    pub(super) compressed: Option<CompressedMeta>,
+}
+
+/// Writes a file: header, the index's `own` sections and the caller's, metadata,
+/// footer. Returns the bytes written.
+pub(super) fn write_file<W: Write>(
+    head: Head<'_>,
+    own: Vec<(String, &[u8])>,
+    extra: &serde_json::Value,
+    sections: &[(&str, &[u8])],
+    mut w: W,
+) -> Result<u64, Error> {
     let mut header = Vec::with_capacity(HEADER);
     header.extend_from_slice(MAGIC);
-    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    header.extend_from_slice(&B::BITS.to_le_bytes());
-    header.extend_from_slice(&(index.fps.len() as u64).to_le_bytes());
+    header.extend_from_slice(&head.version.to_le_bytes());
+    header.extend_from_slice(&head.bits.to_le_bytes());
+    header.extend_from_slice(&head.entries.to_le_bytes());
     header.resize(HEADER, 0);
     w.write_all(&header)?;
     let mut pos = HEADER as u64;
@@ -98,25 +156,18 @@ pub fn write<B: Bits, W: Write>(
         pos += bytes.len() as u64;
         Ok(())
     };
-    put("fps".into(), bytemuck::cast_slice(&index.fps), &mut w)?;
-    put("ids".into(), bytemuck::cast_slice(&index.ids), &mut w)?;
-    for (i, t) in index.tables.iter().enumerate() {
-        put(format!("t{i}.keys"), bytemuck::cast_slice(&t.keys), &mut w)?;
-        put(
-            format!("t{i}.items"),
-            bytemuck::cast_slice(&t.items),
-            &mut w,
-        )?;
-        put(format!("t{i}.dir"), bytemuck::cast_slice(&t.dir), &mut w)?;
+    for (name, bytes) in own {
+        put(name, bytes, &mut w)?;
     }
     for (name, bytes) in sections {
         put((*name).to_owned(), bytes, &mut w)?;
     }
     let meta = Meta {
-        design: index.design.clone(),
-        dir_bits: index.tables.iter().map(|t| t.dir_bits).collect(),
+        design: head.design.clone(),
+        dir_bits: head.dir_bits,
         sections: table,
         extra: extra.clone(),
+        compressed: head.compressed,
     };
     let meta_bytes = serde_json::to_vec(&meta).map_err(|e| Error::Io(e.into()))?;
     w.write_all(&meta_bytes)?;
@@ -178,9 +229,9 @@ impl IndexFile {
             return Err(corrupt("not a neardup index file (wrong magic number)"));
         }
         let version = u32_at(b, 8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != COMPRESSED_FORMAT_VERSION {
             return Err(Error::IndexVersion {
-                expected: FORMAT_VERSION,
+                expected: COMPRESSED_FORMAT_VERSION,
                 got: version,
             });
         }
@@ -216,6 +267,11 @@ impl IndexFile {
                 return Err(corrupt(format!("section {} lies outside the data", s.name)));
             }
         }
+        if meta.compressed.is_some() != (version == COMPRESSED_FORMAT_VERSION) {
+            return Err(corrupt(
+                "the metadata does not match the format version (compressed tables)",
+            ));
+        }
         let file = IndexFile {
             data: data.clone(),
             bits,
@@ -223,9 +279,11 @@ impl IndexFile {
             meta,
         };
         // Structural checks of the index sections, so queries never go astray.
-        match bits {
-            64 => drop(file.index::<u64>()?),
-            _ => drop(file.index::<u128>()?),
+        match (bits, file.is_compressed()) {
+            (64, false) => drop(file.index::<u64>()?),
+            (_, false) => drop(file.index::<u128>()?),
+            (64, true) => drop(file.compressed_index::<u64>()?),
+            (_, true) => drop(file.compressed_index::<u128>()?),
         }
         Ok(file)
     }
@@ -268,6 +326,11 @@ impl IndexFile {
         self.entries
     }
 
+    /// Whether the tables are compressed (format version 2: read-only).
+    pub fn is_compressed(&self) -> bool {
+        self.meta.compressed.is_some()
+    }
+
     /// The table design.
     pub fn design(&self) -> &TableDesign {
         &self.meta.design
@@ -294,7 +357,15 @@ impl IndexFile {
         Some(&(*self.data).as_ref()[s.offset as usize..(s.offset + s.len) as usize])
     }
 
-    fn slab<T: bytemuck::Pod>(&self, name: &str, count: u64) -> Result<Slab<T>, Error> {
+    pub(super) fn dir_bits(&self) -> &[u32] {
+        &self.meta.dir_bits
+    }
+
+    pub(super) fn compressed_meta(&self) -> Option<&CompressedMeta> {
+        self.meta.compressed.as_ref()
+    }
+
+    pub(super) fn slab<T: bytemuck::Pod>(&self, name: &str, count: u64) -> Result<Slab<T>, Error> {
         let s = self
             .meta
             .sections
@@ -317,6 +388,13 @@ impl IndexFile {
 
     /// The index, using the file's bytes in place (no copy).
     pub fn index<B: Bits>(&self) -> Result<Index<B>, Error> {
+        if self.is_compressed() {
+            return Err(Error::InvalidConfig(
+                "this index file holds compressed tables, which are read-only: query it, or \
+                 rebuild it without --compressed to add or delete entries"
+                    .into(),
+            ));
+        }
         if B::BITS != self.bits {
             return Err(Error::WidthMismatch {
                 expected: B::BITS,
