@@ -14,7 +14,9 @@ use rayon::prelude::*;
 use super::Match;
 use super::bits::Bits;
 use super::design::{Table, TableDesign};
-use super::file::{COMPRESSED_FORMAT_VERSION, CompressedMeta, IndexFile};
+use super::file::{
+    COMPRESSED_FORMAT_VERSION, CompressedMeta, IndexFile, corrupt, directory_is_sound,
+};
 use super::radix;
 use super::slab::Slab;
 use crate::error::Error;
@@ -227,7 +229,7 @@ impl BitReader<'_> {
 /// that it has no padding and files hold it as it is.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
-pub struct Head<B> {
+struct Head<B> {
     first: B,
     at: B,
 }
@@ -852,18 +854,6 @@ impl<B: Bits> CompressedIndex<B> {
         };
         super::file::write_file(head, own, extra, sections, w)
     }
-}
-
-fn corrupt(reason: impl Into<String>) -> Error {
-    Error::CorruptIndex(reason.into())
-}
-
-/// A directory of `2^bits + 1` entries must start at 0, never decrease and end
-/// at `total`.
-fn directory_is_sound(dir: &[u32], total: u64) -> bool {
-    dir.first() == Some(&0)
-        && dir.last().map(|&l| u64::from(l)) == Some(total)
-        && dir.windows(2).all(|w| w[0] <= w[1])
 }
 
 impl IndexFile {

@@ -73,8 +73,15 @@ pub(super) struct CompressedMeta {
     pub(super) code_lengths: Vec<Vec<u8>>,
 }
 
-fn corrupt(reason: impl Into<String>) -> Error {
+pub(super) fn corrupt(reason: impl Into<String>) -> Error {
     Error::CorruptIndex(reason.into())
+}
+
+/// Whether a directory starts at 0, never decreases and ends at `total`.
+pub(super) fn directory_is_sound(dir: &[u32], total: u64) -> bool {
+    dir.first() == Some(&0)
+        && dir.last().map(|&l| u64::from(l)) == Some(total)
+        && dir.windows(2).all(|w| w[0] <= w[1])
 }
 
 /// Writes `index` (live entries only, pending additions merged) with the caller's
@@ -421,10 +428,7 @@ impl IndexFile {
             let keys: Slab<B> = self.slab(&format!("t{i}.keys"), n)?;
             let items: Slab<u32> = self.slab(&format!("t{i}.items"), n)?;
             let dir: Slab<u32> = self.slab(&format!("t{i}.dir"), (1u64 << dir_bits) + 1)?;
-            if dir.first() != Some(&0)
-                || dir.last().copied() != Some(n as u32)
-                || dir.windows(2).any(|w| w[0] > w[1])
-            {
+            if !directory_is_sound(&dir, n) {
                 return Err(corrupt(format!("table {i}'s directory is damaged")));
             }
             tables.push(SortedTable {
