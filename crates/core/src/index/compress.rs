@@ -356,9 +356,10 @@ impl<B: Bits> CompressedTable<B> {
     /// Bits per key: the coded stream, and with the block headers and the
     /// directory as memory holds them.
     pub fn bits_per_key(&self, n: usize) -> (f64, f64) {
-        let stream = (self.data.len() - 8) as f64 * 8.0;
+        // Less the stream's 8 bytes of padding.
+        let stream = self.data.len().saturating_sub(8) as f64 * 8.0;
         let n = n.max(1) as f64;
-        (stream / n, (self.memory() - 8) as f64 * 8.0 / n)
+        (stream / n, self.memory().saturating_sub(8) as f64 * 8.0 / n)
     }
 
     /// Bytes held.
@@ -916,6 +917,9 @@ impl IndexFile {
                 .then(|| Huffman::from_lengths(&meta.code_lengths[i]))
                 .flatten()
                 .ok_or_else(|| corrupt(format!("table {i}'s code")))?;
+            if data_len < 8 {
+                return Err(corrupt(format!("table {i}'s stream is cut short")));
+            }
             let mut keys = 0u64;
             let mut last = 0;
             for h in heads.iter() {
