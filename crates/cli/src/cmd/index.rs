@@ -296,8 +296,13 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
     })?;
     if !a.run.quiet {
         eprintln!(
-            "neardup: indexed {n} fingerprints ({}), k <= {}: {} bytes in {:.2} s -> {}",
+            "neardup: indexed {n} fingerprints ({}{}), k <= {}: {} bytes in {:.2} s -> {}",
             design.describe(),
+            if a.compressed {
+                format!(", compressed in {}-byte blocks", a.block_bytes)
+            } else {
+                String::new()
+            },
             a.k,
             bytes,
             started.elapsed().as_secs_f64(),
