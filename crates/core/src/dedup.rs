@@ -6,6 +6,16 @@
 use crate::error::Error;
 use crate::index::{Bits, Collapsed, JoinScratch, TableDesign, join_sorted_unique_with};
 
+/// Documents are numbered with u32, one value kept free.
+fn check_documents(n: usize) -> Result<(), Error> {
+    if n >= u32::MAX as usize {
+        return Err(Error::InvalidConfig(
+            "more than 4,294,967,294 documents in one run: split the input".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// How near-duplicates are resolved into kept and dropped documents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {
@@ -63,22 +73,14 @@ impl Groups {
 impl Dedup {
     /// Joins `fps` (document i has `fps[i]`) at distance `k` with `design`.
     pub fn new<B: Bits>(fps: &[B], k: u32, design: &TableDesign) -> Result<Dedup, Error> {
-        if fps.len() >= u32::MAX as usize {
-            return Err(Error::InvalidConfig(
-                "more than 4,294,967,294 documents in one run: split the input".into(),
-            ));
-        }
+        check_documents(fps.len())?;
         Self::joined(Collapsed::with_scratch(fps), k, design)
     }
 
     /// [`Dedup::new`] that reuses the fingerprints' allocation (a large run's
     /// fingerprints are not needed after the first sort).
     pub fn from_vec<B: Bits>(fps: Vec<B>, k: u32, design: &TableDesign) -> Result<Dedup, Error> {
-        if fps.len() >= u32::MAX as usize {
-            return Err(Error::InvalidConfig(
-                "more than 4,294,967,294 documents in one run: split the input".into(),
-            ));
-        }
+        check_documents(fps.len())?;
         Self::joined(Collapsed::from_vec(fps), k, design)
     }
 
