@@ -276,7 +276,7 @@ proptest! {
 
     /// Compressed tables answer exactly like brute force, whatever the block size.
     #[test]
-    fn compressed_index_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![16usize, 64, 512, 1024]), qs in prop::collection::vec(any::<u64>(), 0..5)) {
+    fn compressed_index_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![1usize, 12, 16, 64, 512, 1024]), qs in prop::collection::vec(any::<u64>(), 0..5)) {
         let d = design(64, k, choice);
         let entries: Vec<(u64, u64)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
         let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block).unwrap();
@@ -289,7 +289,7 @@ proptest! {
     /// equals brute force query by query: near and far queries, in any order,
     /// with repeats.
     #[test]
-    fn compressed_batch_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![16usize, 64, 1024]), seed in any::<u64>()) {
+    fn compressed_batch_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![1usize, 16, 64, 1024]), seed in any::<u64>()) {
         let d = design(64, k, choice);
         let entries: Vec<(u64, u64)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
         let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block).unwrap();
@@ -314,7 +314,7 @@ proptest! {
     }
 
     #[test]
-    fn compressed_index_128_is_exact(fps in fingerprints::<u128>(128), k in 0u32..10, block in prop::sample::select(vec![16usize, 256])) {
+    fn compressed_index_128_is_exact(fps in fingerprints::<u128>(128), k in 0u32..10, block in prop::sample::select(vec![1usize, 16, 256])) {
         let d = design(128, k, 0);
         let entries: Vec<(u64, u128)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
         let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block).unwrap();

@@ -34,6 +34,13 @@ pub trait Bits: bytemuck::Pod + Ord + Eq + Hash + Debug + Default + Send + Sync 
     fn xor(self, other: Self) -> Self;
     /// All ones in `[start, start + len)`.
     fn mask(start: u32, len: u32) -> Self;
+    /// `self` with bit `h` set and the bits below it replaced by `low`, where
+    /// bit `h` of `self` is 0 (h < BITS; `low` < 2^h): the key above a key in
+    /// a compressed table. Branch-free.
+    fn above(self, h: u32, low: Self) -> Self;
+    /// `self` with bits `h` and below replaced by `low` (h < BITS; `low` <
+    /// 2^h): the key below a key in a compressed table. Branch-free.
+    fn below(self, h: u32, low: Self) -> Self;
     /// Zero.
     fn zero() -> Self;
     /// Little-endian bytes (8 or 16).
@@ -102,6 +109,16 @@ macro_rules! impl_bits {
                     (1 << len) - 1
                 };
                 ones << start
+            }
+            #[inline(always)]
+            fn above(self, h: u32, low: Self) -> Self {
+                // Ones below h, plus one, carry into bit h (a 0) and clear them.
+                (self | (1 as $t).wrapping_shl(h).wrapping_sub(1)).wrapping_add(1) | low
+            }
+            #[inline(always)]
+            fn below(self, h: u32, low: Self) -> Self {
+                // 2 << h is 0 for the top bit: the mask is then all ones.
+                (self & !((2 as $t).wrapping_shl(h).wrapping_sub(1))) | low
             }
             #[inline]
             fn zero() -> Self {

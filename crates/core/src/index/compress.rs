@@ -1,13 +1,16 @@
 //! Compressed tables (Manku, Jain & Das Sarma §3.2).
 //!
 //! In a sorted table successive keys share their top bits. Keys are stored in
-//! blocks of about `block_bytes`: the block's first key whole, then for every
-//! next key the position h of its highest bit that differs from the previous key
-//! (the key has a 1 there, the previous a 0), Huffman-coded with one code per
-//! table, followed by the key's h bits below it. Each block's first key is kept
-//! apart for the search; a query decodes only the blocks that can hold its prefix.
-//! Tables store keys only: an entry's ids are found once, from its fingerprint,
-//! in a primary array sorted by fingerprint.
+//! blocks of about `block_bytes`, each with one key whole, and every other key
+//! as the position h of the highest bit where it differs from its neighbour,
+//! Huffman-coded with one code per table, followed by its h bits below it. The
+//! paper keeps a block's first key whole and codes the others forwards; here a
+//! block keeps its middle key whole (its anchor) and codes the keys above it
+//! forwards and those below it backwards, with the same bits. The anchors are
+//! kept apart for the search, and a query decodes the keys between two anchors
+//! from whichever end is nearer its prefix: a quarter of a block on average
+//! instead of a half. Tables store keys only: an entry's ids are found once,
+//! from its fingerprint, in a primary array sorted by fingerprint.
 
 use rayon::prelude::*;
 
@@ -35,6 +38,11 @@ struct Huffman {
     /// The same for codes of at most FAST_CODE bits, small enough to stay in the
     /// L1 cache beside the other tables'; length 0 means "look in `decode`".
     fast: Box<[(u8, u8); 1 << FAST_CODE]>,
+    /// Code per symbol, most significant bit first, for the streams read
+    /// downwards, and their decoding tables, indexed by the window's top bits.
+    msb: Vec<u32>,
+    decode_msb: Vec<(u8, u8)>,
+    fast_msb: Box<[(u8, u8); 1 << FAST_CODE]>,
 }
 
 /// Bits of the first-level decoding table.
@@ -77,7 +85,21 @@ impl Huffman {
             codes[s] = (code, lengths[s]);
             code += 1;
         }
-        // Codes are written LSB first, so store them bit-reversed.
+        let msb: Vec<u32> = codes.iter().map(|c| c.0).collect();
+        let mut decode_msb = vec![(0u8, 0u8); 1 << MAX_CODE];
+        let mut fast_msb = Box::new([(0u8, 0u8); 1 << FAST_CODE]);
+        for (s, &(c, len)) in codes.iter().enumerate() {
+            if len == 0 {
+                continue;
+            }
+            let from = (c << (MAX_CODE - len)) as usize;
+            decode_msb[from..from + (1 << (MAX_CODE - len))].fill((s as u8, len as u8));
+            if len <= FAST_CODE {
+                let from = (c << (FAST_CODE - len)) as usize;
+                fast_msb[from..from + (1 << (FAST_CODE - len))].fill((s as u8, len as u8));
+            }
+        }
+        // Codes read upwards are LSB first, so store them bit-reversed.
         for c in codes.iter_mut().filter(|c| c.1 > 0) {
             c.0 = c.0.reverse_bits() >> (32 - c.1);
         }
@@ -102,6 +124,9 @@ impl Huffman {
             codes,
             decode,
             fast,
+            msb,
+            decode_msb,
+            fast_msb,
         })
     }
 
@@ -143,7 +168,7 @@ fn limited_lengths(freq: &[u64], limit: u32) -> Vec<u32> {
     }
 }
 
-/// Bits written least significant first.
+/// Bits written least significant first: the chains read upwards.
 #[derive(Default)]
 struct BitWriter {
     bytes: Vec<u8>,
@@ -182,90 +207,122 @@ impl BitWriter {
     }
 }
 
-/// Reads bits least significant first; the data has 8 bytes of zero padding.
-struct BitReader<'a> {
-    bytes: &'a [u8],
-    pos: usize, // in bits
+/// Bits written most significant first: the chains read downwards, whose bytes
+/// are stored in reverse order, so that they end where their anchor's forward
+/// chain starts.
+#[derive(Default)]
+struct MsbWriter {
+    bytes: Vec<u8>,
+    acc: u64,
+    n: u32,
 }
 
-impl BitReader<'_> {
-    #[inline]
-    fn peek(&self, bits: u32) -> u64 {
-        // The stream ends with 8 bytes of padding; past the end (a damaged
-        // file) it reads zeros rather than out of bounds.
-        let at = self.pos / 8;
-        let word = self
-            .bytes
-            .get(at..at + 8)
-            .map_or(0, |w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
-        (word >> (self.pos % 8)) & (u64::MAX >> (64 - bits.max(1)))
-    }
-    #[inline]
-    fn take(&mut self, bits: u32) -> u64 {
-        let v = self.peek(bits);
-        self.pos += bits as usize;
-        v
-    }
-    #[inline]
-    fn take_wide<B: Bits>(&mut self, bits: u32) -> B {
-        if bits <= 56 {
-            return B::from_u128(self.take(bits) as u128);
+impl MsbWriter {
+    fn put(&mut self, value: u64, bits: u32) {
+        debug_assert!(bits <= 32);
+        if bits == 0 {
+            return;
         }
-        let mut v = B::zero();
-        let mut done = 0;
-        while done < bits {
-            let take = (bits - done).min(32);
-            v = v.or(B::from_u128(self.take(take) as u128).shl(done));
-            done += take;
+        self.acc = (self.acc << bits) | (value & ((1u64 << bits) - 1));
+        self.n += bits;
+        while self.n >= 8 {
+            self.bytes.push((self.acc >> (self.n - 8)) as u8);
+            self.n -= 8;
         }
-        v
+    }
+    /// The low `bits` bits of `value`, most significant first.
+    fn put_wide<B: Bits>(&mut self, value: B, bits: u32) {
+        let mut left = bits;
+        while left > 0 {
+            let take = left.min(32);
+            left -= take;
+            self.put(value.field(left, take).to_u128() as u64, take);
+        }
+    }
+    /// The bytes, last first.
+    fn finish_reversed(mut self) -> Vec<u8> {
+        if self.n > 0 {
+            self.bytes.push((self.acc << (8 - self.n)) as u8);
+        }
+        self.bytes.reverse();
+        self.bytes
     }
 }
 
-/// A block's header, kept apart from the coded stream for the search: its first
-/// key whole, and in one more word where its codes start in the stream (bytes,
-/// low 32 bits) and how many keys it holds (the next 16). One struct, so that
-/// finding the block also fetches where it starts; two words of one type, so
-/// that it has no padding and files hold it as it is.
-#[derive(Clone, Copy, Debug)]
-#[repr(C)]
+/// The 8 bytes at `at` as a little-endian word. A stream has 8 zero bytes at
+/// each end; past them (a damaged file) this reads zeros, never out of bounds.
+#[inline(always)]
+fn word_at(data: &[u8], at: usize) -> u64 {
+    data.get(at..at.wrapping_add(8))
+        .map_or(0, |w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+}
+
+/// At least 57 bits upwards from bit `pos`, the first in the lowest bit.
+#[inline(always)]
+fn window_up(data: &[u8], pos: usize) -> u64 {
+    word_at(data, pos / 8) >> (pos % 8)
+}
+
+/// At least 57 bits downwards from just below bit `end`, the first in the
+/// highest bit.
+#[inline(always)]
+fn window_down(data: &[u8], end: usize) -> u64 {
+    word_at(data, (end.wrapping_add(7) / 8).wrapping_sub(8)) << (end.wrapping_neg() & 7)
+}
+
+/// A block's header, kept apart from the coded stream for the search: its
+/// anchor (middle key) whole, and where its two chains meet in the stream
+/// (bytes from the start of its group of blocks, see [`GROUP_SHIFT`]). Packed,
+/// so that it costs 96 bits per block at 64 bits, not 128.
+#[derive(Clone, Copy)]
+#[repr(C, packed)]
 struct Head<B> {
-    first: B,
-    at: B,
+    anchor: B,
+    at: u32,
 }
 
-// SAFETY: `Head` is `repr(C)` with two fields of the same `Pod` type, so it has
-// no padding, and every bit pattern of it is valid.
+// SAFETY: `Head` is `repr(C, packed)` over `Pod` fields, so it has no padding,
+// and every bit pattern of it is valid.
 unsafe impl<B: Bits> bytemuck::Zeroable for Head<B> {}
 // SAFETY: as above.
 unsafe impl<B: Bits> bytemuck::Pod for Head<B> {}
 
-impl<B: Bits> Head<B> {
-    fn new(first: B, start: u32, len: u16) -> Self {
-        Head {
-            first,
-            at: B::from_u128(u128::from(start) | u128::from(len) << 32),
-        }
-    }
-    #[inline]
-    fn start(&self) -> usize {
-        self.at.to_u128() as u32 as usize
-    }
-    #[inline]
-    fn len(&self) -> u16 {
-        (self.at.to_u128() >> 32) as u16
-    }
+/// Blocks for `keys` keys.
+fn heads_for(keys: usize, block_keys: usize) -> usize {
+    keys.div_ceil(block_keys)
 }
 
+/// Blocks per group: a group's offsets fit in 32 bits, each group has a 64-bit base.
+const GROUP_SHIFT: u32 = 10;
+
+/// Most keys per block: with the longest code and a 128-bit key, a group of
+/// blocks stays under 4 GiB.
+const MAX_BLOCK_KEYS: usize = 16_384;
+
 /// One compressed table.
+///
+/// Keys are cut into blocks of `block_keys` (the last may hold fewer). A
+/// block's middle key, its anchor, is kept whole in its header. The keys below
+/// it form its back chain: from the anchor down, each key is coded against the
+/// one above it, most significant bit first, in bytes that end at the block's
+/// meeting point `at`. The keys above it form its forward chain: from the
+/// anchor up, each against the one below it, least significant bit first, from
+/// `at` on. So the keys between two anchors fill the stream between their
+/// meeting points, and a query decodes them from whichever end is nearer its
+/// prefix: a quarter of a block on average, not half.
 #[derive(Clone, Debug)]
 pub struct CompressedTable<B: Bits> {
     table: Table,
     /// The key bits of the table's prefix, and the bits below it.
     prefix: B,
     rest: B,
+    /// Keys per block, and in the table.
+    block_keys: usize,
+    keys: usize,
     heads: Slab<Head<B>>,
-    /// `block_dir[v]`: the first block whose first key's top `dir_bits` bits are >= v.
+    /// Where each group of blocks starts in the stream (bytes).
+    bases: Slab<u64>,
+    /// `block_dir[v]`: the first block whose anchor's top `dir_bits` bits are >= v.
     block_dir: Slab<u32>,
     dir_bits: u32,
     data: Slab<u8>,
@@ -279,7 +336,10 @@ struct View<'a, B: Bits> {
     table: &'a Table,
     prefix: B,
     rest: B,
+    block_keys: usize,
+    keys: usize,
     heads: &'a [Head<B>],
+    bases: &'a [u64],
     block_dir: &'a [u32],
     dir_bits: u32,
     data: &'a [u8],
@@ -297,43 +357,70 @@ impl<B: Bits> CompressedTable<B> {
             freq[0] = 1;
         }
         let code = Huffman::new(&freq);
-        let mut w = BitWriter::default();
-        // (first key, start, keys) per block.
-        let mut blocks: Vec<(B, u32, u16)> = Vec::new();
-        let mut prev = B::zero();
-        for &key in sorted {
-            let full = blocks.last().is_none_or(|&(_, start, len)| {
-                w.bytes.len() - start as usize >= block_bytes || len == u16::MAX
+        // Keys per block, from the code's mean bits per key.
+        let (pairs, bits) = freq
+            .iter()
+            .enumerate()
+            .fold((0u64, 0u64), |(p, b), (h, &f)| {
+                (p + f, b + f * u64::from(code.codes[h].1 + h as u32))
             });
-            if full {
-                w.align();
-                blocks.push((key, w.bytes.len() as u32, 0));
-            } else {
-                let h = high_bit(prev.xor(key));
-                let (c, len) = code.codes[h as usize];
-                w.put(c as u64, len);
-                w.put_wide(key, h);
+        let mean = (bits as f64 / pairs.max(1) as f64).max(1.0);
+        let block_keys =
+            ((block_bytes as f64 * 8.0 / mean).round() as usize).clamp(1, MAX_BLOCK_KEYS);
+        // Room for the whole stream at once, in huge pages where the kernel
+        // allows: queries land anywhere in it, and TLB misses add to cache misses.
+        let mut data = super::mem::with_huge_capacity(
+            bits.div_ceil(8) as usize + 64 * heads_for(sorted.len(), block_keys) + 64,
+        );
+        data.extend_from_slice(&[0u8; 8]);
+        let mut heads: Vec<Head<B>> =
+            super::mem::with_huge_capacity(heads_for(sorted.len(), block_keys));
+        let mut bases: Vec<u64> = Vec::new();
+        for (b, block) in sorted.chunks(block_keys).enumerate() {
+            let mid = block.len() / 2;
+            let mut back = MsbWriter::default();
+            for i in (0..mid).rev() {
+                let h = high_bit(block[i].xor(block[i + 1]));
+                back.put(u64::from(code.msb[h as usize]), code.codes[h as usize].1);
+                back.put_wide(block[i], h);
             }
-            blocks.last_mut().expect("a block").2 += 1;
-            prev = key;
+            data.extend_from_slice(&back.finish_reversed());
+            if b & ((1 << GROUP_SHIFT) - 1) == 0 {
+                bases.push(data.len() as u64);
+            }
+            let base = *bases.last().expect("a group");
+            heads.push(Head {
+                anchor: block[mid],
+                at: u32::try_from(data.len() as u64 - base).expect("a group spans under 4 GiB"),
+            });
+            let mut w = BitWriter {
+                bytes: data,
+                ..BitWriter::default()
+            };
+            for i in mid + 1..block.len() {
+                let h = high_bit(block[i - 1].xor(block[i]));
+                let (c, len) = code.codes[h as usize];
+                w.put(u64::from(c), len);
+                w.put_wide(block[i], h);
+            }
+            w.align();
+            data = w.bytes;
         }
-        w.align();
-        w.bytes.extend_from_slice(&[0u8; 8]);
-        let heads: Vec<Head<B>> = blocks
-            .into_iter()
-            .map(|(first, start, len)| Head::new(first, start, len))
-            .collect();
+        data.extend_from_slice(&[0u8; 8]);
         let p = table.prefix_bits();
         let dir_bits = super::table::dir_bits_for(heads.len(), p);
-        let block_dir = super::table::directory(heads.iter().map(|h| h.first), dir_bits);
+        let block_dir = super::table::directory(heads.iter().map(|h| h.anchor), dir_bits);
         CompressedTable {
             table: table.clone(),
             prefix: B::mask(B::BITS - p, p),
             rest: B::mask(0, B::BITS - p),
+            block_keys,
+            keys: sorted.len(),
             heads: heads.into(),
+            bases: bases.into(),
             block_dir: block_dir.into(),
             dir_bits,
-            data: w.bytes.into(),
+            data: data.into(),
             code,
         }
     }
@@ -345,7 +432,10 @@ impl<B: Bits> CompressedTable<B> {
             table: &self.table,
             prefix: self.prefix,
             rest: self.rest,
+            block_keys: self.block_keys,
+            keys: self.keys,
             heads: &self.heads,
+            bases: &self.bases,
             block_dir: &self.block_dir,
             dir_bits: self.dir_bits,
             data: &self.data,
@@ -353,195 +443,404 @@ impl<B: Bits> CompressedTable<B> {
         }
     }
 
+    /// Keys per block.
+    pub fn block_keys(&self) -> usize {
+        self.block_keys
+    }
+
     /// Bits per key: the coded stream, and with the block headers and the
     /// directory as memory holds them.
     pub fn bits_per_key(&self, n: usize) -> (f64, f64) {
-        // Less the stream's 8 bytes of padding.
-        let stream = self.data.len().saturating_sub(8) as f64 * 8.0;
+        // Less the stream's 16 bytes of padding.
+        let stream = self.data.len().saturating_sub(16) as f64 * 8.0;
         let n = n.max(1) as f64;
-        (stream / n, self.memory().saturating_sub(8) as f64 * 8.0 / n)
+        (
+            stream / n,
+            self.memory().saturating_sub(16) as f64 * 8.0 / n,
+        )
     }
 
     /// Bytes held.
     pub fn memory(&self) -> usize {
         self.data.len()
             + self.heads.len() * std::mem::size_of::<Head<B>>()
+            + self.bases.len() * 8
             + self.block_dir.len() * 4
     }
 }
 
 impl<B: Bits> View<'_, B> {
-    /// Starts a probe for `query`: its permuted key and directory slot, with the
-    /// slot prefetched.
+    /// Block `b`'s anchor.
+    #[inline]
+    fn anchor(&self, b: usize) -> B {
+        self.heads[b].anchor
+    }
+
+    /// Where block `b`'s chains meet in the stream (bytes).
+    #[inline]
+    fn meet(&self, b: usize) -> usize {
+        let base = self.bases.get(b >> GROUP_SHIFT).copied().unwrap_or(0);
+        (base as usize).wrapping_add(self.heads[b].at as usize)
+    }
+
+    /// Keys in block `b`'s back and forward chains.
+    #[inline]
+    fn chain_keys(&self, b: usize) -> (usize, usize) {
+        let len = self
+            .keys
+            .saturating_sub(b * self.block_keys)
+            .clamp(1, self.block_keys);
+        (len / 2, len - len / 2 - 1)
+    }
+
+    /// The region of `lo`: how many anchors are <= lo.
+    #[inline]
+    fn region_of(&self, lo: B, slot: usize) -> usize {
+        let (from, to) = (
+            self.block_dir[slot] as usize,
+            self.block_dir[slot + 1] as usize,
+        );
+        from + self.heads[from..to].partition_point(|h| { h.anchor } <= lo)
+    }
+
+    /// Starts a probe for `query`: its permuted key, prefix range and directory
+    /// slot, with the slot prefetched.
     #[inline]
     fn start(&self, query: B) -> Cursor<B> {
         let key = self.table.permute(query);
         let slot = key.top(self.dir_bits) as usize;
         super::table::prefetch(&self.block_dir[slot]);
+        let lo = key.and(self.prefix);
         Cursor {
             key,
-            lo: key.and(self.prefix),
-            slot,
+            lo,
+            hi: lo.or(self.rest),
+            region: slot,
             ..Cursor::default()
         }
     }
 
     /// Prefetches the block headers the directory slot points at.
     #[inline]
-    fn touch(&self, p: &Cursor<B>) {
-        let (from, to) = (
-            self.block_dir[p.slot] as usize,
-            self.block_dir[p.slot + 1] as usize,
-        );
-        if let Some(h) = self.heads.get(from.saturating_sub(1)) {
-            super::table::prefetch(h);
-        }
-        if let Some(h) = self.heads.get(to.saturating_sub(1)) {
-            super::table::prefetch(h);
-        }
-    }
-
-    /// The last block whose first key is <= `lo` (the smallest key with its
-    /// prefix), or 0: among the blocks whose first keys share lo's top bits (the
-    /// directory slot `slot`), or the one just before them.
-    #[inline]
-    fn block_for(&self, lo: B, slot: usize) -> usize {
+    fn touch(&self, c: &Cursor<B>) {
+        let slot = c.region;
         let (from, to) = (
             self.block_dir[slot] as usize,
             self.block_dir[slot + 1] as usize,
         );
-        let within = self.heads[from..to].partition_point(|h| h.first <= lo);
-        (from + within).saturating_sub(1)
+        for b in [from.saturating_sub(1), to] {
+            if let Some(h) = self.heads.get(b) {
+                super::table::prefetch(h);
+            }
+        }
     }
 
-    /// Finds the first block to decode, and prefetches the part of its data that
-    /// the probe will read.
+    /// Finds the probe's region and the end to decode it from, and prefetches
+    /// the part of the stream that the probe will read.
     #[inline]
-    fn locate(&self, p: &mut Cursor<B>) {
-        let lo = p.lo;
-        p.block = self.block_for(lo, p.slot);
-        let Some(head) = self.heads.get(p.block) else {
+    fn locate(&self, c: &mut Cursor<B>) {
+        let r = self.region_of(c.lo, c.region);
+        c.region = r;
+        let blocks = self.heads.len();
+        if blocks == 0 {
             return;
-        };
-        // Keys are close to uniform within a block, so decoding stops about where
-        // the prefix's last key falls between this block's first key and the
-        // next one's: fetch the block's data up to there, and a line more.
-        let at = head.start();
-        let reach = match self.heads.get(p.block + 1) {
-            Some(next) => {
-                let first = head.first.to_u128() as f64;
-                let last = lo.or(self.rest).to_u128() as f64;
-                let span = next.first.to_u128() as f64 - first;
-                let bytes = next.start().saturating_sub(head.start()) as f64;
-                (((last - first) / span).min(1.0) * bytes) as usize + 64
+        }
+        // The region's keys fill the stream between the two meeting points; keys
+        // are close to uniform, so the prefix sits about as far into it as lo
+        // sits between the two anchors.
+        let (from, to, frac) = match r {
+            0 => (8, self.meet(0).min(self.data.len()), 1.0),
+            _ if r == blocks => (self.meet(r - 1), self.data.len() - 8, 0.0),
+            _ => {
+                let (a, z) = (self.anchor(r - 1).to_u128(), self.anchor(r).to_u128());
+                let gap = z.wrapping_sub(a).max(1) as f64;
+                let frac = (c.lo.to_u128().wrapping_sub(a) as f64 / gap).min(1.0);
+                (self.meet(r - 1), self.meet(r), frac)
             }
-            None => self.data.len() - at,
         };
-        let end = (at + reach).min(self.data.len());
-        let mut line = at;
-        while line < end {
-            super::table::prefetch(&self.data[line]);
+        c.back_first = match r {
+            0 => true,
+            _ if r == blocks => false,
+            _ => {
+                let (forward, back) = (self.chain_keys(r - 1).1, self.chain_keys(r).0);
+                frac * (forward + back) as f64 >= forward as f64
+            }
+        };
+        let span = to.saturating_sub(from) as f64;
+        let (first, last) = if c.back_first {
+            let reach = ((1.0 - frac) * span) as usize + 64;
+            (to.saturating_sub(reach).max(from), to)
+        } else {
+            (from, (from + (frac * span) as usize + 64).min(to))
+        };
+        let mut line = first;
+        while line < last {
+            if let Some(b) = self.data.get(line) {
+                super::table::prefetch(b);
+            }
             line += 64;
         }
     }
 
-    /// Enters block `b` for the probe's key: false if there is none, or if it
-    /// starts past the key's prefix.
-    #[inline]
-    fn enter(&self, c: &mut Cursor<B>, b: usize) -> bool {
-        match self.heads.get(b) {
-            Some(head) if head.first.and(self.prefix) <= c.lo => {
-                c.block = b;
-                c.pos = head.start() * 8;
-                c.cur = head.first;
-                c.left = head.len();
-                true
+    /// Every key within `k` of the probe's key, if `key` is in its prefix range.
+    #[inline(always)]
+    fn visit(&self, c: &Cursor<B>, key: B, k: u32, out: &mut Vec<(B, u32)>) {
+        if key >= c.lo && key <= c.hi {
+            let d = key.distance(c.key);
+            if d <= k {
+                out.push((self.table.unpermute(key), d));
             }
-            _ => false,
         }
     }
 
-    /// Checks the cursor's key against the query and decodes the next one: false
-    /// once the keys are past the query's prefix.
+    /// Begins decoding: the anchor just below the region (which may be the
+    /// prefix's first key), then the region's nearer chain.
     #[inline]
+    fn enter(&self, c: &mut Cursor<B>, k: u32, out: &mut Vec<(B, u32)>) {
+        if c.region > 0 {
+            self.visit(c, self.anchor(c.region - 1), k, out);
+        }
+        c.second = false;
+        self.chain(c, c.back_first);
+    }
+
+    /// Sets the cursor on one of its region's chains: the back chain of block
+    /// `region`, read down from its anchor, or the forward chain of block
+    /// `region - 1`, read up from its anchor (none past either end).
+    #[inline]
+    fn chain(&self, c: &mut Cursor<B>, down: bool) {
+        c.down = down;
+        c.left = 0;
+        let b = if down {
+            c.region
+        } else {
+            c.region.wrapping_sub(1)
+        };
+        if b < self.heads.len() {
+            let (back, forward) = self.chain_keys(b);
+            c.left = if down { back } else { forward };
+            c.pos = self.meet(b) * 8;
+            c.cur = self.anchor(b);
+        }
+    }
+
+    /// Decodes the probe's keys to the end of its prefix, visiting each.
+    #[inline]
+    fn run(&self, cursor: &mut Cursor<B>, k: u32, out: &mut Vec<(B, u32)>) {
+        // A copy, so that the loops keep it in registers.
+        let mut c = *cursor;
+        loop {
+            let mut past = false;
+            if c.down {
+                while c.left > 0 {
+                    c.left -= 1;
+                    self.down(&mut c);
+                    if c.cur < c.lo {
+                        past = true;
+                        break;
+                    }
+                    self.visit(&c, c.cur, k, out);
+                }
+            } else {
+                while c.left > 0 {
+                    c.left -= 1;
+                    self.up(&mut c);
+                    if c.cur > c.hi {
+                        past = true;
+                        break;
+                    }
+                    self.visit(&c, c.cur, k, out);
+                }
+            }
+            let more = if past {
+                self.region_done(&mut c, k, out)
+            } else {
+                self.chain_done(&mut c, k, out)
+            };
+            if !more {
+                break;
+            }
+        }
+        *cursor = c;
+    }
+
+    /// Decodes the probe's next key and visits it: false once the probe has
+    /// seen every key of its prefix.
+    #[inline(always)]
     fn step(&self, c: &mut Cursor<B>, k: u32, out: &mut Vec<(B, u32)>) -> bool {
-        let prefix = c.cur.and(self.prefix);
-        if prefix > c.lo {
+        if c.left == 0 {
+            return self.chain_done(c, k, out);
+        }
+        c.left -= 1;
+        if c.down {
+            self.down(c);
+            if c.cur < c.lo {
+                return self.region_done(c, k, out);
+            }
+        } else {
+            self.up(c);
+            if c.cur > c.hi {
+                return self.region_done(c, k, out);
+            }
+        }
+        self.visit(c, c.cur, k, out);
+        true
+    }
+
+    /// A chain is decoded to its end: on to the region's other chain, or past it.
+    #[inline]
+    fn chain_done(&self, c: &mut Cursor<B>, k: u32, out: &mut Vec<(B, u32)>) -> bool {
+        if c.second {
+            return self.region_done(c, k, out);
+        }
+        c.second = true;
+        self.chain(c, !c.back_first);
+        true
+    }
+
+    /// The region holds no more keys of the prefix: go on to the next one if
+    /// the anchor between them is still in the prefix.
+    #[inline]
+    fn region_done(&self, c: &mut Cursor<B>, k: u32, out: &mut Vec<(B, u32)>) -> bool {
+        let r = c.region;
+        if r >= self.heads.len() || self.anchor(r) > c.hi {
             return false;
         }
-        if prefix == c.lo {
-            let d = c.cur.distance(c.key);
-            if d <= k {
-                out.push((self.table.unpermute(c.cur), d));
-            }
-        }
-        self.advance(c)
+        self.visit(c, self.anchor(r), k, out);
+        c.region = r + 1;
+        c.back_first = false;
+        c.second = false;
+        self.chain(c, false);
+        true
     }
 
-    /// Decodes the cursor's next key: false at the end of the table, or when the
-    /// next block starts past the cursor's prefix.
+    /// Decodes the next key upwards: the key has a 1 at h, where the one below
+    /// has a 0; above h they agree; below h are the stored bits.
     #[inline(always)]
-    fn advance(&self, c: &mut Cursor<B>) -> bool {
-        c.left = c.left.saturating_sub(1);
-        if c.left == 0 {
-            return self.enter(c, c.block + 1);
-        }
-        // One 64-bit window (at least 57 valid bits) holds the code and, usually,
-        // the bits below h too: one load per key, not two.
-        let mut r = BitReader {
-            bytes: self.data,
-            pos: c.pos,
-        };
-        let window = r.peek(57);
+    fn up(&self, c: &mut Cursor<B>) {
+        // One 64-bit window holds the code and, usually, the bits below h too.
+        let window = window_up(self.data, c.pos);
         let (h, len) = match self.code.fast[(window & ((1 << FAST_CODE) - 1)) as usize] {
             (_, 0) => self.code.decode[(window & ((1 << MAX_CODE) - 1)) as usize],
             e => e,
         };
-        let (h, len) = (h as u32, len as u32);
+        let (h, len) = (u32::from(h), u32::from(len));
         let low = if len + h <= 57 {
-            r.pos += (len + h) as usize;
-            B::from_u128(((window >> len) & ((1u64 << h) - 1)) as u128)
+            c.pos += (len + h) as usize;
+            B::from_u128(u128::from((window >> len) & ((1u64 << h) - 1)))
         } else {
-            r.pos += len as usize;
-            r.take_wide::<B>(h)
+            c.pos += len as usize;
+            let mut v = B::zero();
+            let mut done = 0;
+            while done < h {
+                let take = (h - done).min(32);
+                let bits = window_up(self.data, c.pos) & ((1u64 << take) - 1);
+                v = v.or(B::from_u128(u128::from(bits)).shl(done));
+                c.pos += take as usize;
+                done += take;
+            }
+            v
         };
-        c.pos = r.pos;
-        // Above h: as before (h is a 0 in the previous key); at h: 1; below: the
-        // stored bits.
-        c.cur = c.cur.shr(h).or(B::from_u128(1)).shl(h).or(low);
-        true
+        c.cur = c.cur.above(h, low);
+    }
+
+    /// Decodes the next key downwards: the key has a 0 at h, where the one
+    /// above has a 1; above h they agree; below h are the stored bits.
+    #[inline(always)]
+    fn down(&self, c: &mut Cursor<B>) {
+        let window = window_down(self.data, c.pos);
+        let (h, len) = match self.code.fast_msb[(window >> (64 - FAST_CODE)) as usize] {
+            (_, 0) => self.code.decode_msb[(window >> (64 - MAX_CODE)) as usize],
+            e => e,
+        };
+        let (h, len) = (u32::from(h), u32::from(len));
+        let low = if len + h <= 57 {
+            c.pos = c.pos.wrapping_sub((len + h) as usize);
+            B::from_u128(u128::from((window << len) >> 1 >> (63 - h)))
+        } else {
+            c.pos = c.pos.wrapping_sub(len as usize);
+            let mut v = B::zero();
+            let mut left = h;
+            while left > 0 {
+                let take = left.min(32);
+                let bits = window_down(self.data, c.pos) >> (64 - take);
+                v = v.shl(take).or(B::from_u128(u128::from(bits)));
+                c.pos = c.pos.wrapping_sub(take as usize);
+                left -= take;
+            }
+            v
+        };
+        c.cur = c.cur.below(h, low);
+    }
+
+    /// Region `r`'s keys, ascending, into `out`: its two chains decoded a key
+    /// of each in turn, so that their chains of loads overlap.
+    fn decode_region(&self, r: usize, out: &mut Vec<B>) {
+        // A walk decodes the next region next, most likely: fetch its stream
+        // now, which its two chains, read from both ends, would wait for.
+        if r + 1 < self.heads.len() {
+            let (from, to) = (self.meet(r), self.meet(r + 1).min(self.data.len()));
+            for line in (from..to).step_by(64) {
+                super::table::prefetch(&self.data[line]);
+            }
+        }
+        let mut up = Cursor {
+            region: r,
+            ..Cursor::default()
+        };
+        let mut down = up;
+        self.chain(&mut up, false);
+        self.chain(&mut down, true);
+        let (ups, downs) = (up.left, down.left);
+        out.clear();
+        out.resize(ups + downs, B::zero());
+        let (below, above) = out.split_at_mut(ups);
+        for i in 0..ups.max(downs) {
+            if i < ups {
+                self.up(&mut up);
+                below[i] = up.cur;
+            }
+            if i < downs {
+                self.down(&mut down);
+                above[downs - 1 - i] = down.cur;
+            }
+        }
     }
 
     /// Every key within `k` of the queries `sorted` (permuted keys with their
     /// query numbers, ascending), as (query, fingerprint, distance): one walk
-    /// along the table, decoding each block the queries need once, and jumping
-    /// over the blocks they do not.
+    /// along the table, decoding each region the queries need once, and
+    /// jumping over the regions they do not.
     fn scan(&self, sorted: &[(B, u32)], k: u32) -> Vec<(u32, B, u32)> {
         let mut out = Vec::new();
         let mut run: Vec<B> = Vec::new();
-        let mut c = Cursor::default();
-        let mut live = false;
+        let mut region: Vec<B> = Vec::new();
+        let mut decoded = usize::MAX;
         let mut i = 0;
         while i < sorted.len() {
             let lo = sorted[i].0.and(self.prefix);
+            let hi = lo.or(self.rest);
             let same = sorted[i..].partition_point(|q| q.0.and(self.prefix) == lo);
-            // The walk stands at the first key past the previous prefix; jump
-            // ahead when the block that holds this prefix is further on.
-            c.lo = lo;
-            let b = self.block_for(lo, lo.top(self.dir_bits) as usize);
-            if !live || b > c.block {
-                live = self.enter(&mut c, b);
-            }
             run.clear();
-            while live {
-                let p = c.cur.and(self.prefix);
-                if p > lo {
-                    break;
+            let mut r = self.region_of(lo, lo.top(self.dir_bits) as usize);
+            if r > 0 && self.anchor(r - 1) >= lo {
+                run.push(self.anchor(r - 1));
+            }
+            loop {
+                if decoded != r {
+                    self.decode_region(r, &mut region);
+                    decoded = r;
                 }
-                if p == lo {
-                    run.push(c.cur);
+                let from = region.partition_point(|&x| x < lo);
+                let to = region.partition_point(|&x| x <= hi);
+                run.extend_from_slice(region.get(from..to).unwrap_or_default());
+                match self.heads.get(r) {
+                    Some(h) if { h.anchor } <= hi => {
+                        run.push(h.anchor);
+                        r += 1;
+                    }
+                    _ => break,
                 }
-                live = self.advance(&mut c);
             }
             for &(key, q) in &sorted[i..i + same] {
                 for &cur in &run {
@@ -557,30 +856,40 @@ impl<B: Bits> View<'_, B> {
     }
 }
 
-/// One table's probe: the permuted query and its prefix, the directory slot,
-/// the block, where in the stream, the current key and how many keys the block
-/// has left.
+/// One table's probe: the permuted query and its prefix range; the region
+/// being decoded (the keys between anchors `region - 1` and `region`; the
+/// directory slot until the region is found); which chain first, whether on
+/// the second, and which way it reads; the keys it has left, where in the
+/// stream (bits), and the current key.
 #[derive(Clone, Copy, Default)]
 struct Cursor<B> {
     key: B,
     lo: B,
-    slot: usize,
-    block: usize,
+    hi: B,
+    region: usize,
+    back_first: bool,
+    second: bool,
+    down: bool,
+    left: usize,
     pos: usize,
     cur: B,
-    left: u16,
 }
 
-/// Batches from this size are answered by walking the tables (see
-/// [`CompressedIndex::query_batch`]); smaller ones query by query.
+/// Batches from this size, and with at least [`SCAN_PER_BLOCK`] queries per
+/// block, are answered by walking the tables (see
+/// [`CompressedIndex::query_batch`]); others query by query. A walk decodes
+/// every block it reaches whole, a query a quarter of one on average, plus its
+/// cache misses: on random fingerprints the two cost the same at about two
+/// queries per block.
 const SCAN_FROM: usize = 4096;
+const SCAN_PER_BLOCK: usize = 2;
 
 /// Tables probed together, so that their cache misses overlap.
 const MAX_TABLES: usize = 32;
 
 /// Appends every key within `k` of `query` in `tables` (at most [`MAX_TABLES`])
 /// to `found`, in phases over all tables so that their cache misses overlap:
-/// directory slots, block headers, block data, then decoding.
+/// directory slots, block headers, stream, then decoding.
 fn probe<B: Bits>(tables: &[CompressedTable<B>], query: B, k: u32, found: &mut Vec<(B, u32)>) {
     let tables: Vec<View<'_, B>> = tables.iter().map(CompressedTable::view).collect();
     let mut cursors = [Cursor::default(); MAX_TABLES];
@@ -594,26 +903,48 @@ fn probe<B: Bits>(tables: &[CompressedTable<B>], query: B, k: u32, found: &mut V
     for (t, c) in tables.iter().zip(cursors.iter_mut()) {
         t.locate(c);
     }
-    // Decoding is a chain of dependent loads per table: step the tables in turn,
-    // one key each, so that the chains overlap instead of running one by one.
-    let mut active = [0u8; MAX_TABLES];
-    let mut live = 0;
-    for (i, (t, c)) in tables.iter().zip(cursors.iter_mut()).enumerate() {
-        if t.enter(c, c.block) {
-            active[live] = i as u8;
-            live += 1;
+    for (t, c) in tables.iter().zip(cursors.iter_mut()) {
+        t.enter(c, k, found);
+    }
+    // Decoding is a chain of dependent loads: a few tables at a time, a key of
+    // each in turn, so that their chains overlap.
+    let mut at = 0;
+    while tables.len() - at >= GANG {
+        run_gang::<B, GANG>(
+            &tables[at..at + GANG],
+            &mut cursors[at..at + GANG],
+            k,
+            found,
+        );
+        at += GANG;
+    }
+    if at < tables.len() {
+        tables[at].run(&mut cursors[at], k, found);
+    }
+}
+
+/// Tables decoded in turn by one probe.
+const GANG: usize = 2;
+
+/// Runs N probes to their ends, a key of each in turn while all go on.
+#[inline]
+fn run_gang<B: Bits, const N: usize>(
+    tables: &[View<'_, B>],
+    cursors: &mut [Cursor<B>],
+    k: u32,
+    found: &mut Vec<(B, u32)>,
+) {
+    let mut c: [Cursor<B>; N] = std::array::from_fn(|j| cursors[j]);
+    let mut live = [true; N];
+    while live.iter().all(|&l| l) {
+        for j in 0..N {
+            live[j] = tables[j].step(&mut c[j], k, found);
         }
     }
-    while live > 0 {
-        let mut kept = 0;
-        for a in 0..live {
-            let i = active[a] as usize;
-            if tables[i].step(&mut cursors[i], k, found) {
-                active[kept] = i as u8;
-                kept += 1;
-            }
+    for j in 0..N {
+        if live[j] {
+            tables[j].run(&mut c[j], k, found);
         }
-        live = kept;
     }
 }
 
@@ -654,8 +985,8 @@ impl<B: Bits> CompressedIndex<B> {
         }
         let mut pairs: Vec<(B, u64)> = entries.into_iter().map(|(id, f)| (f, id)).collect();
         pairs.par_sort_unstable();
-        let mut fps = Vec::new();
-        let mut starts = Vec::new();
+        let mut fps = super::mem::with_huge_capacity(pairs.len());
+        let mut starts = super::mem::with_huge_capacity(pairs.len() + 1);
         for (i, &(f, _)) in pairs.iter().enumerate() {
             if i == 0 || pairs[i - 1].0 != f {
                 fps.push(f);
@@ -663,7 +994,8 @@ impl<B: Bits> CompressedIndex<B> {
             }
         }
         starts.push(pairs.len() as u32);
-        let ids: Vec<u64> = pairs.into_iter().map(|(_, id)| id).collect();
+        let mut ids: Vec<u64> = super::mem::with_huge_capacity(pairs.len());
+        ids.extend(pairs.into_iter().map(|(_, id)| id));
         let tables = design
             .tables
             .par_iter()
@@ -765,7 +1097,8 @@ impl<B: Bits> CompressedIndex<B> {
     /// decoded at most once per walk, however many queries it serves.
     pub fn query_batch(&self, queries: &[B], k: u32) -> Result<Vec<Vec<Match>>, Error> {
         self.check_k(k)?;
-        if queries.len() < SCAN_FROM {
+        let blocks = self.tables.first().map_or(0, |t| t.heads.len());
+        if queries.len() < SCAN_FROM.max(SCAN_PER_BLOCK * blocks) {
             return queries.par_iter().map(|&q| self.query(q, k)).collect();
         }
         if queries.len() > u32::MAX as usize {
@@ -837,6 +1170,7 @@ impl<B: Bits> CompressedIndex<B> {
         ];
         for (i, t) in self.tables.iter().enumerate() {
             own.push((format!("t{i}.heads"), bytemuck::cast_slice(&t.heads)));
+            own.push((format!("t{i}.bases"), bytemuck::cast_slice(&t.bases)));
             own.push((format!("t{i}.dir"), bytemuck::cast_slice(&t.block_dir)));
             own.push((format!("t{i}.data"), &t.data));
         }
@@ -850,6 +1184,7 @@ impl<B: Bits> CompressedIndex<B> {
                 distinct: self.fps.len() as u64,
                 fps_dir_bits: self.fps_dir_bits,
                 blocks: self.tables.iter().map(|t| t.heads.len() as u64).collect(),
+                block_keys: self.tables.iter().map(|t| t.block_keys as u32).collect(),
                 code_lengths: self.tables.iter().map(|t| t.code.lengths()).collect(),
             }),
         };
@@ -882,6 +1217,7 @@ impl IndexFile {
             || dir_bits.len() != tables
             || meta.blocks.len() != tables
             || meta.code_lengths.len() != tables
+            || meta.block_keys.len() != tables
         {
             return Err(corrupt("the design does not match the header"));
         }
@@ -909,7 +1245,15 @@ impl IndexFile {
             if !(1..=26).contains(&bits) || bits > p || blocks >= u64::from(u32::MAX) {
                 return Err(corrupt(format!("table {i}'s directory or block count")));
             }
+            let block_keys = meta.block_keys[i] as usize;
+            if !(1..=MAX_BLOCK_KEYS).contains(&block_keys)
+                || blocks != (distinct as usize).div_ceil(block_keys) as u64
+            {
+                return Err(corrupt(format!("table {i}'s block size")));
+            }
             let heads: Slab<Head<B>> = self.slab(&format!("t{i}.heads"), blocks)?;
+            let groups = blocks.div_ceil(1 << GROUP_SHIFT);
+            let bases: Slab<u64> = self.slab(&format!("t{i}.bases"), groups)?;
             let block_dir: Slab<u32> = self.slab(&format!("t{i}.dir"), (1u64 << bits) + 1)?;
             let data_len = self.section(&format!("t{i}.data")).map_or(0, <[u8]>::len);
             let data: Slab<u8> = self.slab(&format!("t{i}.data"), data_len as u64)?;
@@ -917,26 +1261,29 @@ impl IndexFile {
                 .then(|| Huffman::from_lengths(&meta.code_lengths[i]))
                 .flatten()
                 .ok_or_else(|| corrupt(format!("table {i}'s code")))?;
-            if data_len < 8 {
+            if data_len < 16 {
                 return Err(corrupt(format!("table {i}'s stream is cut short")));
             }
-            let mut keys = 0u64;
-            let mut last = 0;
-            for h in heads.iter() {
-                if h.len() == 0 || h.start() < last || h.start() + 8 > data_len {
-                    return Err(corrupt(format!("table {i}'s block headers are damaged")));
+            // Meeting points in order, inside the stream's padding.
+            let mut last = 8u64;
+            for (b, h) in heads.iter().enumerate() {
+                let meet = bases[b >> GROUP_SHIFT].checked_add(u64::from(h.at));
+                match meet {
+                    Some(m) if m >= last && m <= data_len as u64 - 8 => last = m,
+                    _ => return Err(corrupt(format!("table {i}'s block headers are damaged"))),
                 }
-                last = h.start();
-                keys += u64::from(h.len());
             }
-            if keys != distinct || !directory_is_sound(&block_dir, blocks) {
+            if !directory_is_sound(&block_dir, blocks) {
                 return Err(corrupt(format!("table {i}'s blocks are damaged")));
             }
             out.push(CompressedTable {
                 table: t.clone(),
                 prefix: B::mask(B::BITS - p, p),
                 rest: B::mask(0, B::BITS - p),
+                block_keys,
+                keys: distinct as usize,
                 heads,
+                bases,
                 block_dir,
                 dir_bits: bits,
                 data,

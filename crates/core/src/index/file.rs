@@ -7,11 +7,12 @@
 //!                    and per table i "t{i}.keys", "t{i}.items", "t{i}.dir".
 //!                    Version 2 (compressed tables, read-only): "fps" (distinct,
 //!                    ascending), "fps.dir", "starts", "ids", and per table i
-//!                    "t{i}.heads", "t{i}.dir", "t{i}.data". Then the caller's own
-//!                    (document ids, ...)
+//!                    "t{i}.heads", "t{i}.bases", "t{i}.dir", "t{i}.data". Then the
+//!                    caller's own (document ids, ...)
 //! metadata           JSON: design, section table (offset, length, xxh3-64), the
 //!                    caller's "extra" value (the FingerprintConfig, ...), and for
-//!                    version 2 the tables' directory sizes and Huffman code lengths
+//!                    version 2 the tables' directory sizes, keys per block and
+//!                    Huffman code lengths
 //! footer (32 bytes)  metadata offset u64, metadata length u64, xxh3-64 of header
 //!                    and metadata u64, magic "NDUPEND\0"
 //! ```
@@ -68,8 +69,10 @@ pub(super) struct CompressedMeta {
     /// Distinct fingerprints, and the bits of their directory.
     pub(super) distinct: u64,
     pub(super) fps_dir_bits: u32,
-    /// Per table: blocks, and the Huffman code length of every symbol.
+    /// Per table: blocks, keys per block, and the Huffman code length of every
+    /// symbol.
     pub(super) blocks: Vec<u64>,
+    pub(super) block_keys: Vec<u32>,
     pub(super) code_lengths: Vec<Vec<u8>>,
 }
 
