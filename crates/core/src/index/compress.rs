@@ -38,9 +38,8 @@ struct Huffman {
     /// The same for codes of at most FAST_CODE bits, small enough to stay in the
     /// L1 cache beside the other tables'; length 0 means "look in `decode`".
     fast: Box<[(u8, u8); 1 << FAST_CODE]>,
-    /// Code per symbol, most significant bit first, for the streams read
-    /// downwards, and their decoding tables, indexed by the window's top bits.
-    msb: Vec<u32>,
+    /// Decoding tables for the streams read downwards (codes most significant
+    /// bit first), indexed by the window's top bits.
     decode_msb: Vec<(u8, u8)>,
     fast_msb: Box<[(u8, u8); 1 << FAST_CODE]>,
 }
@@ -85,7 +84,6 @@ impl Huffman {
             codes[s] = (code, lengths[s]);
             code += 1;
         }
-        let msb: Vec<u32> = codes.iter().map(|c| c.0).collect();
         let mut decode_msb = vec![(0u8, 0u8); 1 << MAX_CODE];
         let mut fast_msb = Box::new([(0u8, 0u8); 1 << FAST_CODE]);
         for (s, &(c, len)) in codes.iter().enumerate() {
@@ -124,7 +122,6 @@ impl Huffman {
             codes,
             decode,
             fast,
-            msb,
             decode_msb,
             fast_msb,
         })
@@ -287,11 +284,6 @@ unsafe impl<B: Bits> bytemuck::Zeroable for Head<B> {}
 // SAFETY: as above.
 unsafe impl<B: Bits> bytemuck::Pod for Head<B> {}
 
-/// Blocks for `keys` keys.
-fn heads_for(keys: usize, block_keys: usize) -> usize {
-    keys.div_ceil(block_keys)
-}
-
 /// Blocks per group: a group's offsets fit in 32 bits, each group has a 64-bit base.
 const GROUP_SHIFT: u32 = 10;
 
@@ -369,19 +361,19 @@ impl<B: Bits> CompressedTable<B> {
             ((block_bytes as f64 * 8.0 / mean).round() as usize).clamp(1, MAX_BLOCK_KEYS);
         // Room for the whole stream at once, in huge pages where the kernel
         // allows: queries land anywhere in it, and TLB misses add to cache misses.
-        let mut data = super::mem::with_huge_capacity(
-            bits.div_ceil(8) as usize + 64 * heads_for(sorted.len(), block_keys) + 64,
-        );
+        let blocks = sorted.len().div_ceil(block_keys);
+        let mut data = super::mem::with_huge_capacity(bits.div_ceil(8) as usize + 64 * blocks + 64);
         data.extend_from_slice(&[0u8; 8]);
-        let mut heads: Vec<Head<B>> =
-            super::mem::with_huge_capacity(heads_for(sorted.len(), block_keys));
+        let mut heads: Vec<Head<B>> = super::mem::with_huge_capacity(blocks);
         let mut bases: Vec<u64> = Vec::new();
         for (b, block) in sorted.chunks(block_keys).enumerate() {
             let mid = block.len() / 2;
             let mut back = MsbWriter::default();
             for i in (0..mid).rev() {
                 let h = high_bit(block[i].xor(block[i + 1]));
-                back.put(u64::from(code.msb[h as usize]), code.codes[h as usize].1);
+                // Most significant bit first: the canonical code, unreversed.
+                let (c, len) = code.codes[h as usize];
+                back.put(u64::from(c.reverse_bits() >> (32 - len)), len);
                 back.put_wide(block[i], h);
             }
             data.extend_from_slice(&back.finish_reversed());
@@ -515,7 +507,7 @@ impl<B: Bits> View<'_, B> {
             key,
             lo,
             hi: lo.or(self.rest),
-            region: slot,
+            slot,
             ..Cursor::default()
         }
     }
@@ -523,7 +515,7 @@ impl<B: Bits> View<'_, B> {
     /// Prefetches the block headers the directory slot points at.
     #[inline]
     fn touch(&self, c: &Cursor<B>) {
-        let slot = c.region;
+        let slot = c.slot;
         let (from, to) = (
             self.block_dir[slot] as usize,
             self.block_dir[slot + 1] as usize,
@@ -545,7 +537,7 @@ impl<B: Bits> View<'_, B> {
     /// the part of the stream that the probe will read.
     #[inline]
     fn locate(&self, c: &mut Cursor<B>) {
-        let r = self.region_of(c.lo, c.region);
+        let r = self.region_of(c.lo, c.slot);
         c.region = r;
         let blocks = self.heads.len();
         if blocks == 0 {
@@ -640,42 +632,8 @@ impl<B: Bits> View<'_, B> {
 
     /// Decodes the probe's keys to the end of its prefix, visiting each.
     #[inline]
-    fn run(&self, cursor: &mut Cursor<B>, k: u32, out: &mut Vec<(B, u32)>) {
-        // A copy, so that the loops keep it in registers.
-        let mut c = *cursor;
-        loop {
-            let mut past = false;
-            if c.down {
-                while c.left > 0 {
-                    c.left -= 1;
-                    self.down(&mut c);
-                    if c.cur < c.lo {
-                        past = true;
-                        break;
-                    }
-                    self.visit(&c, c.cur, k, out);
-                }
-            } else {
-                while c.left > 0 {
-                    c.left -= 1;
-                    self.up(&mut c);
-                    if c.cur > c.hi {
-                        past = true;
-                        break;
-                    }
-                    self.visit(&c, c.cur, k, out);
-                }
-            }
-            let more = if past {
-                self.region_done(&mut c, k, out)
-            } else {
-                self.chain_done(&mut c, k, out)
-            };
-            if !more {
-                break;
-            }
-        }
-        *cursor = c;
+    fn run(&self, mut c: Cursor<B>, k: u32, out: &mut Vec<(B, u32)>) {
+        while self.step(&mut c, k, out) {}
     }
 
     /// Decodes the probe's next key and visits it: false once the probe has
@@ -870,16 +828,16 @@ impl<B: Bits> View<'_, B> {
     }
 }
 
-/// One table's probe: the permuted query and its prefix range; the region
-/// being decoded (the keys between anchors `region - 1` and `region`; the
-/// directory slot until the region is found); which chain first, whether on
-/// the second, and which way it reads; the keys it has left, where in the
-/// stream (bits), and the current key.
+/// One table's probe: the permuted query and its prefix range; its directory
+/// slot, and the region being decoded (the keys between anchors `region - 1`
+/// and `region`); which chain first, whether on the second, and which way it
+/// reads; the keys it has left, where in the stream (bits), and the current key.
 #[derive(Clone, Copy, Default)]
 struct Cursor<B> {
     key: B,
     lo: B,
     hi: B,
+    slot: usize,
     region: usize,
     back_first: bool,
     second: bool,
@@ -933,7 +891,7 @@ fn probe<B: Bits>(tables: &[CompressedTable<B>], query: B, k: u32, found: &mut V
         at += GANG;
     }
     if at < tables.len() {
-        tables[at].run(&mut cursors[at], k, found);
+        tables[at].run(cursors[at], k, found);
     }
 }
 
@@ -961,7 +919,7 @@ fn run_gang<B: Bits, const N: usize>(
     }
     for j in 0..N {
         if live[j] {
-            tables[j].run(&mut c[j], k, found);
+            tables[j].run(c[j], k, found);
         }
     }
 }
