@@ -62,8 +62,10 @@ pub struct BuildArgs {
     /// slower, and read-only (no `index add` or `index delete`).
     #[arg(long)]
     pub compressed: bool,
-    /// Bytes per block of the compressed tables: smaller blocks decode faster
-    /// and cost more bits per key.
+    /// About how many bytes of coded keys per block of the compressed tables
+    /// (each block holds a fixed number of keys, chosen from this and the
+    /// table's mean bits per key): smaller blocks decode faster and cost more
+    /// bits per key.
     #[arg(long, value_name = "BYTES", default_value_t = 1024, requires = "compressed",
           value_parser = clap::value_parser!(u32).range(16..=65536))]
     pub block_bytes: u32,
