@@ -882,12 +882,7 @@ fn probe<B: Bits>(tables: &[CompressedTable<B>], query: B, k: u32, found: &mut V
     // each in turn, so that their chains overlap.
     let mut at = 0;
     while tables.len() - at >= GANG {
-        run_gang::<B, GANG>(
-            &tables[at..at + GANG],
-            &mut cursors[at..at + GANG],
-            k,
-            found,
-        );
+        run_gang::<B, GANG>(&tables[at..at + GANG], &cursors[at..at + GANG], k, found);
         at += GANG;
     }
     if at < tables.len() {
@@ -906,7 +901,7 @@ const GANG: usize = 2;
 #[inline]
 fn run_gang<B: Bits, const N: usize>(
     tables: &[View<'_, B>],
-    cursors: &mut [Cursor<B>],
+    cursors: &[Cursor<B>],
     k: u32,
     found: &mut Vec<(B, u32)>,
 ) {
