@@ -820,16 +820,22 @@ fn index_build_query_add_delete_verify() {
     assert!(stdout(&run(&["index", "verify", idx_s])).contains("ok (22 entries"));
 }
 
-/// A compressed index answers as the plain one does, and refuses changes.
+/// A compressed index, in either coding, answers as the plain one does, and
+/// refuses changes.
 #[test]
 fn compressed_index_answers_like_the_plain_one_and_is_read_only() {
     let dir = tempfile::tempdir().unwrap();
     let plain = dir.path().join("p.ndx");
     let packed = dir.path().join("c.ndx");
+    let gaps = dir.path().join("g.ndx");
     let sample_s = sample().to_str().unwrap().to_owned();
     for (path, extra) in [
         (&plain, vec![]),
         (&packed, vec!["--compressed", "--block-bytes", "32"]),
+        (
+            &gaps,
+            vec!["--compressed", "--block-bytes", "32", "--coding", "gaps"],
+        ),
     ] {
         let mut args = vec![
             "index",
@@ -843,55 +849,56 @@ fn compressed_index_answers_like_the_plain_one_and_is_read_only() {
         let o = run(&args);
         assert!(o.status.success(), "{}", stderr(&o));
     }
-    let packed_s = packed.to_str().unwrap();
-    assert!(stdout(&run(&["index", "verify", packed_s])).contains("ok (23 entries"));
-    let info = stdout(&run(&["index", "info", packed_s]));
-    assert!(
-        info.contains("tables       compressed, read-only"),
-        "{info}"
-    );
-    // Every document's fingerprint, and a near copy of it, as queries.
     let fps = json_lines(&stdout(&run(&["fingerprint", &sample_s, "-q"])));
-    for r in &fps {
-        for q in [fp(r), fp(r) ^ 0b1001] {
-            let q = format!("{q:016x}");
-            let answer = |path: &Path| {
-                let o = run(&["query", path.to_str().unwrap(), "--simhash", &q]);
-                assert!(o.status.success(), "{}", stderr(&o));
-                stdout(&o)
-            };
-            assert_eq!(answer(&packed), answer(&plain), "query {q}");
+    for (file, coding) in [(&packed, "elias-fano"), (&gaps, "gaps")] {
+        let packed_s = file.to_str().unwrap();
+        assert!(stdout(&run(&["index", "verify", packed_s])).contains("ok (23 entries"));
+        let info = stdout(&run(&["index", "info", packed_s]));
+        assert!(
+            info.contains(&format!(
+                "tables       compressed ({coding} coding), read-only"
+            )),
+            "{info}"
+        );
+        // Every document's fingerprint, and a near copy of it, as queries.
+        for r in &fps {
+            for q in [fp(r), fp(r) ^ 0b1001] {
+                let q = format!("{q:016x}");
+                let answer = |path: &Path| {
+                    let o = run(&["query", path.to_str().unwrap(), "--simhash", &q]);
+                    assert!(o.status.success(), "{}", stderr(&o));
+                    stdout(&o)
+                };
+                assert_eq!(answer(file), answer(&plain), "query {q}");
+            }
+        }
+        let o = run(&["query", packed_s, "--batch", &sample_s]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(
+            stdout(&o),
+            stdout(&run(&[
+                "query",
+                plain.to_str().unwrap(),
+                "--batch",
+                &sample_s
+            ]))
+        );
+        for args in [
+            vec!["index", "delete", packed_s, "bread"],
+            vec!["index", "add", packed_s, &sample_s],
+        ] {
+            let o = run(&args);
+            assert_eq!(o.status.code(), Some(2));
+            assert!(stderr(&o).contains("read-only"), "{}", stderr(&o));
         }
     }
-    let o = run(&["query", packed_s, "--batch", &sample_s]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(
-        stdout(&o),
-        stdout(&run(&[
-            "query",
-            plain.to_str().unwrap(),
-            "--batch",
-            &sample_s
-        ]))
-    );
-    for args in [
-        vec!["index", "delete", packed_s, "bread"],
-        vec!["index", "add", packed_s, &sample_s],
-    ] {
+    let packed_s = packed.to_str().unwrap();
+    for extra in [["--block-bytes", "64"], ["--coding", "gaps"]] {
+        let mut args = vec!["index", "build", &sample_s, "-o", packed_s];
+        args.extend(extra);
         let o = run(&args);
-        assert_eq!(o.status.code(), Some(2));
-        assert!(stderr(&o).contains("read-only"), "{}", stderr(&o));
+        assert_eq!(o.status.code(), Some(2), "{extra:?} needs --compressed");
     }
-    let o = run(&[
-        "index",
-        "build",
-        &sample_s,
-        "-o",
-        packed_s,
-        "--block-bytes",
-        "64",
-    ]);
-    assert_eq!(o.status.code(), Some(2), "--block-bytes needs --compressed");
 }
 
 #[test]

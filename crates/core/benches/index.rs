@@ -7,7 +7,7 @@
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use neardup_core::dedup::Dedup;
-use neardup_core::index::{CompressedIndex, Index, plan, plan_join};
+use neardup_core::index::{Coding, CompressedIndex, Index, plan, plan_join};
 use neardup_core::rng::SplitMix64;
 
 const K: u32 = 3;
@@ -58,7 +58,8 @@ fn index(c: &mut Criterion) {
     let design = chosen.options[chosen.chosen].design.clone();
     let entries = || fps.iter().enumerate().map(|(i, &f)| (i as u64, f));
     let plain = Index::build(design.clone(), entries()).expect("built");
-    let compressed = CompressedIndex::build(design.clone(), entries(), 1024).expect("built");
+    let compressed =
+        CompressedIndex::build(design.clone(), entries(), 1024, Coding::EliasFano).expect("built");
 
     let mut g = c.benchmark_group(format!("query N={n}"));
     let mut i = 0;

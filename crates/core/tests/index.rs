@@ -271,15 +271,23 @@ fn a_million_identical_fingerprints_are_one_cluster_quickly() {
     assert!(reps[..1_000_000].iter().all(|&r| r == 0));
 }
 
+/// Both codings of compressed tables.
+fn codings() -> impl Strategy<Value = neardup_core::index::Coding> {
+    prop::sample::select(vec![
+        neardup_core::index::Coding::Gaps,
+        neardup_core::index::Coding::EliasFano,
+    ])
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(80))]
 
-    /// Compressed tables answer exactly like brute force, whatever the block size.
+    /// Compressed tables (either coding) answer exactly like brute force, whatever the block size.
     #[test]
-    fn compressed_index_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![1usize, 12, 16, 64, 512, 1024]), qs in prop::collection::vec(any::<u64>(), 0..5)) {
+    fn compressed_index_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![1usize, 12, 16, 64, 512, 1024]), coding in codings(), qs in prop::collection::vec(any::<u64>(), 0..5)) {
         let d = design(64, k, choice);
         let entries: Vec<(u64, u64)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
-        let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block).unwrap();
+        let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block, coding).unwrap();
         for &q in fps.iter().take(20).chain(&qs) {
             prop_assert_eq!(c.query(q, k).unwrap(), brute_query(&entries, q, k));
         }
@@ -289,10 +297,10 @@ proptest! {
     /// equals brute force query by query: near and far queries, in any order,
     /// with repeats.
     #[test]
-    fn compressed_batch_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![1usize, 16, 64, 1024]), seed in any::<u64>()) {
+    fn compressed_batch_is_exact(fps in fingerprints::<u64>(64), k in 0u32..6, choice in 0usize..5, block in prop::sample::select(vec![1usize, 16, 64, 1024]), coding in codings(), seed in any::<u64>()) {
         let d = design(64, k, choice);
         let entries: Vec<(u64, u64)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
-        let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block).unwrap();
+        let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block, coding).unwrap();
         let mut rng = neardup_core::rng::SplitMix64(seed);
         let queries: Vec<u64> = (0..5000)
             .map(|i| match rng.next() % 3 {
@@ -314,10 +322,10 @@ proptest! {
     }
 
     #[test]
-    fn compressed_index_128_is_exact(fps in fingerprints::<u128>(128), k in 0u32..10, block in prop::sample::select(vec![1usize, 16, 256])) {
+    fn compressed_index_128_is_exact(fps in fingerprints::<u128>(128), k in 0u32..10, block in prop::sample::select(vec![1usize, 16, 256]), coding in codings()) {
         let d = design(128, k, 0);
         let entries: Vec<(u64, u128)> = fps.iter().enumerate().map(|(i, &f)| (i as u64, f)).collect();
-        let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block).unwrap();
+        let c = neardup_core::index::CompressedIndex::build(d, entries.clone(), block, coding).unwrap();
         for &q in fps.iter().take(20) {
             prop_assert_eq!(c.query(q, k).unwrap(), brute_query(&entries, q, k));
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use neardup_core::Error;
 use neardup_core::index::{
-    Bits, CompressedIndex, Index, IndexFile, Match, SharedBytes, TableDesign,
+    Bits, Coding, CompressedIndex, Index, IndexFile, Match, SharedBytes, TableDesign,
 };
 use neardup_core::rng::SplitMix64;
 use proptest::prelude::*;
@@ -161,12 +161,18 @@ fn write_compressed<B: Bits>(c: &CompressedIndex<B>) -> Vec<u8> {
     bytes
 }
 
-fn build_compressed<B: Bits>(fps: &[B], k: u32, block: usize) -> CompressedIndex<B> {
+fn build_compressed<B: Bits>(
+    fps: &[B],
+    k: u32,
+    block: usize,
+    coding: Coding,
+) -> CompressedIndex<B> {
     let design = TableDesign::new(B::BITS, k, &[k + 2]).unwrap();
     CompressedIndex::build(
         design,
         fps.iter().enumerate().map(|(i, &f)| (i as u64 * 3, f)),
         block,
+        coding,
     )
     .unwrap()
 }
@@ -190,7 +196,8 @@ proptest! {
     /// Written, opened in place and queried (one by one and in a batch), a
     /// compressed index answers exactly as brute force does.
     #[test]
-    fn compressed_round_trip_is_exact(base in prop::collection::vec(any::<u64>(), 1..200), copies in 0usize..300, block in prop::sample::select(vec![1usize, 16, 64, 1024]), wide: bool, seed: u64) {
+    fn compressed_round_trip_is_exact(base in prop::collection::vec(any::<u64>(), 1..200), copies in 0usize..300, block in prop::sample::select(vec![1usize, 16, 64, 1024]), ef: bool, wide: bool, seed: u64) {
+        let coding = if ef { Coding::EliasFano } else { Coding::Gaps };
         let mut rng = SplitMix64(seed);
         // Near copies, and exact duplicates (several ids per fingerprint).
         let mut fps = base.clone();
@@ -202,7 +209,7 @@ proptest! {
         if wide {
             let fps: Vec<u128> = fps.iter().map(|&f| (f as u128) << 64 | f.rotate_left(7) as u128).collect();
             let queries: Vec<u128> = queries.iter().map(|&f| (f as u128) << 64 | f.rotate_left(7) as u128).collect();
-            let file = IndexFile::open(shared(write_compressed(&build_compressed(&fps, 4, block)))).unwrap();
+            let file = IndexFile::open(shared(write_compressed(&build_compressed(&fps, 4, block, coding)))).unwrap();
             file.verify().unwrap();
             prop_assert!(file.is_compressed());
             let c = file.compressed_index::<u128>().unwrap();
@@ -210,7 +217,7 @@ proptest! {
                 prop_assert_eq!(c.query(q, 4).unwrap(), brute(&fps, q, 4));
             }
         } else {
-            let file = IndexFile::open(shared(write_compressed(&build_compressed(&fps, 3, block)))).unwrap();
+            let file = IndexFile::open(shared(write_compressed(&build_compressed(&fps, 3, block, coding)))).unwrap();
             file.verify().unwrap();
             prop_assert_eq!(file.section("extra"), Some(&b"hello"[..]));
             prop_assert_eq!(&file.extra()["note"], "compressed");
@@ -233,13 +240,19 @@ fn compressed_sample_fps() -> Vec<u64> {
         .collect()
 }
 
-fn compressed_sample_bytes() -> Vec<u8> {
-    write_compressed(&build_compressed(&compressed_sample_fps(), 3, 64))
+fn compressed_sample_bytes(coding: Coding) -> Vec<u8> {
+    write_compressed(&build_compressed(&compressed_sample_fps(), 3, 64, coding))
 }
 
 #[test]
 fn compressed_files_refuse_truncation_and_survive_damage() {
-    let bytes = compressed_sample_bytes();
+    for coding in [Coding::Gaps, Coding::EliasFano] {
+        refuses_truncation_and_survives_damage(coding);
+    }
+}
+
+fn refuses_truncation_and_survives_damage(coding: Coding) {
+    let bytes = compressed_sample_bytes(coding);
     for len in (0..bytes.len()).step_by(61).chain([bytes.len() - 1]) {
         let err = IndexFile::open(shared(bytes[..len].to_vec())).unwrap_err();
         assert!(matches!(err, Error::CorruptIndex(_)), "length {len}: {err}");
@@ -267,7 +280,7 @@ fn compressed_files_refuse_truncation_and_survive_damage() {
 
 #[test]
 fn plain_and_compressed_files_are_not_mixed_up() {
-    let compressed = IndexFile::open(shared(compressed_sample_bytes())).unwrap();
+    let compressed = IndexFile::open(shared(compressed_sample_bytes(Coding::Gaps))).unwrap();
     let err = compressed.index::<u64>().unwrap_err().to_string();
     assert!(
         err.contains("compressed") && err.contains("read-only"),
@@ -289,7 +302,7 @@ fn version_2_fixture_still_opens_and_answers() {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/index_v2_compressed.ndx");
     if std::env::var_os("NEARDUP_WRITE_FIXTURE").is_some() {
-        std::fs::write(&path, compressed_sample_bytes()).unwrap();
+        std::fs::write(&path, compressed_sample_bytes(Coding::Gaps)).unwrap();
     }
     let file =
         IndexFile::open(shared(std::fs::read(&path).expect("fixture is committed"))).unwrap();
@@ -297,7 +310,34 @@ fn version_2_fixture_still_opens_and_answers() {
     assert!(file.is_compressed());
     assert_eq!(file.entries(), 1000);
     let c = file.compressed_index::<u64>().unwrap();
+    assert_eq!(c.coding(), Coding::Gaps);
     // Entry i has id 3i and fingerprint i * golden ratio constant.
+    let fps = compressed_sample_fps();
+    let q = fps[7] ^ 0b101;
+    let m = c.query(q, 3).unwrap();
+    assert_eq!(m.len(), 1);
+    assert_eq!((m[0].id, m[0].distance), (21, 2));
+    for &q in fps.iter().step_by(37) {
+        assert_eq!(c.query(q ^ 0b11, 3).unwrap(), brute(&fps, q ^ 0b11, 3));
+    }
+}
+
+/// A file written by format version 3 (Elias–Fano coded compressed tables),
+/// committed, must stay readable.
+#[test]
+fn version_3_fixture_still_opens_and_answers() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/index_v3_ef.ndx");
+    if std::env::var_os("NEARDUP_WRITE_FIXTURE").is_some() {
+        std::fs::write(&path, compressed_sample_bytes(Coding::EliasFano)).unwrap();
+    }
+    let bytes = std::fs::read(&path).expect("fixture is committed");
+    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 3);
+    let file = IndexFile::open(shared(bytes)).unwrap();
+    file.verify().unwrap();
+    assert!(file.is_compressed());
+    assert_eq!(file.entries(), 1000);
+    let c = file.compressed_index::<u64>().unwrap();
+    assert_eq!(c.coding(), Coding::EliasFano);
     let fps = compressed_sample_fps();
     let q = fps[7] ^ 0b101;
     let m = c.query(q, 3).unwrap();

@@ -41,6 +41,10 @@ pub trait Bits: bytemuck::Pod + Ord + Eq + Hash + Debug + Default + Send + Sync 
     /// `self` with bits `h` and below replaced by `low` (h < BITS; `low` <
     /// 2^h): the key below a key in a compressed table. Branch-free.
     fn below(self, h: u32, low: Self) -> Self;
+    /// Wrapping sum.
+    fn add(self, other: Self) -> Self;
+    /// Wrapping difference.
+    fn sub(self, other: Self) -> Self;
     /// Zero.
     fn zero() -> Self;
     /// Little-endian bytes (8 or 16).
@@ -119,6 +123,14 @@ macro_rules! impl_bits {
             fn below(self, h: u32, low: Self) -> Self {
                 // 2 << h is 0 for the top bit: the mask is then all ones.
                 (self & !((2 as $t).wrapping_shl(h).wrapping_sub(1))) | low
+            }
+            #[inline(always)]
+            fn add(self, other: Self) -> Self {
+                self.wrapping_add(other)
+            }
+            #[inline(always)]
+            fn sub(self, other: Self) -> Self {
+                self.wrapping_sub(other)
             }
             #[inline]
             fn zero() -> Self {

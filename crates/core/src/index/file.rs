@@ -5,14 +5,15 @@
 //!                    entries u64, zero padding
 //! sections           each 64-byte aligned. Version 1 (plain tables): "fps", "ids",
 //!                    and per table i "t{i}.keys", "t{i}.items", "t{i}.dir".
-//!                    Version 2 (compressed tables, read-only): "fps" (distinct,
+//!                    Versions 2 and 3 (compressed tables, read-only; 2 in the
+//!                    paper's codes, 3 in Elias–Fano codes): "fps" (distinct,
 //!                    ascending), "fps.dir", "starts", "ids", and per table i
 //!                    "t{i}.heads", "t{i}.bases", "t{i}.dir", "t{i}.data". Then the
 //!                    caller's own (document ids, ...)
 //! metadata           JSON: design, section table (offset, length, xxh3-64), the
 //!                    caller's "extra" value (the FingerprintConfig, ...), and for
-//!                    version 2 the tables' directory sizes, keys per block and
-//!                    Huffman code lengths
+//!                    versions 2 and 3 the tables' directory sizes, keys per
+//!                    block, Huffman code lengths (version 2) and coding (3)
 //! footer (32 bytes)  metadata offset u64, metadata length u64, xxh3-64 of header
 //!                    and metadata u64, magic "NDUPEND\0"
 //! ```
@@ -39,8 +40,10 @@ const MAGIC: &[u8; 8] = b"NDUPIDX\0";
 const END_MAGIC: &[u8; 8] = b"NDUPEND\0";
 /// The format version of files with plain tables.
 pub const FORMAT_VERSION: u32 = 1;
-/// The format version of files with compressed tables.
+/// The format version of files with compressed tables in the paper's codes.
 pub const COMPRESSED_FORMAT_VERSION: u32 = 2;
+/// The format version of files with compressed tables in Elias–Fano codes.
+pub const EF_FORMAT_VERSION: u32 = 3;
 const HEADER: usize = 64;
 const FOOTER: usize = 32;
 const ALIGN: usize = 64;
@@ -74,6 +77,9 @@ pub(super) struct CompressedMeta {
     pub(super) blocks: Vec<u64>,
     pub(super) block_keys: Vec<u32>,
     pub(super) code_lengths: Vec<Vec<u8>>,
+    /// How the keys are coded (absent in version-2 files: the paper's codes).
+    #[serde(default)]
+    pub(super) coding: super::compress::Coding,
 }
 
 pub(super) fn corrupt(reason: impl Into<String>) -> Error {
@@ -239,9 +245,9 @@ impl IndexFile {
             return Err(corrupt("not a neardup index file (wrong magic number)"));
         }
         let version = u32_at(b, 8);
-        if version != FORMAT_VERSION && version != COMPRESSED_FORMAT_VERSION {
+        if ![FORMAT_VERSION, COMPRESSED_FORMAT_VERSION, EF_FORMAT_VERSION].contains(&version) {
             return Err(Error::IndexVersion {
-                expected: COMPRESSED_FORMAT_VERSION,
+                expected: EF_FORMAT_VERSION,
                 got: version,
             });
         }
@@ -277,7 +283,13 @@ impl IndexFile {
                 return Err(corrupt(format!("section {} lies outside the data", s.name)));
             }
         }
-        if meta.compressed.is_some() != (version == COMPRESSED_FORMAT_VERSION) {
+        let coding = meta.compressed.as_ref().map(|c| c.coding);
+        let expected = match version {
+            COMPRESSED_FORMAT_VERSION => Some(super::compress::Coding::Gaps),
+            EF_FORMAT_VERSION => Some(super::compress::Coding::EliasFano),
+            _ => None,
+        };
+        if coding != expected {
             return Err(corrupt(
                 "the metadata does not match the format version (compressed tables)",
             ));
@@ -336,7 +348,7 @@ impl IndexFile {
         self.entries
     }
 
-    /// Whether the tables are compressed (format version 2: read-only).
+    /// Whether the tables are compressed (format versions 2 and 3: read-only).
     pub fn is_compressed(&self) -> bool {
         self.meta.compressed.is_some()
     }

@@ -7,6 +7,7 @@
 pub mod bits;
 pub mod compress;
 pub mod design;
+pub mod ef;
 mod file;
 pub mod ids;
 pub mod mem;
@@ -17,7 +18,7 @@ pub(crate) mod table;
 use rayon::prelude::*;
 
 pub use bits::Bits;
-pub use compress::CompressedIndex;
+pub use compress::{Coding, CompressedIndex};
 pub use design::{Plan, PlanOption, Segment, Table, TableDesign, plan, plan_join};
 pub use file::IndexFile;
 pub use ids::{IdRef, IdTable};
