@@ -347,3 +347,34 @@ fn version_3_fixture_still_opens_and_answers() {
         assert_eq!(c.query(q ^ 0b11, 3).unwrap(), brute(&fps, q ^ 0b11, 3));
     }
 }
+
+/// Compressed indexes of no entry, and of one fingerprint held by many ids,
+/// in either coding, write, open, verify and answer.
+#[test]
+fn tiny_compressed_indexes_round_trip() {
+    for coding in [Coding::Gaps, Coding::EliasFano] {
+        let empty = build_compressed::<u64>(&[], 3, 1024, coding);
+        let file = IndexFile::open(shared(write_compressed(&empty))).unwrap();
+        file.verify().unwrap();
+        let c = file.compressed_index::<u64>().unwrap();
+        assert_eq!(c.query(7, 3).unwrap(), Vec::new(), "{coding:?}");
+        assert_eq!(
+            c.query_batch(&[0; 5000], 3).unwrap(),
+            vec![Vec::new(); 5000]
+        );
+
+        let same = vec![0xdead_beef_u64; 40];
+        let file = IndexFile::open(shared(write_compressed(&build_compressed(
+            &same, 3, 16, coding,
+        ))))
+        .unwrap();
+        file.verify().unwrap();
+        let c = file.compressed_index::<u64>().unwrap();
+        assert_eq!(c.coding(), coding);
+        assert_eq!(
+            c.query(0xdead_beef ^ 0b111, 3).unwrap(),
+            brute(&same, 0xdead_beef ^ 0b111, 3)
+        );
+        assert_eq!(c.query(0xdead_beef ^ 0b1111, 3).unwrap(), Vec::new());
+    }
+}

@@ -67,7 +67,7 @@ pub struct BuildArgs {
     /// difference from the block's first key, Elias–Fano coded: fewer bits,
     /// and a query reads its keys in place) or `gaps` (the paper's own codes:
     /// each key's highest bit differing from the previous key, Huffman-coded,
-    /// and the bits below it; decoded in order, so queries are 3-5x slower).
+    /// and the bits below it; decoded in order, so queries are 3-4x slower).
     #[arg(long, value_enum, default_value_t = CodingArg::EliasFano, requires = "compressed")]
     pub coding: CodingArg,
     /// About how many bytes of coded keys per block of the compressed tables
