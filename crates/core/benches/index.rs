@@ -60,6 +60,8 @@ fn index(c: &mut Criterion) {
     let plain = Index::build(design.clone(), entries()).expect("built");
     let compressed =
         CompressedIndex::build(design.clone(), entries(), 1024, Coding::EliasFano).expect("built");
+    let gaps =
+        CompressedIndex::build(design.clone(), entries(), 1024, Coding::Gaps).expect("built");
 
     let mut g = c.benchmark_group(format!("query N={n}"));
     let mut i = 0;
@@ -80,6 +82,12 @@ fn index(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 1) % qs.len();
             compressed.query(qs[i], K).expect("query")
+        })
+    });
+    g.bench_function("compressed tables, paper's codes", |b| {
+        b.iter(|| {
+            i = (i + 1) % qs.len();
+            gaps.query(qs[i], K).expect("query")
         })
     });
     g.finish();

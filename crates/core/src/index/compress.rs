@@ -1222,7 +1222,7 @@ impl<B: Bits> CompressedIndex<B> {
                 .flat_map(|t| {
                     sorted(&t.table)
                         .par_chunks(piece)
-                        .flat_map_iter(|part| t.scan(part, k))
+                        .flat_map_iter(|part| t.view().scan(part, k))
                         .collect::<Vec<_>>()
                 })
                 .collect(),

@@ -211,7 +211,7 @@ impl<B: Bits> EfTable<B> {
         };
         let mut last = 0u64;
         for b in 0..t.heads.len() {
-            let (h, m) = (t.heads[b], t.block_len(b) - 1);
+            let (h, m) = (t.heads[b], t.view().block_len(b) - 1);
             let start = t.bases[b >> GROUP_SHIFT]
                 .checked_add(u64::from(h.at))
                 .ok_or_else(damaged)?;
@@ -230,21 +230,6 @@ impl<B: Bits> EfTable<B> {
         Ok(t)
     }
 
-    /// Keys in block `b`, its anchor included.
-    #[inline]
-    fn block_len(&self, b: usize) -> usize {
-        self.keys
-            .saturating_sub(b * self.block_keys)
-            .clamp(1, self.block_keys)
-    }
-
-    /// Where block `b` starts in the data (bits).
-    #[inline]
-    fn start_bit(&self, b: usize) -> usize {
-        let base = self.bases.get(b >> GROUP_SHIFT).copied().unwrap_or(0);
-        (base as usize).wrapping_add(self.heads[b].at as usize) * 8
-    }
-
     /// Bits per key: the coded data, and with the block headers and the
     /// directory as memory holds them.
     pub fn bits_per_key(&self, n: usize) -> (f64, f64) {
@@ -259,6 +244,56 @@ impl<B: Bits> EfTable<B> {
             + self.heads.len() * std::mem::size_of::<EfHead<B>>()
             + self.bases.len() * 8
             + self.block_dir.len() * 4
+    }
+
+    /// The arrays, resolved once for a query or a walk, so that reading them
+    /// does not go through [`Slab`] at every step.
+    #[inline]
+    pub(super) fn view(&self) -> EfView<'_, B> {
+        EfView {
+            table: &self.table,
+            prefix: self.prefix,
+            rest: self.rest,
+            block_keys: self.block_keys,
+            keys: self.keys,
+            heads: &self.heads,
+            bases: &self.bases,
+            block_dir: &self.block_dir,
+            dir_bits: self.dir_bits,
+            data: &self.data,
+        }
+    }
+}
+
+/// A table's arrays for one query or walk (see [`EfTable::view`]).
+#[derive(Clone, Copy)]
+pub(super) struct EfView<'a, B: Bits> {
+    table: &'a Table,
+    prefix: B,
+    rest: B,
+    block_keys: usize,
+    keys: usize,
+    heads: &'a [EfHead<B>],
+    bases: &'a [u64],
+    block_dir: &'a [u32],
+    dir_bits: u32,
+    data: &'a [u8],
+}
+
+impl<B: Bits> EfView<'_, B> {
+    /// Keys in block `b`, its anchor included.
+    #[inline]
+    fn block_len(&self, b: usize) -> usize {
+        self.keys
+            .saturating_sub(b * self.block_keys)
+            .clamp(1, self.block_keys)
+    }
+
+    /// Where block `b` starts in the data (bits).
+    #[inline]
+    fn start_bit(&self, b: usize) -> usize {
+        let base = self.bases.get(b >> GROUP_SHIFT).copied().unwrap_or(0);
+        (base as usize).wrapping_add(self.heads[b].at as usize) * 8
     }
 
     /// How many anchors are <= `lo`, searched from directory slot `slot`.
@@ -384,7 +419,7 @@ impl<B: Bits> EfTable<B> {
     fn walk(&self, lo: B, hi: B, b: usize, h: EfHead<B>, f: &mut impl FnMut(B)) -> bool {
         let m = self.block_len(b) - 1;
         let (anchor, low) = (h.anchor, u32::from(h.low));
-        let data: &[u8] = &self.data;
+        let data: &[u8] = self.data;
         let start = self.start_bit(b);
         let limit = data.len() * 8;
         let mut pos = start + m * low as usize;
@@ -495,18 +530,20 @@ pub(super) const MAX_TABLES: usize = 32;
 /// to `found`, in phases over all tables so that their cache misses overlap:
 /// directory slots, block headers, the blocks' bytes, then the keys.
 pub(super) fn probe<B: Bits>(tables: &[EfTable<B>], query: B, k: u32, found: &mut Vec<(B, u32)>) {
-    let mut probes = [Probe::default(); MAX_TABLES];
-    let probes = &mut probes[..tables.len()];
-    for (t, p) in tables.iter().zip(probes.iter_mut()) {
-        *p = t.start(query);
+    // Each table's arrays and probe, on the stack.
+    let mut views: [Option<(EfView<'_, B>, Probe<B>)>; MAX_TABLES] = [None; MAX_TABLES];
+    for (v, t) in views.iter_mut().zip(tables) {
+        let t = t.view();
+        *v = Some((t, t.start(query)));
     }
-    for (t, p) in tables.iter().zip(probes.iter()) {
+    let views = &mut views[..tables.len()];
+    for (t, p) in views.iter().flatten() {
         t.touch(p);
     }
-    for (t, p) in tables.iter().zip(probes.iter_mut()) {
+    for (t, p) in views.iter_mut().flatten() {
         t.locate(p);
     }
-    for (t, p) in tables.iter().zip(probes.iter()) {
+    for (t, p) in views.iter().flatten() {
         t.run(p, k, found);
     }
 }
