@@ -1164,6 +1164,11 @@ impl<B: Bits> CompressedIndex<B> {
     /// The ids of distinct fingerprint `g` (none if a damaged file says so).
     #[inline]
     fn ids_of(&self, g: usize) -> &[u64] {
+        // Entry g's ids start at starts[g] >= g, which is g itself until some
+        // fingerprint has several ids: fetch that line while starts[g] loads.
+        if let Some(id) = self.ids.get(g) {
+            super::table::prefetch(id);
+        }
         match (self.starts.get(g), self.starts.get(g + 1)) {
             (Some(&a), Some(&b)) => self.ids.get(a as usize..b as usize).unwrap_or_default(),
             _ => &[],
