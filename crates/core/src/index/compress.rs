@@ -11,6 +11,11 @@
 //! from whichever end is nearer its prefix: a quarter of a block on average
 //! instead of a half. Tables store keys only: an entry's ids are found once,
 //! from its fingerprint, in a primary array sorted by fingerprint.
+//!
+//! [`CompressedIndex`] holds its tables in one of two codings ([`Coding`]):
+//! these codes (`Gaps`), or the same blocks with Elias–Fano codes
+//! ([`super::ef`], `EliasFano`, the command line's default), which take fewer
+//! bits and are read in place instead of decoded in order.
 
 use rayon::prelude::*;
 
