@@ -295,56 +295,40 @@ fn plain_and_compressed_files_are_not_mixed_up() {
     ));
 }
 
-/// A file written by format version 2 (compressed tables), committed, must stay
-/// readable.
+/// Committed files written by format versions 2 (compressed tables in the
+/// paper's codes) and 3 (Elias–Fano codes) must stay readable.
 #[test]
-fn version_2_fixture_still_opens_and_answers() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/index_v2_compressed.ndx");
-    if std::env::var_os("NEARDUP_WRITE_FIXTURE").is_some() {
-        std::fs::write(&path, compressed_sample_bytes(Coding::Gaps)).unwrap();
-    }
-    let file =
-        IndexFile::open(shared(std::fs::read(&path).expect("fixture is committed"))).unwrap();
-    file.verify().unwrap();
-    assert!(file.is_compressed());
-    assert_eq!(file.entries(), 1000);
-    let c = file.compressed_index::<u64>().unwrap();
-    assert_eq!(c.coding(), Coding::Gaps);
-    // Entry i has id 3i and fingerprint i * golden ratio constant.
-    let fps = compressed_sample_fps();
-    let q = fps[7] ^ 0b101;
-    let m = c.query(q, 3).unwrap();
-    assert_eq!(m.len(), 1);
-    assert_eq!((m[0].id, m[0].distance), (21, 2));
-    for &q in fps.iter().step_by(37) {
-        assert_eq!(c.query(q ^ 0b11, 3).unwrap(), brute(&fps, q ^ 0b11, 3));
-    }
-}
-
-/// A file written by format version 3 (Elias–Fano coded compressed tables),
-/// committed, must stay readable.
-#[test]
-fn version_3_fixture_still_opens_and_answers() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/index_v3_ef.ndx");
-    if std::env::var_os("NEARDUP_WRITE_FIXTURE").is_some() {
-        std::fs::write(&path, compressed_sample_bytes(Coding::EliasFano)).unwrap();
-    }
-    let bytes = std::fs::read(&path).expect("fixture is committed");
-    assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 3);
-    let file = IndexFile::open(shared(bytes)).unwrap();
-    file.verify().unwrap();
-    assert!(file.is_compressed());
-    assert_eq!(file.entries(), 1000);
-    let c = file.compressed_index::<u64>().unwrap();
-    assert_eq!(c.coding(), Coding::EliasFano);
-    let fps = compressed_sample_fps();
-    let q = fps[7] ^ 0b101;
-    let m = c.query(q, 3).unwrap();
-    assert_eq!(m.len(), 1);
-    assert_eq!((m[0].id, m[0].distance), (21, 2));
-    for &q in fps.iter().step_by(37) {
-        assert_eq!(c.query(q ^ 0b11, 3).unwrap(), brute(&fps, q ^ 0b11, 3));
+fn compressed_fixtures_still_open_and_answer() {
+    for (name, version, coding) in [
+        ("index_v2_compressed.ndx", 2, Coding::Gaps),
+        ("index_v3_ef.ndx", 3, Coding::EliasFano),
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name);
+        if std::env::var_os("NEARDUP_WRITE_FIXTURE").is_some() {
+            std::fs::write(&path, compressed_sample_bytes(coding)).unwrap();
+        }
+        let bytes = std::fs::read(&path).expect("fixture is committed");
+        assert_eq!(
+            u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
+            version
+        );
+        let file = IndexFile::open(shared(bytes)).unwrap();
+        file.verify().unwrap();
+        assert!(file.is_compressed());
+        assert_eq!(file.entries(), 1000);
+        let c = file.compressed_index::<u64>().unwrap();
+        assert_eq!(c.coding(), coding);
+        // Entry i has id 3i and fingerprint i * golden ratio constant.
+        let fps = compressed_sample_fps();
+        let q = fps[7] ^ 0b101;
+        let m = c.query(q, 3).unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].id, m[0].distance), (21, 2));
+        for &q in fps.iter().step_by(37) {
+            assert_eq!(c.query(q ^ 0b11, 3).unwrap(), brute(&fps, q ^ 0b11, 3));
+        }
     }
 }
 

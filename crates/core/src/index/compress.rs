@@ -336,6 +336,19 @@ pub struct CompressedTable<B: Bits> {
     code: Huffman,
 }
 
+/// What an index file stores of one compressed table, in either coding.
+pub(super) struct TableParts<'a> {
+    pub(super) heads: &'a [u8],
+    pub(super) bases: &'a [u64],
+    pub(super) block_dir: &'a [u32],
+    pub(super) data: &'a [u8],
+    pub(super) dir_bits: u32,
+    pub(super) blocks: usize,
+    pub(super) block_keys: usize,
+    /// The Huffman code's length per symbol (none for Elias–Fano codes).
+    pub(super) code_lengths: Vec<u8>,
+}
+
 /// A table's arrays for one query or walk: slices resolved once, so that the
 /// decoding loop does not go through [`Slab`] at every key.
 #[derive(Clone, Copy)]
@@ -455,6 +468,20 @@ impl<B: Bits> CompressedTable<B> {
         self.block_keys
     }
 
+    /// What the index file stores of it.
+    fn parts(&self) -> TableParts<'_> {
+        TableParts {
+            heads: bytemuck::cast_slice(&self.heads),
+            bases: &self.bases,
+            block_dir: &self.block_dir,
+            data: &self.data,
+            dir_bits: self.dir_bits,
+            blocks: self.heads.len(),
+            block_keys: self.block_keys,
+            code_lengths: self.code.lengths(),
+        }
+    }
+
     /// Bits per key: the coded stream, and with the block headers and the
     /// directory as memory holds them.
     pub fn bits_per_key(&self, n: usize) -> (f64, f64) {
@@ -537,15 +564,7 @@ impl<B: Bits> View<'_, B> {
         );
         // Every line of them, and of the anchors on either side.
         let heads = &self.heads[from.saturating_sub(1)..(to + 1).min(self.heads.len())];
-        let bytes: &[u8] = bytemuck::cast_slice(heads);
-        for line in (0..bytes.len())
-            .step_by(64)
-            .chain([bytes.len().saturating_sub(1)])
-        {
-            if let Some(b) = bytes.get(line) {
-                super::table::prefetch(b);
-            }
-        }
+        super::table::prefetch_all(bytemuck::cast_slice(heads));
     }
 
     /// Finds the probe's region and the end to decode it from, and prefetches
@@ -829,17 +848,31 @@ impl<B: Bits> View<'_, B> {
                     _ => break,
                 }
             }
-            for &(key, q) in &sorted[i..i + same] {
-                for &cur in &run {
-                    let d = cur.distance(key);
-                    if d <= k {
-                        out.push((q, self.table.unpermute(cur), d));
-                    }
-                }
-            }
+            match_run(self.table, &run, &sorted[i..i + same], k, &mut out);
             i += same;
         }
         out
+    }
+}
+
+/// For a walk: each of `queries` (permuted keys with their query numbers)
+/// against the `run` of keys sharing their prefix, appending (query,
+/// fingerprint, distance) for those within `k`.
+#[inline]
+pub(super) fn match_run<B: Bits>(
+    table: &Table,
+    run: &[B],
+    queries: &[(B, u32)],
+    k: u32,
+    out: &mut Vec<(u32, B, u32)>,
+) {
+    for &(key, q) in queries {
+        for &cur in run {
+            let d = cur.distance(key);
+            if d <= k {
+                out.push((q, table.unpermute(cur), d));
+            }
+        }
     }
 }
 
@@ -1280,38 +1313,15 @@ impl<B: Bits> CompressedIndex<B> {
             ("starts".into(), bytemuck::cast_slice(&self.starts)),
             ("ids".into(), bytemuck::cast_slice(&self.ids)),
         ];
-        // Per table: its sections, directory bits, blocks, keys per block and
-        // code lengths.
-        let mut per: Vec<(u32, u64, u32, Vec<u8>)> = Vec::new();
-        match &self.tables {
-            Tables::Gaps(tables) => {
-                for (i, t) in tables.iter().enumerate() {
-                    own.push((format!("t{i}.heads"), bytemuck::cast_slice(&t.heads)));
-                    own.push((format!("t{i}.bases"), bytemuck::cast_slice(&t.bases)));
-                    own.push((format!("t{i}.dir"), bytemuck::cast_slice(&t.block_dir)));
-                    own.push((format!("t{i}.data"), &t.data));
-                    per.push((
-                        t.dir_bits,
-                        t.heads.len() as u64,
-                        t.block_keys as u32,
-                        t.code.lengths(),
-                    ));
-                }
-            }
-            Tables::Ef(tables) => {
-                for (i, t) in tables.iter().enumerate() {
-                    own.push((format!("t{i}.heads"), bytemuck::cast_slice(&t.heads)));
-                    own.push((format!("t{i}.bases"), bytemuck::cast_slice(&t.bases)));
-                    own.push((format!("t{i}.dir"), bytemuck::cast_slice(&t.block_dir)));
-                    own.push((format!("t{i}.data"), &t.data));
-                    per.push((
-                        t.dir_bits,
-                        t.heads.len() as u64,
-                        t.block_keys as u32,
-                        Vec::new(),
-                    ));
-                }
-            }
+        let parts: Vec<TableParts<'_>> = match &self.tables {
+            Tables::Gaps(t) => t.iter().map(CompressedTable::parts).collect(),
+            Tables::Ef(t) => t.iter().map(EfTable::parts).collect(),
+        };
+        for (i, t) in parts.iter().enumerate() {
+            own.push((format!("t{i}.heads"), t.heads));
+            own.push((format!("t{i}.bases"), bytemuck::cast_slice(t.bases)));
+            own.push((format!("t{i}.dir"), bytemuck::cast_slice(t.block_dir)));
+            own.push((format!("t{i}.data"), t.data));
         }
         let coding = self.coding();
         let head = super::file::Head {
@@ -1322,13 +1332,13 @@ impl<B: Bits> CompressedIndex<B> {
             bits: B::BITS,
             entries: self.ids.len() as u64,
             design: &self.design,
-            dir_bits: per.iter().map(|p| p.0).collect(),
+            dir_bits: parts.iter().map(|p| p.dir_bits).collect(),
             compressed: Some(CompressedMeta {
                 distinct: self.fps.len() as u64,
                 fps_dir_bits: self.fps_dir_bits,
-                blocks: per.iter().map(|p| p.1).collect(),
-                block_keys: per.iter().map(|p| p.2).collect(),
-                code_lengths: per.into_iter().map(|p| p.3).collect(),
+                blocks: parts.iter().map(|p| p.blocks as u64).collect(),
+                block_keys: parts.iter().map(|p| p.block_keys as u32).collect(),
+                code_lengths: parts.into_iter().map(|p| p.code_lengths).collect(),
                 coding,
             }),
         };

@@ -13,7 +13,7 @@
 //! and reads that key's low bits where they lie.
 
 use super::bits::Bits;
-use super::compress::{BitWriter, GROUP_SHIFT, MAX_BLOCK_KEYS, window_up};
+use super::compress::{BitWriter, GROUP_SHIFT, MAX_BLOCK_KEYS, TableParts, match_run, window_up};
 use super::design::Table;
 use super::file::corrupt;
 use super::slab::Slab;
@@ -246,6 +246,20 @@ impl<B: Bits> EfTable<B> {
             + self.block_dir.len() * 4
     }
 
+    /// What the index file stores of it.
+    pub(super) fn parts(&self) -> TableParts<'_> {
+        TableParts {
+            heads: bytemuck::cast_slice(&self.heads),
+            bases: &self.bases,
+            block_dir: &self.block_dir,
+            data: &self.data,
+            dir_bits: self.dir_bits,
+            blocks: self.heads.len(),
+            block_keys: self.block_keys,
+            code_lengths: Vec::new(),
+        }
+    }
+
     /// The arrays, resolved once for a query or a walk, so that reading them
     /// does not go through [`Slab`] at every step.
     #[inline]
@@ -330,15 +344,7 @@ impl<B: Bits> EfView<'_, B> {
             self.block_dir[p.slot + 1] as usize,
         );
         let heads = &self.heads[from.saturating_sub(1)..(to + 1).min(self.heads.len())];
-        let bytes: &[u8] = bytemuck::cast_slice(heads);
-        for line in (0..bytes.len())
-            .step_by(64)
-            .chain([bytes.len().saturating_sub(1)])
-        {
-            if let Some(b) = bytes.get(line) {
-                prefetch(b);
-            }
-        }
+        super::table::prefetch_all(bytemuck::cast_slice(heads));
     }
 
     /// Finds the probe's first block and prefetches the bytes it will read:
@@ -498,14 +504,7 @@ impl<B: Bits> EfView<'_, B> {
                 .anchors_upto(lo, lo.top(self.dir_bits) as usize)
                 .saturating_sub(1);
             self.for_each_in(first, lo, hi, |key| run.push(key));
-            for &(key, q) in &sorted[i..i + same] {
-                for &cur in &run {
-                    let d = cur.distance(key);
-                    if d <= k {
-                        out.push((q, self.table.unpermute(cur), d));
-                    }
-                }
-            }
+            match_run(self.table, &run, &sorted[i..i + same], k, &mut out);
             i += same;
         }
         out

@@ -121,6 +121,19 @@ impl<B: Bits> SortedTable<B> {
     }
 }
 
+/// Hints the CPU to fetch every cache line of `bytes`.
+#[inline]
+pub(crate) fn prefetch_all(bytes: &[u8]) {
+    for line in (0..bytes.len())
+        .step_by(64)
+        .chain([bytes.len().saturating_sub(1)])
+    {
+        if let Some(b) = bytes.get(line) {
+            prefetch(b);
+        }
+    }
+}
+
 #[inline]
 pub(crate) fn prefetch<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
