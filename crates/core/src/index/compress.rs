@@ -1250,24 +1250,22 @@ impl<B: Bits> CompressedIndex<B> {
             keys.par_sort_unstable();
             keys
         };
+        // One table's walk, in pieces: its sorted queries, and how it scans a piece.
+        type Scan<'s, B> = dyn Fn(&[(B, u32)]) -> Vec<(u32, B, u32)> + Sync + 's;
+        let walk = |t: &Table, scan: &Scan<'_, B>| {
+            sorted(t)
+                .par_chunks(piece)
+                .flat_map_iter(scan)
+                .collect::<Vec<_>>()
+        };
         let mut found: Vec<(u32, B, u32)> = match &self.tables {
             Tables::Gaps(tables) => tables
                 .par_iter()
-                .flat_map(|t| {
-                    sorted(&t.table)
-                        .par_chunks(piece)
-                        .flat_map_iter(|part| t.view().scan(part, k))
-                        .collect::<Vec<_>>()
-                })
+                .flat_map(|t| walk(&t.table, &|part| t.view().scan(part, k)))
                 .collect(),
             Tables::Ef(tables) => tables
                 .par_iter()
-                .flat_map(|t| {
-                    sorted(&t.table)
-                        .par_chunks(piece)
-                        .flat_map_iter(|part| t.view().scan(part, k))
-                        .collect::<Vec<_>>()
-                })
+                .flat_map(|t| walk(&t.table, &|part| t.view().scan(part, k)))
                 .collect(),
         };
         found.par_sort_unstable();
