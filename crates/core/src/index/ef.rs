@@ -209,10 +209,11 @@ impl<B: Bits> EfTable<B> {
             dir_bits,
             data,
         };
+        let v = t.view();
         let mut last = 0u64;
-        for b in 0..t.heads.len() {
-            let (h, m) = (t.heads[b], t.view().block_len(b) - 1);
-            let start = t.bases[b >> GROUP_SHIFT]
+        for (b, &h) in v.heads.iter().enumerate() {
+            let m = v.block_len(b) - 1;
+            let start = v.bases[b >> GROUP_SHIFT]
                 .checked_add(u64::from(h.at))
                 .ok_or_else(damaged)?;
             if start < last || u32::from(h.low) >= B::BITS {
@@ -224,7 +225,7 @@ impl<B: Bits> EfTable<B> {
                 return Err(damaged());
             }
         }
-        if !super::file::directory_is_sound(&t.block_dir, t.heads.len() as u64) {
+        if !super::file::directory_is_sound(v.block_dir, v.heads.len() as u64) {
             return Err(corrupt(format!("table {i}'s blocks are damaged")));
         }
         Ok(t)
