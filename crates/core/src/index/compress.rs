@@ -427,13 +427,13 @@ impl<B: Bits> CompressedTable<B> {
             data = w.bytes;
         }
         data.extend_from_slice(&[0u8; 8]);
-        let p = table.prefix_bits();
-        let dir_bits = super::table::dir_bits_for(heads.len(), p);
-        let block_dir = super::table::directory(heads.iter().map(|h| h.anchor), dir_bits);
+        let anchors: Vec<B> = heads.iter().map(|h| h.anchor).collect();
+        let (dir_bits, block_dir) = super::table::anchor_directory(&anchors, table.prefix_bits());
+        let (prefix, rest) = table.prefix_masks();
         CompressedTable {
             table: table.clone(),
-            prefix: B::mask(B::BITS - p, p),
-            rest: B::mask(0, B::BITS - p),
+            prefix,
+            rest,
             block_keys,
             keys: sorted.len(),
             heads: heads.into(),
@@ -461,11 +461,6 @@ impl<B: Bits> CompressedTable<B> {
             data: &self.data,
             code: &self.code,
         }
-    }
-
-    /// Keys per block.
-    pub fn block_keys(&self) -> usize {
-        self.block_keys
     }
 
     /// What the index file stores of it.
@@ -989,6 +984,14 @@ pub enum Coding {
 }
 
 impl Coding {
+    /// The format version of index files in this coding.
+    pub fn format_version(self) -> u32 {
+        match self {
+            Coding::Gaps => COMPRESSED_FORMAT_VERSION,
+            Coding::EliasFano => EF_FORMAT_VERSION,
+        }
+    }
+
     /// The name the command line and `index info` use.
     pub fn name(self) -> &'static str {
         match self {
@@ -1323,10 +1326,7 @@ impl<B: Bits> CompressedIndex<B> {
         }
         let coding = self.coding();
         let head = super::file::Head {
-            version: match coding {
-                Coding::Gaps => COMPRESSED_FORMAT_VERSION,
-                Coding::EliasFano => EF_FORMAT_VERSION,
-            },
+            version: coding.format_version(),
             bits: B::BITS,
             entries: self.ids.len() as u64,
             design: &self.design,
@@ -1444,10 +1444,11 @@ impl IndexFile {
             if !directory_is_sound(&block_dir, blocks) {
                 return Err(corrupt(format!("table {i}'s blocks are damaged")));
             }
+            let (prefix, rest) = t.prefix_masks();
             out.push(CompressedTable {
                 table: t.clone(),
-                prefix: B::mask(B::BITS - p, p),
-                rest: B::mask(0, B::BITS - p),
+                prefix,
+                rest,
                 block_keys,
                 keys: distinct as usize,
                 heads,

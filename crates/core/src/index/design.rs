@@ -41,6 +41,12 @@ impl Table {
             .sum()
     }
 
+    /// Masks of a permuted key's prefix bits and of the bits below them.
+    pub(crate) fn prefix_masks<B: Bits>(&self) -> (B, B) {
+        let p = self.prefix_bits();
+        (B::mask(B::BITS - p, p), B::mask(0, B::BITS - p))
+    }
+
     /// The key: the fingerprint's bits in this table's order. A bit permutation,
     /// so Hamming distances between keys equal those between fingerprints.
     #[inline]

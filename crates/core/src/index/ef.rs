@@ -51,11 +51,11 @@ pub struct EfTable<B: Bits> {
     keys: usize,
     pub(super) heads: Slab<EfHead<B>>,
     /// Where each group of blocks starts in `data` (bytes).
-    pub(super) bases: Slab<u64>,
+    bases: Slab<u64>,
     /// `block_dir[v]`: the first block whose anchor's top `dir_bits` bits are >= v.
-    pub(super) block_dir: Slab<u32>,
-    pub(super) dir_bits: u32,
-    pub(super) data: Slab<u8>,
+    block_dir: Slab<u32>,
+    dir_bits: u32,
+    data: Slab<u8>,
 }
 
 impl<B: Bits> std::fmt::Debug for EfHead<B> {
@@ -161,13 +161,13 @@ impl<B: Bits> EfTable<B> {
         }
         let mut data = w.bytes;
         data.extend_from_slice(&[0u8; 8]);
-        let p = table.prefix_bits();
-        let dir_bits = super::table::dir_bits_for(heads.len(), p);
-        let block_dir = super::table::directory(heads.iter().map(|h| h.anchor), dir_bits);
+        let anchors: Vec<B> = heads.iter().map(|h| h.anchor).collect();
+        let (dir_bits, block_dir) = super::table::anchor_directory(&anchors, table.prefix_bits());
+        let (prefix, rest) = table.prefix_masks();
         EfTable {
             table: table.clone(),
-            prefix: B::mask(B::BITS - p, p),
-            rest: B::mask(0, B::BITS - p),
+            prefix,
+            rest,
             block_keys,
             keys: sorted.len(),
             heads: heads.into(),
@@ -197,10 +197,11 @@ impl<B: Bits> EfTable<B> {
             return Err(corrupt(format!("table {i}'s stream is cut short")));
         }
         let end = data.len() as u64 - 8;
+        let (prefix, rest) = table.prefix_masks();
         let t = EfTable {
             table: table.clone(),
-            prefix: B::mask(B::BITS - table.prefix_bits(), table.prefix_bits()),
-            rest: B::mask(0, B::BITS - table.prefix_bits()),
+            prefix,
+            rest,
             block_keys,
             keys,
             heads,

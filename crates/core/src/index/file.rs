@@ -283,13 +283,11 @@ impl IndexFile {
                 return Err(corrupt(format!("section {} lies outside the data", s.name)));
             }
         }
-        let coding = meta.compressed.as_ref().map(|c| c.coding);
-        let expected = match version {
-            COMPRESSED_FORMAT_VERSION => Some(super::compress::Coding::Gaps),
-            EF_FORMAT_VERSION => Some(super::compress::Coding::EliasFano),
-            _ => None,
+        let expected = match &meta.compressed {
+            Some(c) => c.coding.format_version(),
+            None => FORMAT_VERSION,
         };
-        if coding != expected {
+        if version != expected {
             return Err(corrupt(
                 "the metadata does not match the format version (compressed tables)",
             ));

@@ -34,6 +34,13 @@ pub(crate) fn directory<B: Bits>(sorted_keys: impl Iterator<Item = B>, dir_bits:
     dir
 }
 
+/// The directory of a compressed table's block anchors (ascending), and its
+/// bits: about eight blocks per slot, never more than the prefix.
+pub(crate) fn anchor_directory<B: Bits>(anchors: &[B], prefix_bits: u32) -> (u32, Vec<u32>) {
+    let bits = dir_bits_for(anchors.len(), prefix_bits);
+    (bits, directory(anchors.iter().copied(), bits))
+}
+
 /// Directory bits for `n` entries: about eight entries per bucket (a cache line
 /// or two of keys), never more than the prefix.
 pub(crate) fn dir_bits_for(n: usize, prefix_bits: u32) -> u32 {
