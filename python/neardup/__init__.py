@@ -37,6 +37,9 @@ __all__ = [
     "DedupResult",
     "fingerprint",
     "fingerprints",
+    "fingerprint_vectors",
+    "fingerprint_features",
+    "vector_config",
     "distance",
     "similarity",
     "dedup",
@@ -152,6 +155,114 @@ def fingerprints(
 _fingerprints = fingerprints
 
 
+def vector_config(bits: int = 64, dim: Optional[int] = None, seed: int = 0) -> FingerprintConfig:
+    """The configuration of dense vectors (random-hyperplane SimHash) of
+    ``dim`` dimensions (any, if None), as the CLI's ``--dim D --seed S``."""
+    return _rs.vector_config(bits, dim, seed)
+
+
+def _vector_rows(array: Any) -> Iterable[Tuple[np.ndarray, int]]:
+    """Row-major float32/float64 blocks of a 2-D array or an Arrow
+    fixed-size-list column, with each block's first row number."""
+    if _is_arrow(array):
+        import pyarrow as pa
+
+        import pyarrow.compute as pc
+
+        chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+        first = 0
+        dim = None
+        for chunk in chunks:
+            if chunk.null_count:
+                bad = first + pc.index(pc.is_null(chunk), True).as_py()
+                raise NeardupError(f"row {bad}: the vector is null; drop or fill such rows")
+            if pa.types.is_fixed_size_list(chunk.type):
+                width = chunk.type.list_size
+            elif pa.types.is_list(chunk.type) or pa.types.is_large_list(chunk.type):
+                # Variable-size lists (as Spark and JSON give them): all one length.
+                lengths = pc.list_value_length(chunk).to_numpy(zero_copy_only=False)
+                width = int(lengths[0]) if len(lengths) else (dim or 0)
+                if len(lengths) and (lengths != width).any():
+                    bad = int(np.argmax(lengths != width))
+                    raise NeardupError(
+                        f"row {first + bad}: the vector has {lengths[bad]} dimensions, but row {first} has {width}"
+                    )
+            else:
+                raise TypeError(f"an arrow list column of floats is needed, not {chunk.type}")
+            if dim is not None and len(chunk) and width != dim:
+                raise NeardupError(f"row {first}: the vector has {width} dimensions, but row 0 has {dim}")
+            if len(chunk):
+                dim = width
+                values = chunk.flatten().to_numpy(zero_copy_only=False)
+                yield from _numpy_blocks(values.reshape(-1, width), first)
+            first += len(chunk)
+        return
+    yield from _numpy_blocks(np.asarray(array), 0)
+
+
+def _numpy_blocks(a: np.ndarray, first: int, rows: int = 16384) -> Iterable[Tuple[np.ndarray, int]]:
+    if a.ndim != 2:
+        raise NeardupError(
+            f"vectors come as a 2-D array of shape (n, d), not {a.ndim}-D "
+            "(one vector: array.reshape(1, -1))"
+        )
+    if a.dtype not in (np.float32, np.float64):
+        if not np.issubdtype(a.dtype, np.number):
+            raise TypeError(f"vectors must be numbers, not {a.dtype}")
+        a = a.astype(np.float32)
+    for start in range(0, a.shape[0], rows):
+        yield np.ascontiguousarray(a[start:start + rows]), first + start
+
+
+def fingerprint_vectors(
+    array: Any,
+    bits: int = 64,
+    seed: int = 0,
+    *,
+    threads: Optional[int] = None,
+    config: Optional[FingerprintConfig] = None,
+) -> np.ndarray:
+    """Random-hyperplane SimHash fingerprints of dense vectors (embeddings):
+    the Hamming distance h between two estimates their angle, pi * h / bits.
+
+    ``array``: a 2-D NumPy array of shape (n, d) (float32 or float64; other
+    numbers are converted), or a pyarrow fixed-size-list column of floats.
+    Computed in Rust, in parallel, with the GIL released; the same fingerprints
+    as ``neardup fingerprint`` of the same vectors with ``--bits``/``--seed``.
+    Returns ``uint64`` of shape ``(n,)``, or ``(n, 2)`` (high, low) for 128
+    bits. A vector with a NaN or infinite entry, or all zeros, is an error
+    naming its row.
+
+    >>> fps = neardup.fingerprint_vectors(np.eye(3, 8, dtype=np.float32))
+    >>> fps.dtype, fps.shape
+    (dtype('uint64'), (3,))
+    """
+    out = []
+    cfg = None
+    for block, first in _vector_rows(array):
+        if cfg is None:
+            cfg = config if config is not None else vector_config(bits, None, seed)
+        out.append(
+            _rs.fingerprints_vectors(
+                cfg, block.tobytes(), block.shape[1], block.dtype == np.float64, first, threads
+            )
+        )
+    words = np.frombuffer(b"".join(out), dtype="<u8").astype(np.uint64)
+    width = cfg.bits if cfg is not None else bits
+    return words.reshape(-1, 2) if width == 128 else words
+
+
+def fingerprint_features(
+    features: Any, bits: int = 64, seed: int = 0, hash: str = "xxh3"
+) -> int:
+    """The SimHash fingerprint of weighted features: a dict of feature ->
+    weight (or a list of pairs), each feature hashed with ``hash`` and
+    ``seed``; the same as the CLI's ``--features-field``. Weights may be
+    negative; they must be finite."""
+    items = list(features.items()) if isinstance(features, dict) else [(str(f), float(w)) for f, w in features]
+    return _rs.fingerprint_input(_rs.features_config(bits, hash, seed), [(str(f), float(w)) for f, w in items])
+
+
 def _words(fps: Any, bits: int) -> bytes:
     """Fingerprints (ints, a numpy array, or (n, 2) halves) as little-endian words."""
     if isinstance(fps, np.ndarray) and fps.dtype in (np.uint64, np.int64):
@@ -208,17 +319,34 @@ class Index:
     @classmethod
     def build(
         cls,
-        fingerprints: Any,
+        fingerprints: Any = None,
         ids: Optional[Sequence[Id]] = None,
         *,
         k: int = 3,
         bits: Optional[int] = None,
         config: Optional[FingerprintConfig] = None,
+        vectors: Any = None,
+        seed: int = 0,
     ) -> "Index":
         """Builds an index of ``fingerprints`` (ints, or an array from
         :func:`fingerprints`) with their ``ids`` (ints or strs; default
         positions). ``config``: how the fingerprints were made, kept in the
-        file and used by text queries. ``k``: the largest query distance."""
+        file and used by text queries. ``k``: the largest query distance.
+
+        ``vectors``: dense vectors instead (a 2-D array or an Arrow
+        fixed-size-list column), fingerprinted with ``bits`` (default 64) and
+        ``seed``; the index then answers queries by vector."""
+        if vectors is not None:
+            if fingerprints is not None:
+                raise TypeError("give fingerprints or vectors=, not both")
+            first = next(_vector_rows(vectors), None)
+            dim = first[0].shape[1] if first is not None else None
+            if config is None:
+                config = vector_config(bits or 64, dim, seed)
+            fingerprints = fingerprint_vectors(vectors, config=config)
+            bits = config.bits
+        if fingerprints is None:
+            raise TypeError("give fingerprints or vectors=")
         if bits is None:
             bits = config.bits if config is not None else (128 if isinstance(fingerprints, np.ndarray) and fingerprints.ndim == 2 else 64)
         data = _words(fingerprints, bits)
@@ -253,22 +381,28 @@ class Index:
     def __repr__(self) -> str:
         return f"Index({len(self)} fingerprints, {self.bits} bits, k <= {self.k})"
 
-    def _fp(self, x: Union[int, str]) -> int:
-        if isinstance(x, str):
+    def _fp(self, x: Any) -> int:
+        if isinstance(x, (str, list, tuple, np.ndarray)):
             cfg = self.config
             if cfg is None:
                 raise NeardupError("this index has no configuration: query it with fingerprints")
-            return _rs.fingerprint(cfg, x)
+            if isinstance(x, np.ndarray):
+                x = x.astype(np.float32).tolist()
+            return _rs.fingerprint_input(cfg, x)
         return int(x)
 
-    def query(self, x: Union[int, str], k: Optional[int] = None) -> List[Tuple[Id, int]]:
+    def query(self, x: Any, k: Optional[int] = None) -> List[Tuple[Id, int]]:
         """``[(id, distance)]`` of every entry within ``k`` (default: the
-        index's k) of a fingerprint or text, nearest first."""
+        index's k) of a fingerprint, a text, or a vector (an index of
+        vectors), nearest first."""
         return self._inner.query(self._fp(x), self.k if k is None else k)
 
     def query_batch(self, xs: Any, k: Optional[int] = None) -> List[List[Tuple[Id, int]]]:
         """:meth:`query` for many fingerprints (or texts), in parallel."""
-        if not isinstance(xs, np.ndarray) and len(xs) and isinstance(xs[0], str):
+        cfg = self.config
+        if isinstance(xs, np.ndarray) and xs.ndim == 2 and cfg is not None and cfg.input == "vector":
+            xs = fingerprint_vectors(xs, config=cfg)
+        elif not isinstance(xs, np.ndarray) and len(xs) and isinstance(xs[0], str):
             cfg = self.config
             if cfg is None:
                 raise NeardupError("this index has no configuration: query it with fingerprints")
@@ -332,6 +466,8 @@ def dedup(
     verify: Union[bool, str, None] = True,
     policy: str = "components",
     config: Optional[FingerprintConfig] = None,
+    vectors: Any = None,
+    min_similarity: Optional[float] = None,
     **kwargs: Any,
 ) -> DedupResult:
     """Near-duplicate pairs and clusters of a corpus, as ``neardup dedup`` finds
@@ -346,6 +482,10 @@ def dedup(
     >>> [(a, b) for a, b, *_ in r.pairs], r.clusters
     ([('a', 'b')], [('a', ['a', 'b'])])
     """
+    if vectors is not None:
+        if texts is not None or fingerprints is not None:
+            raise TypeError("give texts, fingerprints= or vectors=, one of them")
+        return _dedup_vectors(vectors, ids, k, verify, policy, min_similarity, kwargs)
     threshold = _verify_threshold(verify) if texts is not None else None
     if texts is None and fingerprints is None:
         raise TypeError("give texts or fingerprints=")
@@ -378,6 +518,55 @@ def dedup(
         representatives=[ids[r] for r in reps],
         k=k,
         verified=threshold is not None,
+    )
+
+
+#: Cosine similarity that dense vectors must reach by default (as the CLI).
+DEFAULT_COSINE = 0.95
+
+
+def _dedup_vectors(
+    vectors: Any, ids: Optional[Sequence[Id]], k: Optional[int], verify: Any, policy: str,
+    min_similarity: Optional[float], kwargs: dict,
+) -> DedupResult:
+    """Dedup of dense vectors as ``neardup dedup`` does it: 128-bit
+    fingerprints (``bits=``), candidates within the k that finds pairs at the
+    threshold 99% of the time, confirmed by exact cosine similarity."""
+    import math
+
+    unknown = set(kwargs) - {"bits", "seed"}
+    if unknown:
+        raise TypeError(f"vectors take bits= and seed=, not {sorted(unknown)}")
+    if isinstance(verify, str):
+        raise NeardupError("vectors are confirmed by exact cosine similarity: set min_similarity=, not verify='jaccard:T'")
+    cos = DEFAULT_COSINE if min_similarity is None else float(min_similarity)
+    if not -1.0 <= cos <= 1.0:
+        raise NeardupError(f"min_similarity={cos}: use a similarity in [-1, 1]")
+    bits = int(kwargs.get("bits", 128))
+    blocks = list(_vector_rows(vectors))
+    dim = blocks[0][0].shape[1] if blocks else 1
+    cfg = vector_config(bits, dim, int(kwargs.get("seed", 0)))
+    fps = fingerprint_vectors(vectors, config=cfg)
+    data = _words(fps, bits)
+    n = len(data) // (bits // 8)
+    checked = verify is not False and verify is not None
+    if k is None:
+        k = _rs.vector_k(bits, cos, 0.99)[0] if checked else min(bits // 8, int(math.floor(bits * math.acos(cos) / math.pi + 1e-9)))
+    ids = list(ids) if ids is not None else list(range(n))
+    if len(ids) != n:
+        raise NeardupError(f"{len(ids)} ids for {n} vectors")
+    if checked:
+        rows = b"".join(b.astype(np.float32).tobytes() for b, _ in blocks)
+        pairs, reps = _rs.dedup_vectors(data, bits, k, policy, cos, rows, dim)
+    else:
+        pairs, reps = _rs.dedup_positions(data, bits, k, policy, None, None)
+    return DedupResult(
+        pairs=[(ids[a], ids[b], d, (None if c < 0 else c)) for a, b, d, c in pairs],
+        clusters=[(ids[r], [ids[m] for m in members]) for r, members in _rs.clusters_of(reps)],
+        keep=np.array([r == i for i, r in enumerate(reps)], dtype=bool),
+        representatives=[ids[r] for r in reps],
+        k=k,
+        verified=checked,
     )
 
 

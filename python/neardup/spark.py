@@ -81,6 +81,8 @@ def dedup(
     verify: Any = True,
     config: Any = None,
     max_group: int = 4096,
+    vector_col: Optional[str] = None,
+    min_similarity: Optional[float] = None,
     **kwargs: Any,
 ) -> SparkDedupResult:
     """Near-duplicate pairs, clusters and the deduplicated records of ``df``.
@@ -93,7 +95,24 @@ def dedup(
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    cfg, k, threshold = _settings(verify, k, config, kwargs)
+    if vector_col is not None:
+        # Dense vectors, as ``neardup dedup`` takes them: 128 bits, k for 99%
+        # recall at the cosine threshold, candidates confirmed by exact cosine.
+        import math
+
+        cos = neardup.DEFAULT_COSINE if min_similarity is None else float(min_similarity)
+        cfg = neardup.vector_config(int(kwargs.pop("bits", 128)), None, int(kwargs.pop("seed", 0)))
+        if kwargs:
+            raise TypeError(f"vectors take bits= and seed=, not {sorted(kwargs)}")
+        threshold = cos if (verify is not False and verify is not None) else None
+        if k is None:
+            k = _rs.vector_k(cfg.bits, cos, 0.99)[0] if threshold is not None else min(
+                cfg.bits // 8, int(math.floor(cfg.bits * math.acos(cos) / math.pi + 1e-9))
+            )
+        text_col = vector_col
+    else:
+        cfg, k, threshold = _settings(verify, k, config, kwargs)
+    score = "cosine" if vector_col is not None else "jaccard"
     bits = cfg.bits
     cfg_json = cfg.to_json()
     stages = {}
@@ -119,13 +138,19 @@ def dedup(
         c = neardup.FingerprintConfig.from_json(cfg_json)
         for b in batches:
             texts = b.column(text_col)
-            fps = neardup.fingerprints(texts, c)
+            if vector_col is not None:
+                fps = neardup.fingerprint_vectors(texts, config=c)
+            else:
+                fps = neardup.fingerprints(texts, c)
             if bits == 128:
                 hi, lo = fps[:, 0], fps[:, 1]
             else:
                 hi, lo = np.zeros(len(fps), dtype=np.uint64), fps
             cols = [b.column("_pos"), pa.array(hi.view(np.int64)), pa.array(lo.view(np.int64))]
-            if threshold is not None:
+            if threshold is not None and vector_col is not None:
+                rows = [blk.astype(np.float32) for blk, _ in neardup._vector_rows(texts)]
+                cols.append(pa.array([r.tobytes() for blk in rows for r in blk], type=pa.binary()))
+            elif threshold is not None:
                 py_texts = [t if t is not None else "" for t in texts.to_pylist()]
                 cols.append(pa.array(_rs.shingle_sets(c, py_texts), type=pa.binary()))
             yield pa.RecordBatch.from_arrays(cols, schema=pa.schema([(f.name, _arrow_type(f.dataType)) for f in fp_schema.fields]))
@@ -209,18 +234,19 @@ def dedup(
             pairs.join(sets.withColumnRenamed("_pos", "pa").withColumnRenamed("shingles", "sa"), "pa")
             .join(sets.withColumnRenamed("_pos", "pb").withColumnRenamed("shingles", "sb"), "pb")
         )
-        j_schema = T.StructType(pair_schema.fields + [T.StructField("jaccard", T.DoubleType(), False)])
+        j_schema = T.StructType(pair_schema.fields + [T.StructField(score, T.DoubleType(), False)])
+        measure = _rs.cosine_pairs if vector_col is not None else _rs.jaccard_pairs
 
         def jaccard_batches(batches):
             for b in batches:
-                js = _rs.jaccard_pairs(b.column("sa").to_pylist(), b.column("sb").to_pylist())
+                js = measure(b.column("sa").to_pylist(), b.column("sb").to_pylist())
                 yield pa.RecordBatch.from_arrays(
                     [b.column("pa"), b.column("pb"), b.column("distance"), pa.array(js, type=pa.float64())],
-                    names=["pa", "pb", "distance", "jaccard"],
+                    names=["pa", "pb", "distance", score],
                 )
 
         pairs = joined.select("pa", "pb", "distance", "sa", "sb").mapInArrow(jaccard_batches, j_schema)
-        pairs = pairs.where(F.col("jaccard") >= F.lit(threshold)).localCheckpoint()
+        pairs = pairs.where(F.col(score) >= F.lit(threshold)).localCheckpoint()
         pairs.count()
     stages["verify"] = time.time() - t2
 
@@ -234,7 +260,7 @@ def dedup(
         pairs.join(ids.withColumnRenamed("_pos", "pa").withColumnRenamed("_id", "a"), "pa")
         .join(ids.withColumnRenamed("_pos", "pb").withColumnRenamed("_id", "b"), "pb")
         .orderBy("pa", "pb")
-        .select("a", "b", "distance", *(["jaccard"] if threshold is not None else []))
+        .select("a", "b", "distance", *([score] if threshold is not None else []))
     )
     members = reps.join(ids, "_pos").join(ids.withColumnRenamed("_pos", "rep").withColumnRenamed("_id", "representative"), "rep")
     clusters = (
@@ -335,6 +361,9 @@ def main(argv: Optional[list] = None) -> int:
     d.add_argument("--tokenizer", choices=["auto", "words", "jieba", "chars"])
     d.add_argument("--weights", choices=["tf", "binary"])
     d.add_argument("--max-group", type=int, default=4096, help="split key groups larger than this (skew)")
+    d.add_argument("--vector-column", help="dedup dense vectors (an array of numbers) in this column instead of texts")
+    d.add_argument("--min-similarity", type=float, help="with --vector-column: the cosine threshold (default 0.95)")
+    d.add_argument("--seed", type=int, help="with --vector-column: the hyperplanes' seed (default 0)")
     d.add_argument("--master", help="Spark master, e.g. local[2] (default: from spark-submit)")
     args = ap.parse_args(argv)
     spark = _session(args.master)
@@ -342,11 +371,14 @@ def main(argv: Optional[list] = None) -> int:
     if fmt == "auto":
         fmt = "parquet" if all(p.rstrip("/").endswith(".parquet") for p in args.input) else "jsonl"
     df = spark.read.parquet(*args.input) if fmt == "parquet" else spark.read.json(args.input)
-    for col in (args.id_field, args.text_field):
+    for col in (args.id_field, args.vector_column or args.text_field):
         if col not in df.columns:
-            print(f"neardup.spark: error: the input has no {col!r} column (columns: {df.columns}); use --id-field/--text-field", file=sys.stderr)
+            print(f"neardup.spark: error: the input has no {col!r} column (columns: {df.columns}); use --id-field/--text-field/--vector-column", file=sys.stderr)
             return 2
-    kwargs = {k: v for k, v in [("bits", args.bits), ("features", args.features), ("tokenizer", args.tokenizer), ("weights", args.weights)] if v is not None}
+    kwargs = {k: v for k, v in [("bits", args.bits), ("features", args.features), ("tokenizer", args.tokenizer), ("weights", args.weights), ("seed", args.seed)] if v is not None}
+    if args.vector_column:
+        kwargs["vector_col"] = args.vector_column
+        kwargs["min_similarity"] = args.min_similarity
     started = time.time()
     result = dedup(
         spark, df, id_col=args.id_field, text_col=args.text_field, k=args.k,

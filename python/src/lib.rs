@@ -13,8 +13,8 @@ use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, IdRef, IdTable, Index, IndexFile, TableDesign, plan, plan_join};
 use neardup_core::jaccard::{jaccard, shingles_for};
 use neardup_core::{
-    Features, Fingerprint, FingerprintConfig, HashFunction, Profile, SimHasher, Tokenizer, Weights,
-    Width,
+    Features, Fingerprint, FingerprintConfig, HashFunction, Input, Profile, SimHasher, Tokenizer,
+    Weights, Width,
 };
 
 pyo3::create_exception!(
@@ -142,6 +142,18 @@ impl PyConfig {
     #[getter]
     fn bits(&self) -> u32 {
         self.config.bits.bits()
+    }
+
+    /// What a document is: "text", "vector" or "features".
+    #[getter]
+    fn input(&self) -> String {
+        self.config.input.to_string()
+    }
+
+    /// For dense vectors: the dimension every vector must have, if fixed.
+    #[getter]
+    fn dim(&self) -> Option<usize> {
+        self.config.dim
     }
 
     #[getter]
@@ -638,15 +650,7 @@ fn dedup_positions(
     threshold: Option<f64>,
     sets: Option<Vec<Vec<u8>>>,
 ) -> PyResult<(Vec<(u32, u32, u32, f64)>, Vec<u32>)> {
-    let policy = match policy {
-        "components" => Policy::Components,
-        "incremental" => Policy::Incremental,
-        p => {
-            return Err(PyValueError::new_err(format!(
-                "policy {p:?}: use 'components' or 'incremental'"
-            )));
-        }
-    };
+    let policy = parse_policy(policy)?;
     let sets: Option<Vec<Vec<u64>>> = sets.map(|s| s.iter().map(|b| u64s(b)).collect());
     fn run<B: Bits>(
         fps: Vec<B>,
@@ -684,6 +688,201 @@ fn dedup_positions(
         b => return Err(err(format!("fingerprint width {b}: use 64 or 128"))),
     };
     out.map_err(err)
+}
+
+/// Row-major vectors as single precision: `data` holds float32 entries, or
+/// float64 when `f64`, `dim` per row.
+fn vector_rows(data: &[u8], dim: usize, f64: bool) -> PyResult<Vec<f32>> {
+    let size = if f64 { 8 } else { 4 };
+    if dim == 0 || !data.len().is_multiple_of(dim * size) {
+        return Err(err(format!(
+            "{} bytes are not whole rows of {dim} {}-byte numbers",
+            data.len(),
+            size
+        )));
+    }
+    Ok(if f64 {
+        data.chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
+            .collect()
+    } else {
+        data.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect()
+    })
+}
+
+/// The configuration of dense vectors of `dim` dimensions (or any).
+#[pyfunction]
+#[pyo3(signature = (bits=64, dim=None, seed=0))]
+fn vector_config(bits: u32, dim: Option<usize>, seed: u64) -> PyResult<PyConfig> {
+    let width = Width::from_bits(bits).map_err(err)?;
+    PyConfig::from_config(FingerprintConfig::vectors(width, dim, seed))
+}
+
+/// The configuration of weighted features (`feature -> weight`).
+#[pyfunction]
+#[pyo3(signature = (bits=64, hash="xxh3", seed=0))]
+fn features_config(bits: u32, hash: &str, seed: u64) -> PyResult<PyConfig> {
+    let width = Width::from_bits(bits).map_err(err)?;
+    let hash: HashFunction = hash.parse().map_err(err)?;
+    PyConfig::from_config(FingerprintConfig::weighted_features(width, hash, seed))
+}
+
+/// Fingerprints of row-major vectors (`first` is the first row's number, for
+/// messages), in parallel with the GIL released; the words as little-endian
+/// bytes. A row that is not finite or all zeros is an error naming it.
+#[pyfunction]
+#[pyo3(signature = (config, data, dim, f64=false, first=0, threads=None))]
+fn fingerprints_vectors<'py>(
+    py: Python<'py>,
+    config: &PyConfig,
+    data: &[u8],
+    dim: usize,
+    f64: bool,
+    first: usize,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let width = config.config.bits;
+    let words = py.detach(|| {
+        run_parallel(threads, || -> PyResult<Vec<u64>> {
+            let rows = vector_rows(data, dim, f64)?;
+            let fps: Result<Vec<Fingerprint>, String> = rows
+                .par_chunks_exact(dim)
+                .enumerate()
+                .with_min_len(64)
+                .map(|(i, v)| {
+                    config
+                        .hasher
+                        .fingerprint_input(Input::Vector(v))
+                        .map_err(|e| format!("row {}: {e}", first + i))
+                })
+                .collect();
+            Ok(words_of(&fps.map_err(err)?, width))
+        })
+    })??;
+    Ok(PyBytes::new(py, bytemuck_bytes(&words)))
+}
+
+/// The fingerprint of one document of the configuration's kind: a str, a
+/// list of floats (a vector) or a list of (feature, weight) pairs.
+#[pyfunction]
+fn fingerprint_input(config: &PyConfig, doc: &Bound<'_, PyAny>) -> PyResult<u128> {
+    let fp = if let Ok(text) = doc.extract::<PyBackedStr>() {
+        config.hasher.fingerprint_input(Input::Text(&text))
+    } else if let Ok(features) = doc.extract::<Vec<(String, f64)>>() {
+        config.hasher.fingerprint_input(Input::Features(&features))
+    } else if let Ok(v) = doc.extract::<Vec<f32>>() {
+        config.hasher.fingerprint_input(Input::Vector(&v))
+    } else {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "a document is a str, a sequence of numbers (a vector) or of (feature, weight) pairs",
+        ));
+    };
+    fp.map(fp_to_int).map_err(err)
+}
+
+/// Batch dedup of fingerprints verified by the exact cosine similarity of
+/// their row-major float32 vectors: pairs as (a, b, distance, cosine) over
+/// positions, and each position's representative.
+#[pyfunction]
+#[pyo3(signature = (data, bits, k, policy, threshold, vectors, dim))]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+fn dedup_vectors(
+    py: Python<'_>,
+    data: &[u8],
+    bits: u32,
+    k: u32,
+    policy: &str,
+    threshold: f64,
+    vectors: &[u8],
+    dim: usize,
+) -> PyResult<(Vec<(u32, u32, u32, f64)>, Vec<u32>)> {
+    let policy = parse_policy(policy)?;
+    let rows = vector_rows(vectors, dim, false)?;
+    fn run<B: Bits>(
+        fps: Vec<B>,
+        k: u32,
+        policy: Policy,
+        threshold: f64,
+        rows: &[f32],
+        dim: usize,
+    ) -> Result<(Vec<(u32, u32, u32, f64)>, Vec<u32>), neardup_core::Error> {
+        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        let row = |i: u32| &rows[i as usize * dim..(i as usize + 1) * dim];
+        let d = Dedup::new(&fps, k, &design)?.verify_by(
+            threshold,
+            |i| neardup_core::vector::digest(row(i)),
+            |a, b| neardup_core::vector::cosine(row(a), row(b)),
+        );
+        let mut pairs = Vec::new();
+        d.for_each_scored_pair(|a, b, dist, c| {
+            pairs.push((a, b, dist, c.unwrap_or(-1.0)));
+            Ok::<(), ()>(())
+        })
+        .expect("collecting");
+        Ok((pairs, d.representatives(policy)))
+    }
+    let out = match bits {
+        64 => {
+            let fps = words_to::<u64>(data)?;
+            if fps.len() * dim != rows.len() {
+                return Err(err("one vector per fingerprint is needed"));
+            }
+            py.detach(|| run(fps, k, policy, threshold, &rows, dim))
+        }
+        128 => {
+            let fps = words_to::<u128>(data)?;
+            if fps.len() * dim != rows.len() {
+                return Err(err("one vector per fingerprint is needed"));
+            }
+            py.detach(|| run(fps, k, policy, threshold, &rows, dim))
+        }
+        b => return Err(err(format!("fingerprint width {b}: use 64 or 128"))),
+    };
+    out.map_err(err)
+}
+
+/// The cosine similarity of each pair of vectors (float32 little-endian bytes).
+#[pyfunction]
+fn cosine_pairs(py: Python<'_>, a: Vec<Vec<u8>>, b: Vec<Vec<u8>>) -> PyResult<Vec<f64>> {
+    if a.len() != b.len() {
+        return Err(err("two lists of the same length are needed"));
+    }
+    py.detach(|| {
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| {
+                let (x, y): (&[f32], &[f32]) = (
+                    bytemuck::try_cast_slice(x).map_err(|_| err("vector bytes are misaligned"))?,
+                    bytemuck::try_cast_slice(y).map_err(|_| err("vector bytes are misaligned"))?,
+                );
+                if x.len() != y.len() {
+                    return Err(err("two vectors of different dimensions"));
+                }
+                Ok(neardup_core::vector::cosine(x, y))
+            })
+            .collect()
+    })
+}
+
+/// The smallest k at which pairs of cosine similarity `cos` are within k
+/// with probability `recall` (capped at bits / 8), and the probability then.
+#[pyfunction]
+fn vector_k(bits: u32, cos: f64, recall: f64) -> (u32, f64) {
+    let max = bits / 8;
+    let k = neardup_core::vector::k_for_recall(bits, cos, recall, max).unwrap_or(max);
+    (k, neardup_core::vector::recall_at(bits, k, cos))
+}
+
+fn parse_policy(policy: &str) -> PyResult<Policy> {
+    match policy {
+        "components" => Ok(Policy::Components),
+        "incremental" => Ok(Policy::Incremental),
+        p => Err(PyValueError::new_err(format!(
+            "policy {p:?}: use 'components' or 'incremental'"
+        ))),
+    }
 }
 
 /// Cluster lists from representatives: [(representative, [members])].
@@ -869,5 +1068,12 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(join_design, m)?)?;
     m.add_function(wrap_pyfunction!(table_keys, m)?)?;
     m.add_function(wrap_pyfunction!(sorted_group_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(vector_config, m)?)?;
+    m.add_function(wrap_pyfunction!(features_config, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprints_vectors, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint_input, m)?)?;
+    m.add_function(wrap_pyfunction!(dedup_vectors, m)?)?;
+    m.add_function(wrap_pyfunction!(vector_k, m)?)?;
+    m.add_function(wrap_pyfunction!(cosine_pairs, m)?)?;
     Ok(())
 }

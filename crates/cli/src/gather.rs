@@ -6,11 +6,13 @@ use std::time::Instant;
 
 use anyhow::Result;
 use neardup_core::jaccard::{is_short, shingles_for};
-use neardup_core::{FingerprintConfig, Width};
+use neardup_core::{FingerprintConfig, InputKind, Width};
 
+use crate::cmd::dedup::VectorStore;
 use crate::fpfile::{self, IdList, Values};
+use crate::input::Body;
 use crate::input::InputArgs;
-use crate::pipeline_args::PipelineArgs;
+use crate::pipeline_args::{PipelineArgs, hasher_for};
 use crate::run::{for_each_batch, summary};
 
 /// Where fingerprints come from: documents, fingerprinted with the pipeline
@@ -45,6 +47,8 @@ pub struct Gathered {
     pub sets: Option<Sets>,
     /// Documents too short for SimHash to be reliable.
     pub short: u64,
+    /// Every document's vector, when asked for (`verify` with vectors).
+    pub vectors: Option<VectorStore>,
 }
 
 /// Every document's sorted shingle hashes, end to end (one allocation).
@@ -73,7 +77,8 @@ impl Sets {
 /// Reads the fingerprint file if one is given, else fingerprints the documents.
 /// `records`: keep a fingerprint file's records; `keep_raw`: keep the
 /// documents' raw records in memory.
-/// `verify`: also compute each document's verification features.
+/// `verify`: also compute each document's verification features (texts), or
+/// keep its vector (vectors).
 pub fn gather(
     source: &SourceArgs,
     records: bool,
@@ -101,25 +106,33 @@ pub fn gather(
             file: Some(f),
             sets: None,
             short: 0,
+            vectors: None,
         });
     }
-    let hasher = pipeline.hasher()?;
+    let mut input = input.clone();
+    let hasher = hasher_for(pipeline, &mut input)?;
     let mut ids = Vec::new();
     let mut values = Values::with_width(hasher.width(), 0);
     let mut raw = keep_raw.then(Vec::new);
-    let mut sets = verify.then(Sets::default);
+    let vector_input = input.kind == InputKind::Vector;
+    let mut sets = (verify && !vector_input).then(Sets::default);
+    let mut vectors = (verify && vector_input).then(|| VectorStore::new(0));
     let normalize = hasher.config().normalize;
     let mut short = 0u64;
     let stats = for_each_batch(
-        input,
+        &input,
         keep_raw,
         quiet,
         |doc| {
-            let set = verify.then(|| shingles_for(&doc.text, &normalize));
-            (hasher.fingerprint(&doc.text), is_short(&doc.text), set)
+            let set = (verify && !vector_input).then(|| shingles_for(doc.text(), &normalize));
+            let short = matches!(doc.body, Body::Text(_)) && is_short(doc.text());
+            (doc.fingerprint(&hasher), short, set)
         },
         |docs, fps| {
             for (doc, (fp, is_short, set)) in docs.into_iter().zip(fps) {
+                if let (Some(store), Body::Vector(v)) = (vectors.as_mut(), &doc.body) {
+                    store.insert(ids.len(), v);
+                }
                 ids.push(doc.id);
                 values.push(fp);
                 short += u64::from(is_short);
@@ -150,5 +163,6 @@ pub fn gather(
         bytes: stats.bytes,
         sets,
         short,
+        vectors,
     })
 }

@@ -10,8 +10,9 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
+use neardup_core::{Fingerprint, FingerprintConfig, Input, InputKind, SimHasher};
 use serde::Deserializer;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
@@ -27,6 +28,9 @@ pub enum Format {
     Lines,
     /// JSON Lines: one object per line, text in --text-field, id in --id-field.
     Jsonl,
+    /// NumPy `.npy`: a C-ordered float32 or float64 array of shape (n, d), one
+    /// dense vector per row; ids from --ids FILE or the row numbers from 0.
+    Npy,
 }
 
 /// Where documents come from.
@@ -63,6 +67,73 @@ pub struct InputArgs {
     /// report them at the end, instead of stopping at the first.
     #[arg(long)]
     pub skip_invalid: bool,
+
+    /// Documents are dense vectors (embeddings) in this JSON field, an array of
+    /// numbers (`--vector-field` alone: the field "vector"). `.npy` inputs are
+    /// read as vectors without it.
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "vector",
+          conflicts_with = "features_field")]
+    pub vector_field: Option<String>,
+
+    /// Documents are weighted features in this JSON field, an object of
+    /// feature -> weight (`--features-field` alone: the field "features").
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "features")]
+    pub features_field: Option<String>,
+
+    /// For `.npy` inputs: the rows' ids, one per line, in row order (all `.npy`
+    /// inputs together); without it, the row number from 0 is the id.
+    #[arg(long, value_name = "FILE")]
+    pub ids: Option<PathBuf>,
+
+    /// What each document is, as the configuration says (set by the command).
+    #[arg(skip)]
+    pub kind: InputKind,
+
+    /// The dimension every vector must have, when the configuration fixes it.
+    #[arg(skip)]
+    pub dim: Option<usize>,
+}
+
+impl InputArgs {
+    /// What the flags and inputs say the documents are, if they say.
+    pub fn hint(&self) -> Option<InputKind> {
+        let npy = self.format == Format::Npy
+            || (self.format == Format::Auto && self.inputs.iter().any(|p| is_npy(p)));
+        if self.vector_field.is_some() || npy {
+            Some(InputKind::Vector)
+        } else if self.features_field.is_some() {
+            Some(InputKind::Features)
+        } else {
+            None
+        }
+    }
+
+    /// Reads documents of `config`'s kind from now on.
+    pub fn read_as(&mut self, config: &FingerprintConfig) {
+        self.kind = config.input;
+        self.dim = config.dim;
+    }
+
+    fn vector_field(&self) -> &str {
+        self.vector_field.as_deref().unwrap_or("vector")
+    }
+
+    fn features_field(&self) -> &str {
+        self.features_field.as_deref().unwrap_or("features")
+    }
+
+    /// The JSON field that holds each document's body.
+    fn body_field(&self) -> &str {
+        match self.kind {
+            InputKind::Text => &self.text_field,
+            InputKind::Vector => self.vector_field(),
+            InputKind::Features => self.features_field(),
+        }
+    }
+}
+
+fn is_npy(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "npy")
 }
 
 /// A document id: a string or an integer, written back as it came.
@@ -132,13 +203,72 @@ impl Id {
     }
 }
 
+/// What a document holds.
+#[derive(Debug, Clone)]
+pub enum Body {
+    Text(String),
+    Vector(Vec<f32>),
+    Features(Vec<(String, f64)>),
+}
+
 /// One document.
 #[derive(Debug)]
 pub struct Doc {
     pub id: Id,
-    pub text: String,
+    pub body: Body,
     /// The input record, unchanged (kept only when asked, for --keep/--drop).
     pub raw: Option<Vec<u8>>,
+    /// Where it is, as `file:line` (`file:row` for arrays).
+    pub place: Place,
+}
+
+/// Where a document is: its source and 1-based line (or 0-based array row).
+#[derive(Debug, Clone)]
+pub struct Place {
+    source: Arc<str>,
+    line: u64,
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.source, self.line)
+    }
+}
+
+impl Doc {
+    /// The text; empty for vectors and features (commands that need text
+    /// refuse those inputs first).
+    pub fn text(&self) -> &str {
+        match &self.body {
+            Body::Text(t) => t,
+            _ => "",
+        }
+    }
+
+    /// The document as the core fingerprints it.
+    pub fn input(&self) -> Input<'_> {
+        match &self.body {
+            Body::Text(t) => Input::Text(t),
+            Body::Vector(v) => Input::Vector(v),
+            Body::Features(f) => Input::Features(f),
+        }
+    }
+
+    /// Its fingerprint. The checks that could refuse it (finite entries, not
+    /// all zeros, the configured dimension, the kind) were made when it was read.
+    pub fn fingerprint(&self, hasher: &SimHasher) -> Fingerprint {
+        hasher
+            .fingerprint_input(self.input())
+            .expect("checked when the record was parsed")
+    }
+
+    /// The vector's dimension, for vectors.
+    pub fn dim(&self) -> Option<usize> {
+        match &self.body {
+            Body::Vector(v) => Some(v.len()),
+            _ => None,
+        }
+    }
 }
 
 /// Counts kept while reading.
@@ -150,15 +280,28 @@ pub struct ReadStats {
     pub skipped: u64,
     /// The first few skipped lines, for the report.
     pub skipped_examples: Vec<String>,
+    /// The first vector's dimension, which every other must have.
+    pub dim: Option<usize>,
 }
 
 impl ReadStats {
-    /// Counts one document.
-    pub fn count(&mut self, doc: &Doc) {
+    /// Counts one document (documents come in input order): refuses a vector
+    /// whose dimension is not the first vector's.
+    pub fn count(&mut self, doc: &Doc) -> Result<()> {
         self.documents += 1;
-        if doc.text.trim().is_empty() {
+        match (doc.dim(), self.dim) {
+            (Some(d), Some(first)) if d != first => bail!(
+                "{}: the vector has {d} dimensions, but the first vector had {first}; \
+                 every vector of a run must have the same dimension",
+                doc.place
+            ),
+            (Some(d), None) => self.dim = Some(d),
+            _ => {}
+        }
+        if matches!(&doc.body, Body::Text(t) if t.trim().is_empty()) {
             self.empty += 1;
         }
+        Ok(())
     }
 
     /// Counts one skipped record.
@@ -201,6 +344,10 @@ pub struct Record {
     offset: u64,
     /// Name the line as `file:line` (several inputs) rather than by its number.
     qualified_id: bool,
+    /// The id given beside the data (`--ids` for arrays).
+    id: Option<Id>,
+    /// For `.npy` rows: float64 entries (else float32).
+    npy_f64: bool,
 }
 
 /// Why a record could not be read.
@@ -215,12 +362,20 @@ pub enum RecordError {
 impl Record {
     /// Where the record is, as `file:line`.
     pub fn place(&self) -> String {
-        format!("{}:{}", self.source, self.line)
+        self.doc_place().to_string()
+    }
+
+    fn doc_place(&self) -> Place {
+        Place {
+            source: Arc::clone(&self.source),
+            line: self.line,
+        }
     }
 
     /// The document in this record; `None` for a blank line between JSON records.
     pub fn parse(self, args: &InputArgs, keep_raw: bool) -> Result<Option<Doc>, RecordError> {
         let name = &*self.source;
+        let place = self.doc_place();
         let default_id = || {
             if self.qualified_id {
                 Id::Str(format!("{name}:{}", self.line))
@@ -230,6 +385,13 @@ impl Record {
         };
         match self.format {
             Format::Text | Format::Lines => {
+                if args.kind != InputKind::Text {
+                    return Err(RecordError::Fatal(anyhow!(
+                        "{name}: {} are read from JSON Lines, .npy or Parquet files, \
+                         not from plain text",
+                        args.kind.plural()
+                    )));
+                }
                 let line = (self.format == Format::Lines).then_some(self.line);
                 let id = if line.is_some() {
                     default_id()
@@ -239,17 +401,23 @@ impl Record {
                 let raw = keep_raw.then(|| self.bytes.clone());
                 let text = decode(self.bytes, args.lossy, name, line, self.offset)
                     .map_err(RecordError::Fatal)?;
-                Ok(Some(Doc { id, text, raw }))
+                Ok(Some(Doc {
+                    id,
+                    body: Body::Text(text),
+                    raw,
+                    place,
+                }))
             }
             Format::Jsonl => {
                 if self.bytes.iter().all(u8::is_ascii_whitespace) {
                     return Ok(None); // blank lines between records are allowed
                 }
                 match parse_json_line(&self.bytes, args, args.lossy) {
-                    Ok((text, id)) => Ok(Some(Doc {
+                    Ok((body, id)) => Ok(Some(Doc {
                         id: id.unwrap_or_else(default_id),
-                        text,
+                        body,
                         raw: keep_raw.then_some(self.bytes),
+                        place,
                     })),
                     Err(LineError::Utf8(valid_up_to)) => Err(RecordError::Fatal(anyhow!(
                         "{name}: invalid UTF-8 at byte offset {} (line {}); \
@@ -262,9 +430,36 @@ impl Record {
                     }
                 }
             }
+            Format::Npy => {
+                let vector = crate::npy::decode_row(&self.bytes, self.npy_f64);
+                check_vector(&vector, args.dim).map_err(|e| {
+                    RecordError::Invalid(format!("{place} (row {}): {e}", self.line))
+                })?;
+                let id = self.id.clone().unwrap_or_else(default_id);
+                Ok(Some(Doc {
+                    id,
+                    raw: keep_raw.then_some(self.bytes),
+                    body: Body::Vector(vector),
+                    place,
+                }))
+            }
             Format::Auto => unreachable!("resolved when the source is opened"),
         }
     }
+}
+
+/// A vector's entries are finite and not all zero, and it has the configured
+/// dimension.
+fn check_vector(v: &[f32], dim: Option<usize>) -> Result<(), String> {
+    if let Some(d) = dim {
+        if v.len() != d {
+            return Err(format!(
+                "the vector has {} dimensions, but the configuration's vectors have {d}",
+                v.len()
+            ));
+        }
+    }
+    neardup_core::vector::check_vector(v).map_err(|e| e.to_string())
 }
 
 /// Splits the inputs into records, in batches.
@@ -276,6 +471,8 @@ pub struct DocReader {
     pub bytes: u64,
     /// Called with the number of bytes consumed, for progress bars.
     progress: Box<dyn Fn(u64) + Send>,
+    /// `--ids`: the ids of `.npy` rows, read in step with them.
+    ids: Option<IdsFile>,
 }
 
 struct Open {
@@ -285,6 +482,38 @@ struct Open {
     line: u64,
     offset: u64,
     done: bool,
+    /// For `.npy`: the array's shape and type.
+    npy: Option<crate::npy::Header>,
+}
+
+/// The `--ids` file: one id per line.
+struct IdsFile {
+    name: String,
+    reader: BufReader<File>,
+    line: u64,
+}
+
+impl IdsFile {
+    fn next(&mut self) -> Result<Option<Id>> {
+        let mut line = String::new();
+        let n = self
+            .reader
+            .read_line(&mut line)
+            .with_context(|| format!("cannot read {}", self.name))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.line += 1;
+        let id = line.trim_end_matches(['\n', '\r']);
+        if id.is_empty() {
+            bail!(
+                "{}:{}: an empty id; give one id per line",
+                self.name,
+                self.line
+            );
+        }
+        Ok(Some(Id::Str(id.to_owned())))
+    }
 }
 
 impl fmt::Debug for DocReader {
@@ -332,12 +561,27 @@ impl DocReader {
                 });
             }
         }
+        let ids = match &args.ids {
+            Some(path) => Some(IdsFile {
+                name: path.display().to_string(),
+                reader: BufReader::new(
+                    File::open(path)
+                        .with_context(|| format!("cannot open the ids file {}", path.display()))?,
+                ),
+                line: 0,
+            }),
+            None => None,
+        };
+        if ids.is_some() && !sources.iter().any(|s| s.format == Format::Npy) {
+            bail!("--ids names the rows of .npy inputs, and there is none");
+        }
         Ok(DocReader {
             multiple: sources.len() > 1,
             sources: sources.into_iter(),
             current: None,
             bytes: 0,
             progress: Box::new(|_| {}),
+            ids,
         })
     }
 
@@ -382,10 +626,81 @@ impl DocReader {
                 batch.push(record);
             }
         }
+        if batch.is_empty() {
+            if let Some(ids) = &mut self.ids {
+                if ids.next()?.is_some() {
+                    bail!(
+                        "{}:{}: the ids file has more lines than the .npy inputs have rows",
+                        ids.name,
+                        ids.line
+                    );
+                }
+            }
+        }
         Ok((!batch.is_empty()).then_some(batch))
     }
 
+    /// The next row of an open `.npy` array.
+    fn next_row(&mut self) -> Result<Option<Record>> {
+        let open = self.current.as_mut().expect("a source is open");
+        let header = open.npy.expect("an array");
+        if open.line == header.rows {
+            open.done = true;
+            let mut rest = [0u8; 1];
+            if open.reader.read(&mut rest)? != 0 {
+                bail!(
+                    "{}: bytes after the last of the {} rows the header announces; \
+                     the file is damaged",
+                    open.name,
+                    header.rows
+                );
+            }
+            return Ok(None);
+        }
+        let mut bytes = vec![0u8; header.row_bytes()];
+        open.reader.read_exact(&mut bytes).map_err(|_| {
+            anyhow!(
+                "{}: the file ends inside row {} of the {} its header announces; \
+                 the file is truncated",
+                open.name,
+                open.line,
+                header.rows
+            )
+        })?;
+        let id = match &mut self.ids {
+            Some(ids) => Some(ids.next()?.ok_or_else(|| {
+                anyhow!(
+                    "{}: the ids file has fewer lines than the .npy inputs have rows \
+                     (none for row {} of {})",
+                    ids.name,
+                    open.line,
+                    open.name
+                )
+            })?),
+            None => None,
+        };
+        let offset = open.offset;
+        open.offset += bytes.len() as u64;
+        self.bytes += bytes.len() as u64;
+        (self.progress)(bytes.len() as u64);
+        let line = open.line;
+        open.line += 1;
+        Ok(Some(Record {
+            bytes,
+            format: Format::Npy,
+            source: Arc::clone(&open.name),
+            line,
+            offset,
+            qualified_id: self.multiple,
+            id,
+            npy_f64: header.f64,
+        }))
+    }
+
     fn next_record(&mut self) -> Result<Option<Record>> {
+        if self.current.as_ref().is_some_and(|c| c.npy.is_some()) {
+            return self.next_row();
+        }
         let open = self.current.as_mut().expect("a source is open");
         let mut bytes = Vec::new();
         let n = if open.format == Format::Text {
@@ -419,6 +734,8 @@ impl DocReader {
             line: open.line,
             offset,
             qualified_id: self.multiple,
+            id: None,
+            npy_f64: false,
         }))
     }
 }
@@ -433,6 +750,11 @@ fn open(source: Source) -> Result<Open> {
         )),
     };
     let mut format = source.format;
+    let mut npy = None;
+    if format == Format::Npy {
+        let header = crate::npy::read_header(&mut reader, &name)?;
+        npy = Some(header);
+    }
     if format == Format::Auto {
         // Standard input: JSON Lines if the first non-blank byte is `{`.
         let buf = reader.fill_buf()?;
@@ -450,6 +772,7 @@ fn open(source: Source) -> Result<Open> {
         line: 0,
         offset: 0,
         done: false,
+        npy,
     })
 }
 
@@ -459,6 +782,7 @@ fn resolve_format(format: Format, path: &Path) -> Format {
     }
     match path.extension().and_then(|e| e.to_str()) {
         Some("jsonl" | "ndjson" | "json") => Format::Jsonl,
+        Some("npy") => Format::Npy,
         _ => Format::Text,
     }
 }
@@ -509,7 +833,7 @@ fn parse_json_line(
     line: &[u8],
     args: &InputArgs,
     lossy: bool,
-) -> Result<(String, Option<Id>), LineError> {
+) -> Result<(Body, Option<Id>), LineError> {
     // simdutf8 validates non-ASCII text (Chinese) several times faster than std.
     let text: Cow<str> = match simdutf8::compat::from_utf8(line) {
         Ok(s) => Cow::Borrowed(s),
@@ -517,41 +841,84 @@ fn parse_json_line(
         Err(e) => return Err(LineError::Utf8(e.valid_up_to())),
     };
     let seed = FieldsSeed {
-        text_field: &args.text_field,
+        text_field: args.body_field(),
         id_field: &args.id_field,
+        kind: args.kind,
     };
     let mut de = serde_json::Deserializer::from_str(&text);
-    let (doc_text, id) = seed
+    let (body, id) = seed
         .deserialize(&mut de)
         .and_then(|v| de.end().map(|()| v))
         .map_err(|e| LineError::Invalid(format!("malformed JSON line: {e}")))?;
-    let doc_text = doc_text.ok_or_else(|| {
+    let body = body.ok_or_else(|| {
+        let flag = match args.kind {
+            InputKind::Text => "--text-field",
+            InputKind::Vector => "--vector-field",
+            InputKind::Features => "--features-field",
+        };
         LineError::Invalid(format!(
-            "no {:?} field (choose the text field with --text-field)",
-            args.text_field
+            "no {:?} field (choose the field with {flag})",
+            args.body_field()
         ))
     })?;
+    if let Body::Vector(v) = &body {
+        check_vector(v, args.dim).map_err(LineError::Invalid)?;
+    }
     let id = id
         .map(|v| Id::from_json(v).map_err(LineError::Invalid))
         .transpose()?;
-    Ok((doc_text, id))
+    Ok((body, id))
 }
 
-/// Pulls the text and id fields out of a JSON object, skipping the rest unparsed.
+/// A JSON array of numbers as a single-precision vector; a number beyond
+/// single precision's range is refused (it would become infinite).
+struct VectorSeed;
+
+impl<'de> DeserializeSeed<'de> for VectorSeed {
+    type Value = Vec<f32>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for VectorSeed {
+    type Value = Vec<f32>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of numbers (the vector)")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(256));
+        while let Some(x) = seq.next_element::<f64>()? {
+            let y = x as f32;
+            if !y.is_finite() {
+                return Err(serde::de::Error::custom(format!(
+                    "entry {} of the vector, {x}, is beyond single precision's range",
+                    out.len()
+                )));
+            }
+            out.push(y);
+        }
+        Ok(out)
+    }
+}
+
+/// Pulls the body (text, vector or features) and id fields out of a JSON
+/// object, skipping the rest unparsed.
 struct FieldsSeed<'f> {
     text_field: &'f str,
     id_field: &'f str,
+    kind: InputKind,
 }
 
 impl<'de> DeserializeSeed<'de> for FieldsSeed<'_> {
-    type Value = (Option<String>, Option<serde_json::Value>);
+    type Value = (Option<Body>, Option<serde_json::Value>);
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for FieldsSeed<'_> {
-    type Value = (Option<String>, Option<serde_json::Value>);
+    type Value = (Option<Body>, Option<serde_json::Value>);
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
     }
@@ -563,7 +930,17 @@ impl<'de> Visitor<'de> for FieldsSeed<'_> {
         };
         while let Some(key) = map.next_key_seed(keys)? {
             match key {
-                Key::Text => text = Some(map.next_value::<String>()?),
+                Key::Text => {
+                    text = Some(match self.kind {
+                        InputKind::Text => Body::Text(map.next_value::<String>()?),
+                        InputKind::Vector => Body::Vector(map.next_value_seed(VectorSeed)?),
+                        InputKind::Features => Body::Features(
+                            map.next_value::<std::collections::BTreeMap<String, f64>>()?
+                                .into_iter()
+                                .collect(),
+                        ),
+                    })
+                }
                 Key::Id => id = Some(map.next_value::<serde_json::Value>()?),
                 Key::Other => {
                     map.next_value::<IgnoredAny>()?;

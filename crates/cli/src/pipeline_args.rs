@@ -6,9 +6,29 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use neardup_core::{
-    Features, FingerprintConfig, HashFunction, IdfRef, IdfTable, Profile, SimHasher, Tokenizer,
-    Weights, Width,
+    Features, FingerprintConfig, HashFunction, IdfRef, IdfTable, InputKind, Profile, SimHasher,
+    Tokenizer, Weights, Width,
 };
+
+use crate::input::InputArgs;
+
+/// The hasher for the pipeline flags and what the inputs say the documents
+/// are (vectors, features, text); `input` then reads documents of that kind.
+pub fn hasher_for(pipeline: &PipelineArgs, input: &mut InputArgs) -> Result<SimHasher> {
+    let mut p = pipeline.clone();
+    p.hint = p.hint.or(input.hint());
+    let hasher = p.hasher()?;
+    input.read_as(hasher.config());
+    Ok(hasher)
+}
+
+/// Refuses vector and feature inputs, for commands that work on text only.
+pub fn text_only(input: &InputArgs, command: &str) -> Result<()> {
+    if let Some(kind) = input.hint().filter(|&k| k != InputKind::Text) {
+        bail!("{command} works on texts, not on {}", kind.plural());
+    }
+    Ok(())
+}
 
 /// How text becomes a fingerprint.
 #[derive(Args, Debug, Clone, Default)]
@@ -68,6 +88,22 @@ pub struct PipelineArgs {
     #[arg(long, value_name = "FILE")]
     pub idf: Option<PathBuf>,
 
+    /// Documents are dense vectors of this dimension (embeddings); every
+    /// vector must have it. Without it, vectors take the first one's.
+    #[arg(long, value_name = "D", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub dim: Option<u64>,
+
+    /// What a document is: text, vector (a dense vector, with --dim or the
+    /// first vector's dimension) or features (feature -> weight). Commands
+    /// that read inputs tell it from them (--vector-field, --features-field,
+    /// .npy); `serve` and `config` take it here.
+    #[arg(long, value_name = "KIND", value_parser = ["text", "vector", "features"])]
+    pub kind: Option<String>,
+
+    /// What the inputs say the documents are, set by commands.
+    #[arg(skip)]
+    pub hint: Option<InputKind>,
+
     /// A configuration to start from (an index's own), set by commands.
     #[arg(skip)]
     pub preset: Option<FingerprintConfig>,
@@ -87,6 +123,42 @@ impl PipelineArgs {
         };
         if self.profile.as_deref() == Some("python-simhash") {
             return Ok((FingerprintConfig::python_simhash(), None));
+        }
+        // Vectors and features keep only the width and seed of a text preset.
+        let flag = self
+            .kind
+            .as_deref()
+            .map(str::parse::<InputKind>)
+            .transpose()?;
+        if let (Some(flag), Some(hint)) = (flag, self.hint) {
+            if flag != hint {
+                bail!(
+                    "--kind {flag} contradicts the inputs, which are {}",
+                    hint.plural()
+                );
+            }
+        }
+        let kind = flag
+            .or(self.hint)
+            .or(self.dim.map(|_| InputKind::Vector))
+            .unwrap_or(config.input);
+        if kind != config.input {
+            if self.config.is_some() {
+                bail!(
+                    "the configuration fingerprints {}, but the inputs are {}",
+                    config.input.plural(),
+                    kind.plural()
+                );
+            }
+            config = FingerprintConfig {
+                bits: config.bits,
+                seed: config.seed,
+                input: kind,
+                ..FingerprintConfig::default()
+            };
+        }
+        if let Some(d) = self.dim {
+            config.dim = Some(d as usize);
         }
         if self.profile.as_deref() == Some("native") {
             config.profile = Profile::Native;

@@ -76,7 +76,7 @@ where
                 for item in parsed {
                     match item {
                         Ok(Some((doc, t))) => {
-                            stats.count(&doc);
+                            stats.count(&doc)?;
                             docs.push(doc);
                             outs.push(t);
                         }

@@ -1103,3 +1103,217 @@ fn index_keeps_integer_and_string_ids_apart() {
         "{v}"
     );
 }
+
+/// A float32 `.npy` file written from the format's description (magic,
+/// version 1.0, header length, dict, padding to 64 bytes), not by the code
+/// under test.
+fn npy_f32(dir: &Path, name: &str, rows: &[Vec<f32>]) -> PathBuf {
+    let dim = rows.first().map_or(0, Vec::len);
+    let mut dict = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {dim}), }}",
+        rows.len()
+    );
+    while (10 + dict.len() + 1) % 64 != 0 {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(dict.as_bytes());
+    for r in rows {
+        for x in r {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    write(dir, name, &bytes)
+}
+
+fn planted_vectors() -> Vec<Vec<f32>> {
+    let mut rng = neardup_core::rng::SplitMix64(8);
+    let mut rows: Vec<Vec<f32>> = (0..300)
+        .map(|_| (0..24).map(|_| rng.unit() as f32 * 2.0 - 1.0).collect())
+        .collect();
+    for i in 0..30 {
+        rows[270 + i] = rows[i]
+            .iter()
+            .map(|x| x + (rng.unit() as f32 - 0.5) * 0.05)
+            .collect();
+    }
+    rows
+}
+
+#[test]
+fn vectors_from_npy_and_json_lines_fingerprint_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = planted_vectors();
+    let npy = npy_f32(dir.path(), "v.npy", &rows);
+    let mut jsonl = String::new();
+    let mut ids = String::new();
+    for (i, r) in rows.iter().enumerate() {
+        jsonl.push_str(&serde_json::json!({"id": format!("r{i}"), "emb": r}).to_string());
+        jsonl.push('\n');
+        ids.push_str(&format!("r{i}\n"));
+    }
+    let jsonl = write(dir.path(), "v.jsonl", jsonl.as_bytes());
+    let ids = write(dir.path(), "ids.txt", ids.as_bytes());
+    let a = run(&[
+        "fingerprint",
+        npy.to_str().unwrap(),
+        "--ids",
+        ids.to_str().unwrap(),
+    ]);
+    let b = run(&[
+        "fingerprint",
+        jsonl.to_str().unwrap(),
+        "--vector-field",
+        "emb",
+    ]);
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(b.status.success(), "{}", stderr(&b));
+    assert_eq!(stdout(&a), stdout(&b));
+    assert_eq!(json_lines(&stdout(&a))[5]["id"], "r5");
+    // Without --ids, the row number from 0 is the id.
+    let c = run(&["fingerprint", npy.to_str().unwrap()]);
+    let c = json_lines(&stdout(&c));
+    assert_eq!(c[0]["id"], 0);
+    assert_eq!(c.len(), 300);
+    // Dedup finds exactly the planted pairs, each with its cosine.
+    let pairs = dir.path().join("p.jsonl");
+    let o = run(&[
+        "dedup",
+        npy.to_str().unwrap(),
+        "--ids",
+        ids.to_str().unwrap(),
+        "--min-similarity",
+        "0.98",
+        "--pairs",
+        pairs.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let found = json_lines(&std::fs::read_to_string(&pairs).unwrap());
+    let cos = |a: &[f32], b: &[f32]| {
+        let dot = |x: &[f32], y: &[f32]| {
+            x.iter()
+                .zip(y)
+                .map(|(p, q)| f64::from(*p) * f64::from(*q))
+                .sum::<f64>()
+        };
+        dot(a, b) / (dot(a, a) * dot(b, b)).sqrt()
+    };
+    let mut truth = Vec::new();
+    for i in 0..rows.len() {
+        for j in i + 1..rows.len() {
+            if cos(&rows[i], &rows[j]) >= 0.98 {
+                truth.push((format!("r{i}"), format!("r{j}")));
+            }
+        }
+    }
+    let mut got: Vec<(String, String)> = found
+        .iter()
+        .map(|p| {
+            (
+                p["a"].as_str().unwrap().to_owned(),
+                p["b"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    got.sort();
+    truth.sort();
+    assert_eq!(got, truth);
+    assert!(found.iter().all(|p| p["cosine"].as_f64().unwrap() >= 0.98));
+}
+
+#[test]
+fn bad_vectors_are_refused_with_their_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str)] = &[
+        (
+            "{\"vector\": [1, 2]}\n{\"vector\": [1, 2, 3]}\n",
+            "v.jsonl:2: the vector has 3 dimensions",
+        ),
+        (
+            "{\"vector\": [1, 2]}\n{\"vector\": [0, 0]}\n",
+            "v.jsonl:2: invalid vector: the vector is all zeros",
+        ),
+        (
+            "{\"vector\": [1, 1e39]}\n",
+            "v.jsonl:1: malformed JSON line: entry 1 of the vector",
+        ),
+        (
+            "{\"vector\": [1, \"x\"]}\n",
+            "v.jsonl:1: malformed JSON line",
+        ),
+        (
+            "{\"text\": \"no vector\"}\n",
+            "v.jsonl:1: no \"vector\" field",
+        ),
+    ];
+    for (body, message) in cases {
+        let p = write(dir.path(), "v.jsonl", body.as_bytes());
+        let o = run(&["fingerprint", p.to_str().unwrap(), "--vector-field"]);
+        assert_eq!(o.status.code(), Some(2), "{body}");
+        assert!(stderr(&o).contains(message), "{body}: {}", stderr(&o));
+    }
+    let p = write(dir.path(), "v.jsonl", b"{\"vector\": [1, 2]}\n");
+    let o = run(&[
+        "fingerprint",
+        p.to_str().unwrap(),
+        "--vector-field",
+        "--dim",
+        "3",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("the configuration's vectors have 3"),
+        "{}",
+        stderr(&o)
+    );
+    // A truncated array, too few ids, a type that is not float.
+    let rows = vec![vec![1.0f32, 2.0], vec![3.0, 4.0]];
+    let npy = npy_f32(dir.path(), "t.npy", &rows);
+    let bytes = std::fs::read(&npy).unwrap();
+    std::fs::write(&npy, &bytes[..bytes.len() - 3]).unwrap();
+    let o = run(&["fingerprint", npy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("truncated"), "{}", stderr(&o));
+    let npy = npy_f32(dir.path(), "u.npy", &rows);
+    let ids = write(dir.path(), "ids.txt", b"only-one\n");
+    let o = run(&[
+        "fingerprint",
+        npy.to_str().unwrap(),
+        "--ids",
+        ids.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("fewer lines than the .npy inputs have rows"),
+        "{}",
+        stderr(&o)
+    );
+    let mut ints = std::fs::read(&npy).unwrap();
+    let at = ints.windows(3).position(|w| w == b"<f4").unwrap();
+    ints[at + 1] = b'i';
+    let npy = write(dir.path(), "i.npy", &ints);
+    let o = run(&["fingerprint", npy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("astype(numpy.float32)"),
+        "{}",
+        stderr(&o)
+    );
+    // Text settings do not apply to vectors.
+    let o = run(&[
+        "fingerprint",
+        p.to_str().unwrap(),
+        "--vector-field",
+        "--tokenizer",
+        "jieba",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("do not apply to dense vectors"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -38,6 +38,13 @@ pub struct FingerprintConfig {
     pub hash: HashFunction,
     /// Seed of the hash function (xxh3, SipHash) and of vector hyperplanes.
     pub seed: u64,
+    /// What a document is: text (through the pipeline above), a dense vector
+    /// (an embedding), or a list of weighted features.
+    #[serde(skip_serializing_if = "Input::is_text")]
+    pub input: Input,
+    /// For dense vectors: the dimension every vector must have.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dim: Option<usize>,
 }
 
 impl Default for FingerprintConfig {
@@ -54,6 +61,8 @@ impl Default for FingerprintConfig {
             top: None,
             hash: HashFunction::Xxh3,
             seed: 0,
+            input: Input::Text,
+            dim: None,
         }
     }
 }
@@ -103,12 +112,69 @@ impl FingerprintConfig {
             top: None,
             hash: HashFunction::Md5,
             seed: 0,
+            input: Input::Text,
+            dim: None,
+        }
+    }
+
+    /// The configuration for dense vectors of `dim` dimensions (or any, if
+    /// `None`) at `bits` bits: random hyperplanes drawn from `seed`.
+    pub fn vectors(bits: Width, dim: Option<usize>, seed: u64) -> Self {
+        FingerprintConfig {
+            bits,
+            input: Input::Vector,
+            dim,
+            seed,
+            ..FingerprintConfig::default()
+        }
+    }
+
+    /// The configuration for lists of weighted features (`feature -> weight`),
+    /// each feature hashed with `hash` and `seed`.
+    pub fn weighted_features(bits: Width, hash: HashFunction, seed: u64) -> Self {
+        FingerprintConfig {
+            bits,
+            input: Input::Features,
+            hash,
+            seed,
+            ..FingerprintConfig::default()
         }
     }
 
     /// Checks that the settings are possible and agree with each other.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |m: String| Err(Error::InvalidConfig(m));
+        if self.dim.is_some() && self.input != Input::Vector {
+            return bad("a dimension (--dim) is set only for dense vectors".into());
+        }
+        if self.dim == Some(0) {
+            return bad("the vector dimension must be at least 1".into());
+        }
+        if self.input != Input::Text {
+            // Only the width and seed (and, for features, the hash) apply.
+            let text = FingerprintConfig {
+                bits: self.bits,
+                seed: self.seed,
+                hash: self.hash,
+                input: self.input,
+                dim: self.dim,
+                ..FingerprintConfig::default()
+            };
+            if *self != text {
+                return bad(format!(
+                    "the text pipeline settings (profile, --tokenizer, --features, --weights, \
+                     --top, --stopwords, --html, --idf) do not apply to {}: remove them",
+                    self.input.plural()
+                ));
+            }
+            if self.input == Input::Vector && self.hash != HashFunction::Xxh3 {
+                return bad(
+                    "dense vectors are projected on random hyperplanes, not hashed: remove --hash"
+                        .into(),
+                );
+            }
+            return Ok(());
+        }
         if self.profile == Profile::PythonSimhash {
             let expected = FingerprintConfig::python_simhash();
             if *self != expected {
@@ -190,6 +256,22 @@ impl FingerprintConfig {
         if self.profile == Profile::PythonSimhash {
             return "profile python-simhash".into();
         }
+        match self.input {
+            Input::Text => {}
+            Input::Vector => {
+                let dim = self.dim.map_or_else(|| "any".into(), |d| d.to_string());
+                return format!(
+                    "dense vectors of dimension {dim}, {} bits, hyperplane seed {}",
+                    self.bits, self.seed
+                );
+            }
+            Input::Features => {
+                return format!(
+                    "weighted features, {} bits, hash {}, seed {}",
+                    self.bits, self.hash, self.seed
+                );
+            }
+        }
         let mut s = format!(
             "{} bits, tokenizer {}, features {}, weights {}, hash {}",
             self.bits, self.tokenizer, self.features, self.weights, self.hash
@@ -269,6 +351,34 @@ macro_rules! keyword_enum {
             }
         }
     };
+}
+
+keyword_enum!(
+    /// What a document is.
+    Input {
+        /// Text, made into features by the pipeline.
+        #[default]
+        Text = "text",
+        /// A dense vector (an embedding), fingerprinted by random hyperplanes.
+        Vector = "vector",
+        /// Features with their weights, given by the caller.
+        Features = "features",
+    }
+);
+
+impl Input {
+    fn is_text(&self) -> bool {
+        *self == Input::Text
+    }
+
+    /// The kind of document in the plural, for messages.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Input::Text => "texts",
+            Input::Vector => "dense vectors",
+            Input::Features => "weighted features",
+        }
+    }
 }
 
 keyword_enum!(

@@ -46,8 +46,8 @@ pub struct Dedup {
     groups: Groups,
     /// Pairs of distinct fingerprints within k: `(u, v, distance)`, u < v.
     distinct_pairs: Vec<(u32, u32, u32)>,
-    /// After [`Dedup::verify`]: the Jaccard similarity of each pair.
-    jaccard: Option<Vec<f64>>,
+    /// After [`Dedup::verify`] or [`Dedup::verify_by`]: each pair's similarity.
+    scores: Option<Vec<f64>>,
 }
 
 #[derive(Debug)]
@@ -97,7 +97,7 @@ impl Dedup {
                 group_of: c.group_of,
             },
             distinct_pairs,
-            jaccard: None,
+            scores: None,
         })
     }
 
@@ -109,9 +109,26 @@ impl Dedup {
     /// this purpose and stay collapsed, so a million copies of a page cost one
     /// comparison per neighbouring set, not half a trillion.
     pub fn verify<'s>(self, threshold: f64, set: impl Fn(u32) -> &'s [u64] + Sync) -> Dedup {
-        use rayon::prelude::*;
         use xxhash_rust::xxh3::xxh3_128;
-        let digest = |doc: u32| xxh3_128(bytemuck::cast_slice(set(doc)));
+        self.verify_by(
+            threshold,
+            |doc| xxh3_128(bytemuck::cast_slice(set(doc))),
+            |a, b| crate::jaccard::jaccard(set(a), set(b)),
+        )
+    }
+
+    /// Keeps only the pairs whose similarity `score(a, b)` is at least
+    /// `threshold`. `digest(doc)` must be equal for documents that score 1
+    /// against each other and against everything alike (their content's hash):
+    /// documents of one fingerprint and one digest stay collapsed and are scored
+    /// once. Called only for the documents [`Dedup::candidate_documents`] lists.
+    pub fn verify_by(
+        self,
+        threshold: f64,
+        digest: impl Fn(u32) -> u128,
+        score: impl Fn(u32, u32) -> f64 + Sync,
+    ) -> Dedup {
+        use rayon::prelude::*;
         // Split each fingerprint group into nodes of identical sets.
         let n_groups = self.groups.len();
         let mut node_of_doc = vec![0u32; self.documents()];
@@ -180,15 +197,30 @@ impl Dedup {
             .into_par_iter()
             .with_min_len(256)
             .filter_map(|(u, v, d)| {
-                let j = crate::jaccard::jaccard(set(first(u)), set(first(v)));
+                let j = score(first(u), first(v));
                 (j >= threshold).then_some((u, v, d, j))
             })
             .collect();
         Dedup {
             distinct_pairs: scored.iter().map(|&(u, v, d, _)| (u, v, d)).collect(),
-            jaccard: Some(scored.iter().map(|&(.., j)| j).collect()),
+            scores: Some(scored.iter().map(|&(.., j)| j).collect()),
             groups,
         }
+    }
+
+    /// The documents verification reads, in input order: every member of a
+    /// fingerprint shared by several documents or within k of another.
+    pub fn candidate_documents(&self) -> Vec<u32> {
+        let mut wanted: Vec<bool> = (0..self.groups.len() as u32)
+            .map(|g| self.groups.members(g).len() > 1)
+            .collect();
+        for &(u, v, _) in &self.distinct_pairs {
+            wanted[u as usize] = true;
+            wanted[v as usize] = true;
+        }
+        (0..self.documents() as u32)
+            .filter(|&d| wanted[self.groups.group_of[d as usize] as usize])
+            .collect()
     }
 
     /// Documents.
@@ -229,13 +261,14 @@ impl Dedup {
         self.for_each_scored_pair(|a, b, d, _| f(a, b, d))
     }
 
-    /// As [`Dedup::for_each_pair`], with each pair's Jaccard similarity after
-    /// [`Dedup::verify`] (1.0 for documents with identical sets), else `None`.
+    /// As [`Dedup::for_each_pair`], with each pair's similarity after
+    /// [`Dedup::verify`] or [`Dedup::verify_by`] (1.0 for documents of one
+    /// digest), else `None`.
     pub fn for_each_scored_pair<E>(
         &self,
         mut f: impl FnMut(u32, u32, u32, Option<f64>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let same = self.jaccard.as_ref().map(|_| 1.0);
+        let same = self.scores.as_ref().map(|_| 1.0);
         for g in 0..self.groups.len() as u32 {
             let m = self.groups.members(g);
             for (x, &a) in m.iter().enumerate() {
@@ -245,7 +278,7 @@ impl Dedup {
             }
         }
         for (i, &(u, v, d)) in self.distinct_pairs.iter().enumerate() {
-            let j = self.jaccard.as_ref().map(|js| js[i]);
+            let j = self.scores.as_ref().map(|js| js[i]);
             for &a in self.groups.members(u) {
                 for &b in self.groups.members(v) {
                     f(a.min(b), a.max(b), d, j)?;

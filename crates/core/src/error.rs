@@ -45,6 +45,11 @@ pub enum Error {
         reason: String,
     },
 
+    /// A document of another kind (text, vector, features) than the
+    /// configuration fingerprints.
+    #[error("{0}")]
+    WrongKind(String),
+
     /// A dense or sparse vector input is unusable.
     #[error("invalid vector: {0}")]
     InvalidVector(String),

@@ -41,14 +41,15 @@ pub mod python_simhash;
 pub mod rng;
 mod simhash;
 pub mod tokenize;
+pub mod vector;
 
 pub use config::{
-    Features, FingerprintConfig, HashFunction, IdfRef, MAX_WIDTH, NormalizeConfig, Profile,
-    Tokenizer, Weights,
+    Features, FingerprintConfig, HashFunction, IdfRef, Input as InputKind, MAX_WIDTH,
+    NormalizeConfig, Profile, Tokenizer, Weights,
 };
 pub use dedup::{Dedup, Policy};
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, Width};
 pub use idf::{IdfBuilder, IdfTable};
 pub use index::{Index, Match, TableDesign};
-pub use simhash::{Feature, Scratch, SimHasher};
+pub use simhash::{Feature, Input, Scratch, SimHasher};

@@ -8,15 +8,16 @@ use jieba_rs::{KeywordExtract, TextRank, TfIdf};
 
 use crate::accumulate::{UnitSums, WeightedSums};
 use crate::config::{
-    Features, FingerprintConfig, HashFunction, NormalizeConfig, Profile, Tokenizer, Weights,
+    Features, FingerprintConfig, HashFunction, Input as InputKind, NormalizeConfig, Profile,
+    Tokenizer, Weights,
 };
 use crate::error::Error;
 use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
 use crate::normalize::{is_invariant, next_non_ascii, normalize_into};
-use crate::rng::SplitMix64;
 use crate::tokenize::{for_each_token, jieba};
+use crate::vector::Hyperplanes;
 use crate::{MAX_WIDTH, python_simhash};
 
 /// One weighted feature of a document, as [`SimHasher::features`] lists them.
@@ -56,6 +57,8 @@ pub struct SimHasher {
     hasher: FeatureHasher,
     idf: Option<Arc<IdfTable>>,
     stopwords: Option<&'static HashSet<&'static str>>,
+    /// Dense vectors' hyperplanes, drawn at the first vector.
+    planes: OnceLock<Arc<Hyperplanes>>,
 }
 
 impl Scratch {
@@ -131,6 +134,7 @@ impl SimHasher {
             hasher,
             idf,
             stopwords,
+            planes: OnceLock::new(),
         })
     }
 
@@ -524,34 +528,74 @@ impl SimHasher {
 
     /// The fingerprint of a dense vector (an embedding): sign random projection
     /// on f Gaussian hyperplanes, so that the Hamming distance h estimates the
-    /// angle between vectors, θ ≈ π·h/f (Charikar 2002). The hyperplanes' entries
-    /// for dimension j come from a generator seeded by (seed, j): made on the fly,
-    /// never stored, the same on every machine.
+    /// angle between vectors, θ ≈ π·h/f (Charikar 2002); see [`crate::vector`].
+    /// The hyperplanes are drawn once per hasher, for the configured dimension
+    /// or the first vector's, the same on every machine. Refuses a vector with
+    /// an entry that is not finite, an all-zero vector, and, when the
+    /// configuration fixes a dimension, a vector of another.
     pub fn fingerprint_dense(&self, vector: &[f32]) -> Result<Fingerprint, Error> {
-        let bits = self.width().bits() as usize;
-        let mut v = [0f64; 128];
-        for (j, &x) in vector.iter().enumerate() {
-            check_weight(x as f64)?;
-            if x == 0.0 {
-                continue;
-            }
-            let mut rng = SplitMix64(xxhash_rust::xxh3::xxh3_64_with_seed(
-                &(j as u64).to_le_bytes(),
-                self.config.seed,
-            ));
-            for pair in v[..bits].chunks_exact_mut(2) {
-                let (g0, g1) = gaussian_pair(&mut rng);
-                pair[0] += x as f64 * g0;
-                pair[1] += x as f64 * g1;
+        if let Some(dim) = self.config.dim {
+            if vector.len() != dim {
+                return Err(Error::InvalidVector(format!(
+                    "{} dimensions, but this configuration's vectors have {dim}",
+                    vector.len()
+                )));
             }
         }
-        let mut value = 0u128;
-        for (i, &x) in v[..bits].iter().enumerate() {
-            if x > 0.0 {
-                value |= 1 << i;
-            }
+        let planes = self.planes.get_or_init(|| {
+            let dim = self.config.dim.unwrap_or(vector.len());
+            Arc::new(Hyperplanes::new(dim, self.width(), self.config.seed))
+        });
+        if vector.len() <= planes.dim() {
+            planes.fingerprint(vector)
+        } else {
+            // Longer than the first vector: the same rows, drawn for this one.
+            Hyperplanes::new(vector.len(), self.width(), self.config.seed).fingerprint(vector)
         }
-        Ok(Fingerprint::new(value, self.width()))
+    }
+
+    /// The fingerprint of one document of the kind the configuration says
+    /// ([`FingerprintConfig::input`]); a document of another kind is refused.
+    pub fn fingerprint_input(&self, input: Input<'_>) -> Result<Fingerprint, Error> {
+        let kind = self.config.input;
+        match input {
+            Input::Text(text) if kind == InputKind::Text => Ok(self.fingerprint(text)),
+            Input::Vector(v) if kind == InputKind::Vector => self.fingerprint_dense(v),
+            Input::Features(f) if kind == InputKind::Features => {
+                // In name order, so that the sums (and a tie's rounding) do not
+                // depend on the order the caller listed the features in.
+                let mut sorted: Vec<&(String, f64)> = f.iter().collect();
+                sorted.sort_by(|a, b| a.0.cmp(&b.0));
+                self.fingerprint_weighted(sorted.into_iter().map(|(name, w)| (name.as_str(), *w)))
+            }
+            other => Err(Error::WrongKind(format!(
+                "got {}, but this configuration fingerprints {}",
+                other.kind().plural(),
+                kind.plural()
+            ))),
+        }
+    }
+}
+
+/// One document, of any of the kinds a configuration can fingerprint.
+#[derive(Clone, Copy, Debug)]
+pub enum Input<'a> {
+    /// Text, for the text pipeline.
+    Text(&'a str),
+    /// A dense vector.
+    Vector(&'a [f32]),
+    /// Features and their weights.
+    Features(&'a [(String, f64)]),
+}
+
+impl Input<'_> {
+    /// The kind of document.
+    pub fn kind(&self) -> InputKind {
+        match self {
+            Input::Text(_) => InputKind::Text,
+            Input::Vector(_) => InputKind::Vector,
+            Input::Features(_) => InputKind::Features,
+        }
     }
 }
 
@@ -685,13 +729,6 @@ impl<H: HashBytes> UnitBatch<H> {
         }
         self.sums.finish()
     }
-}
-
-/// Two independent standard normal values (Box–Muller).
-fn gaussian_pair(rng: &mut SplitMix64) -> (f64, f64) {
-    let r = (-2.0 * rng.unit().ln()).sqrt();
-    let t = std::f64::consts::TAU * rng.unit();
-    (r * t.cos(), r * t.sin())
 }
 
 fn check_weight(w: f64) -> Result<(), Error> {

@@ -347,3 +347,115 @@ fn near_duplicates_are_closer_than_different_documents() {
     assert!(a.distance(b).unwrap() < a.distance(c).unwrap());
     assert!(a.distance(c).unwrap() > 10);
 }
+
+/// Pairs of random unit vectors at exactly `theta` (Gaussian directions, the
+/// second made orthogonal to the first, then rotated in by theta).
+fn pairs_at(theta: f64, dims: usize, pairs: usize, seed: u64) -> Vec<(Vec<f64>, Vec<f64>)> {
+    let mut rng = neardup_core::rng::SplitMix64(seed);
+    let mut gauss = move || {
+        let r = (-2.0 * rng.unit().ln()).sqrt();
+        r * (std::f64::consts::TAU * rng.unit()).cos()
+    };
+    (0..pairs)
+        .map(|_| {
+            let a: Vec<f64> = (0..dims).map(|_| gauss()).collect();
+            let mut r: Vec<f64> = (0..dims).map(|_| gauss()).collect();
+            let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+            let proj = dot(&r, &a) / dot(&a, &a);
+            r.iter_mut().zip(&a).for_each(|(x, y)| *x -= proj * y);
+            let (na, nr) = (dot(&a, &a).sqrt(), dot(&r, &r).sqrt());
+            let b = a
+                .iter()
+                .zip(&r)
+                .map(|(x, y)| theta.cos() * x / na + theta.sin() * y / nr)
+                .collect();
+            (a.iter().map(|x| x / na).collect(), b)
+        })
+        .collect()
+}
+
+#[test]
+fn mean_distance_is_within_three_standard_errors_of_the_angle() {
+    // Each bit differs with probability theta / pi: over P pairs the mean
+    // distance has standard error sqrt(f p (1 - p) / P).
+    let pairs = 400;
+    for degrees in [5.0f64, 30.0, 60.0, 90.0] {
+        let theta = degrees.to_radians();
+        let p = theta / std::f64::consts::PI;
+        let set = pairs_at(theta, 256, pairs, degrees as u64);
+        for width in [Width::W64, Width::W128] {
+            let f = f64::from(width.bits());
+            let se = (f * p * (1.0 - p) / pairs as f64).sqrt();
+            let h = SimHasher::new(FingerprintConfig::vectors(width, None, 3)).unwrap();
+            let dense: f64 = set
+                .iter()
+                .map(|(a, b)| {
+                    let a: Vec<f32> = a.iter().map(|&x| x as f32).collect();
+                    let b: Vec<f32> = b.iter().map(|&x| x as f32).collect();
+                    let d = h
+                        .fingerprint_dense(&a)
+                        .unwrap()
+                        .distance(h.fingerprint_dense(&b).unwrap());
+                    f64::from(d.unwrap())
+                })
+                .sum::<f64>()
+                / pairs as f64;
+            assert!(
+                (dense - f * p).abs() < 3.0 * se,
+                "dense, {degrees} degrees, {f} bits: mean {dense}, expected {} +- {se}",
+                f * p
+            );
+            let s = SimHasher::new(FingerprintConfig {
+                bits: width,
+                seed: 3,
+                ..Default::default()
+            })
+            .unwrap();
+            let sparse_fp = |v: &[f64]| {
+                s.fingerprint_sparse(v.iter().enumerate().map(|(i, &x)| (i as u64 * 7919, x)))
+                    .unwrap()
+            };
+            let sparse: f64 = set
+                .iter()
+                .map(|(a, b)| f64::from(sparse_fp(a).distance(sparse_fp(b)).unwrap()))
+                .sum::<f64>()
+                / pairs as f64;
+            assert!(
+                (sparse - f * p).abs() < 3.0 * se,
+                "sparse, {degrees} degrees, {f} bits: mean {sparse}, expected {} +- {se}",
+                f * p
+            );
+        }
+    }
+}
+
+#[test]
+fn vectors_and_features_refuse_other_documents() {
+    use neardup_core::Input;
+    let v = SimHasher::new(FingerprintConfig::vectors(Width::W64, Some(3), 0)).unwrap();
+    assert!(v.fingerprint_input(Input::Vector(&[1.0, 2.0, 3.0])).is_ok());
+    assert!(v.fingerprint_input(Input::Vector(&[1.0, 2.0])).is_err());
+    assert!(
+        v.fingerprint_input(Input::Text("three words here"))
+            .is_err()
+    );
+    let f = SimHasher::new(FingerprintConfig::weighted_features(
+        Width::W64,
+        neardup_core::HashFunction::Xxh3,
+        0,
+    ))
+    .unwrap();
+    let a = [("x".to_string(), 1.0), ("y".to_string(), 2.0)];
+    let b = [("y".to_string(), 2.0), ("x".to_string(), 1.0)];
+    assert_eq!(
+        f.fingerprint_input(Input::Features(&a)).unwrap(),
+        f.fingerprint_input(Input::Features(&b)).unwrap()
+    );
+    assert!(f.fingerprint_input(Input::Vector(&[1.0])).is_err());
+    // Text settings do not apply to vectors.
+    let bad = FingerprintConfig {
+        stopwords: true,
+        ..FingerprintConfig::vectors(Width::W64, None, 0)
+    };
+    assert!(SimHasher::new(bad).is_err());
+}

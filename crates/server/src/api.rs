@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use neardup_core::index::Bits;
 use neardup_core::index::bits::word_of;
-use neardup_core::{Fingerprint, SimHasher};
+use neardup_core::{Fingerprint, Input, SimHasher};
 
 use crate::collection::{Collection, Found};
 use crate::error::{ApiError, ServiceError};
@@ -122,7 +122,42 @@ pub struct DocumentIn {
     pub id: String,
     pub text: Option<String>,
     pub simhash: Option<String>,
+    /// A dense vector, for a collection of vectors.
+    pub vector: Option<Vec<f32>>,
+    /// Weighted features, for a collection of features.
+    pub features: Option<std::collections::BTreeMap<String, f64>>,
     pub meta: Option<serde_json::Map<String, Value>>,
+}
+
+/// What a document or query carries: exactly one of these.
+#[derive(Debug)]
+pub struct BodyIn {
+    pub text: Option<String>,
+    pub simhash: Option<String>,
+    /// A dense vector, for a collection of vectors.
+    pub vector: Option<Vec<f32>>,
+    /// Weighted features, for a collection of features.
+    pub features: Option<std::collections::BTreeMap<String, f64>>,
+}
+
+/// A document's content, to fingerprint.
+enum Content {
+    Text(String),
+    Vector(Vec<f32>),
+    Features(Vec<(String, f64)>),
+}
+
+impl BodyIn {
+    /// The fingerprint given, or the content to fingerprint.
+    fn split(self) -> Result<Result<String, Content>, &'static str> {
+        match (self.text, self.simhash, self.vector, self.features) {
+            (Some(t), None, None, None) => Ok(Err(Content::Text(t))),
+            (None, Some(h), None, None) => Ok(Ok(h)),
+            (None, None, Some(v), None) => Ok(Err(Content::Vector(v))),
+            (None, None, None, Some(f)) => Ok(Err(Content::Features(f.into_iter().collect()))),
+            _ => Err("give exactly one of \"text\", \"simhash\", \"vector\" and \"features\""),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -130,6 +165,8 @@ pub struct DocumentIn {
 pub struct QueryRequest {
     pub text: Option<String>,
     pub simhash: Option<String>,
+    pub vector: Option<Vec<f32>>,
+    pub features: Option<std::collections::BTreeMap<String, f64>>,
     pub k: Option<u32>,
     pub limit: Option<usize>,
 }
@@ -315,27 +352,44 @@ impl<B: Bits> Service<B> {
     }
 }
 
-/// Fingerprints of texts, off the async threads when there is real work.
-async fn fingerprint_texts<B: Bits>(
+/// Fingerprints of documents' contents, off the async threads when there is
+/// real work; a content the collection cannot fingerprint (a vector of another
+/// dimension, a text for a collection of vectors, a NaN) is a 400 naming it.
+async fn fingerprint_contents<B: Bits>(
     s: &Arc<Service<B>>,
-    texts: Vec<(usize, String)>,
+    contents: Vec<(usize, Content)>,
+    place: fn(usize) -> String,
 ) -> Result<Vec<(usize, B)>, ApiError> {
-    let work: usize = texts.iter().map(|(_, t)| t.len()).sum();
+    let work: usize = contents
+        .iter()
+        .map(|(_, c)| match c {
+            Content::Text(t) => t.len(),
+            Content::Vector(v) => v.len() * 64,
+            Content::Features(f) => f.len() * 64,
+        })
+        .sum();
     let s2 = Arc::clone(s);
     let job = move || {
-        texts
+        contents
             .into_iter()
-            .map(|(i, t)| {
-                let fp = s2.hasher.fingerprint(&t);
-                (
+            .map(|(i, c)| {
+                let input = match &c {
+                    Content::Text(t) => Input::Text(t),
+                    Content::Vector(v) => Input::Vector(v),
+                    Content::Features(f) => Input::Features(f),
+                };
+                let fp = s2.hasher.fingerprint_input(input).map_err(|e| {
+                    ApiError::bad_request("invalid_document", format!("{}: {e}", place(i)))
+                })?;
+                Ok((
                     i,
                     word_of::<B>(fp).expect("the hasher's width is the collection's"),
-                )
+                ))
             })
-            .collect::<Vec<_>>()
+            .collect::<Result<Vec<_>, ApiError>>()
     };
     if work < 64 * 1024 {
-        Ok(job())
+        job()
     } else {
         tokio::task::spawn_blocking(job).await.map_err(|_| {
             ApiError::new(
@@ -343,7 +397,7 @@ async fn fingerprint_texts<B: Bits>(
                 "busy",
                 "fingerprinting was interrupted",
             )
-        })
+        })?
     }
 }
 
@@ -374,18 +428,24 @@ async fn post_documents<B: Bits>(
                 format!("{place}: an id is 1 to {MAX_ID_BYTES} bytes of text"),
             ));
         }
-        match (d.text, d.simhash) {
-            (Some(t), None) => texts.push((i, t)),
-            (None, Some(h)) => {
+        let body = BodyIn {
+            text: d.text,
+            simhash: d.simhash,
+            vector: d.vector,
+            features: d.features,
+        };
+        match body.split() {
+            Ok(Err(content)) => texts.push((i, content)),
+            Ok(Ok(h)) => {
                 fps[i] = Some(s.parse_simhash(&h).map_err(|mut e| {
                     e.message = format!("{place}: {}", e.message);
                     e
                 })?)
             }
-            _ => {
+            Err(msg) => {
                 return Err(ApiError::bad_request(
                     "invalid_document",
-                    format!("{place}: give exactly one of \"text\" and \"simhash\""),
+                    format!("{place}: {msg}"),
                 ));
             }
         }
@@ -395,7 +455,7 @@ async fn post_documents<B: Bits>(
         );
         ids.push(d.id);
     }
-    for (i, fp) in fingerprint_texts(&s, texts).await? {
+    for (i, fp) in fingerprint_contents(&s, texts, |i| format!("documents[{i}]")).await? {
         fps[i] = Some(fp);
     }
     let fps: Vec<B> = fps
@@ -463,15 +523,18 @@ async fn post_query<B: Bits>(
     ApiJson(req): ApiJson<QueryRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let k = s.check_k(req.k)?;
-    let fp = match (req.text, req.simhash) {
-        (Some(t), None) => fingerprint_texts(&s, vec![(0, t)]).await?[0].1,
-        (None, Some(h)) => s.parse_simhash(&h)?,
-        _ => {
-            return Err(ApiError::bad_request(
-                "invalid_query",
-                "give exactly one of \"text\" and \"simhash\"",
-            ));
+    let body = BodyIn {
+        text: req.text,
+        simhash: req.simhash,
+        vector: req.vector,
+        features: req.features,
+    };
+    let fp = match body.split() {
+        Ok(Err(content)) => {
+            fingerprint_contents(&s, vec![(0, content)], |_| "the query".into()).await?[0].1
         }
+        Ok(Ok(h)) => s.parse_simhash(&h)?,
+        Err(msg) => return Err(ApiError::bad_request("invalid_query", msg)),
     };
     let mut found = s.collection.query(fp, k);
     if let Some(limit) = req.limit {

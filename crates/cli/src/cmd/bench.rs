@@ -28,6 +28,10 @@ pub enum Command {
     /// insert_if_new, throughput and p50/p99, at 1 and 10 million documents;
     /// and the restart time.
     Serve(super::bench_serve::ServeArgs),
+    /// Dense-vector fingerprints per second (384 and 768 dimensions) next to
+    /// a plain matrix product in the same run, and `dedup` of a million
+    /// 768-dimension vectors from a `.npy` file.
+    Vectors(super::bench_vectors::VectorsArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -58,6 +62,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
     let args = match cmd {
         Command::Fingerprint(args) => args,
         Command::Index(args) => return super::bench_index::run(args),
+        Command::Vectors(args) => return super::bench_vectors::run(args),
         Command::Serve(args) => return super::bench_serve::run(args),
     };
     let mut out = std::io::stdout().lock();
@@ -184,7 +189,7 @@ fn stages(out: &mut impl Write, path: &Path, lang: &str, bytes: u64) -> Result<(
                         bail!("unreadable benchmark corpus");
                     };
                     if stage >= 1 {
-                        normalize_into(&norm_config, &doc.text, &mut norm_out, &mut tmp);
+                        normalize_into(&norm_config, doc.text(), &mut norm_out, &mut tmp);
                     }
                     if stage == 2 {
                         neardup_core::tokenize::for_each_token(tokenizer, &norm_out, &mut |t| {
@@ -240,7 +245,7 @@ fn single_thread(path: &Path, hasher: &SimHasher) -> Result<f64> {
     while let Some(batch) = reader.next_batch()? {
         for record in batch {
             match record.parse(&args, false) {
-                Ok(Some(doc)) => checksum ^= hasher.fingerprint(&doc.text).as_u64(),
+                Ok(Some(doc)) => checksum ^= hasher.fingerprint(doc.text()).as_u64(),
                 Ok(None) => {}
                 Err(e) => bail!("{e:?}"),
             }
@@ -263,7 +268,7 @@ fn pipeline(path: &Path, hasher: &SimHasher, threads: usize) -> Result<f64> {
             &args,
             false,
             true,
-            |doc| hasher.fingerprint(&doc.text),
+            |doc| hasher.fingerprint(doc.text()),
             |_, fps| {
                 for fp in fps {
                     checksum ^= fp.as_u64();
@@ -285,6 +290,11 @@ fn jsonl_args(path: &Path) -> InputArgs {
         id_field: "id".into(),
         lossy: false,
         skip_invalid: false,
+        vector_field: None,
+        features_field: None,
+        ids: None,
+        kind: Default::default(),
+        dim: None,
     }
 }
 

@@ -10,10 +10,12 @@ use clap::ValueEnum;
 use neardup_core::dedup::{Dedup, Policy, clusters, default_k};
 use neardup_core::index::{Bits, plan_join};
 use neardup_core::jaccard::{SHORT_TEXT_WORDS, Verify};
-use neardup_core::{FingerprintConfig, Width};
+use neardup_core::vector::{cosine as cosine_similarity, k_for_recall, recall_at};
+use neardup_core::{FingerprintConfig, InputKind, Width};
 
 use crate::fpfile::Values;
 use crate::gather::{Gathered, Sets, SourceArgs, gather};
+use crate::input::Body;
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
 
@@ -85,6 +87,35 @@ pub struct Args {
     pub run: RunArgs,
 }
 
+/// Cosine similarity that dense vectors must reach without --min-similarity.
+const DEFAULT_COSINE: f64 = 0.95;
+
+/// How candidate pairs are confirmed.
+#[derive(Clone, Copy, Debug)]
+enum Check {
+    /// Exact Jaccard similarity of the texts' shingles.
+    Jaccard(Verify),
+    /// Exact cosine similarity of the vectors, at least this.
+    Cosine(f64),
+}
+
+impl Check {
+    fn threshold(self) -> f64 {
+        match self {
+            Check::Jaccard(v) => v.threshold,
+            Check::Cosine(t) => t,
+        }
+    }
+
+    /// The name of the similarity in the pairs' JSON.
+    fn field(self) -> &'static str {
+        match self {
+            Check::Jaccard(_) => "jaccard",
+            Check::Cosine(_) => "cosine",
+        }
+    }
+}
+
 pub fn run(args: Args) -> Result<ExitCode> {
     init_threads(args.run.threads)?;
     let started = Instant::now();
@@ -92,6 +123,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let inputs = &args.source.input.inputs;
     let from_stdin = inputs.is_empty() || inputs.iter().any(|p| p.as_os_str() == "-");
     let keep_raw = wants_records && from_stdin;
+    if let Some(s) = args.min_similarity {
+        if !(-1.0..=1.0).contains(&s) {
+            bail!("--min-similarity {s} is out of range: use a similarity in [-1, 1], e.g. 0.9");
+        }
+    }
+    let kind = match &args.source.fingerprints {
+        Some(_) => InputKind::Text,
+        None => {
+            let mut p = args.source.pipeline.clone();
+            p.hint = p.hint.or(args.source.input.hint());
+            p.resolve()?.0.input
+        }
+    };
+    if kind != InputKind::Text {
+        return run_vectors(args, kind, started, keep_raw || from_stdin);
+    }
     let verify = match (args.verify, args.no_verify, &args.source.fingerprints) {
         (_, true, _) => None,
         (Some(_), _, Some(_)) => bail!(
@@ -101,11 +148,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         (None, false, Some(_)) => None,
         (v, false, None) => Some(v.unwrap_or_default()),
     };
-    if let Some(s) = args.min_similarity {
-        if !(-1.0..=1.0).contains(&s) {
-            bail!("--min-similarity {s} is out of range: use a similarity in [-1, 1], e.g. 0.9");
-        }
-    }
     // Verification starts from the candidate configuration, unless the
     // pipeline is given whole (--config, --profile); single flags adjust it.
     let mut source = args.source.clone();
@@ -158,7 +200,41 @@ pub fn run(args: Args) -> Result<ExitCode> {
     })?;
     let verify_bytes = g.sets.as_ref().map_or(0, Sets::bytes);
     g.sets = None;
-    write_outputs(&args, &g, &dedup, &reps)?;
+    write_outputs(&args, &g, &dedup, &reps, verify.map(Check::Jaccard))?;
+    report(
+        &args,
+        &g,
+        &dedup,
+        &reps,
+        started,
+        match verify {
+            Some(v) => format!(
+                "within k = {k} and verified by {v} (features {:.0} MB)",
+                verify_bytes as f64 / 1e6
+            ),
+            None => format!("within k = {k}, not verified"),
+        },
+    );
+    if !args.run.quiet && g.short > 0 {
+        let advice = if verify.is_some() {
+            "their pairs are still confirmed by verification, but candidates may be missed: \
+             see docs/quality.md, \"Short texts\""
+        } else {
+            "SimHash is unreliable on them: verify pairs (drop --no-verify, or give the \
+             documents instead of fingerprints), or see docs/quality.md, \"Short texts\""
+        };
+        eprintln!(
+            "neardup: warning: {} of {} documents have fewer than {} words; {advice}",
+            g.short,
+            dedup.documents(),
+            SHORT_TEXT_WORDS
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The summary line: documents, pairs by `rule`, clusters, time, memory.
+fn report(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32], started: Instant, rule: String) {
     let removed = reps
         .iter()
         .enumerate()
@@ -173,47 +249,212 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         has.iter().filter(|&&h| h).count()
     };
-    if !args.run.quiet {
-        let secs = started.elapsed().as_secs_f64();
-        let rule = match verify {
-            Some(v) => format!(
-                "within k = {k} and verified by {v} (features {:.0} MB)",
-                verify_bytes as f64 / 1e6
-            ),
-            None => format!("within k = {k}, not verified"),
-        };
-        eprintln!(
-            "neardup: {} documents ({} distinct), {} pairs {rule}, {} clusters, {} removed, {} kept; {:.2} s ({:.0} docs/s, {:.1} MB/s){}",
-            dedup.documents(),
-            dedup.distinct(),
-            dedup.pair_count(),
-            cluster_count,
-            removed,
-            dedup.documents() - removed,
-            secs,
-            dedup.documents() as f64 / secs.max(1e-9),
-            g.bytes as f64 / 1e6 / secs.max(1e-9),
-            peak_memory()
-                .map(|mb| format!(", peak memory {mb:.0} MB"))
-                .unwrap_or_default(),
+    if args.run.quiet {
+        return;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "neardup: {} documents ({} distinct), {} pairs {rule}, {} clusters, {} removed, {} kept; {:.2} s ({:.0} docs/s, {:.1} MB/s){}",
+        dedup.documents(),
+        dedup.distinct(),
+        dedup.pair_count(),
+        cluster_count,
+        removed,
+        dedup.documents() - removed,
+        secs,
+        dedup.documents() as f64 / secs.max(1e-9),
+        g.bytes as f64 / 1e6 / secs.max(1e-9),
+        peak_memory()
+            .map(|mb| format!(", peak memory {mb:.0} MB"))
+            .unwrap_or_default(),
+    );
+}
+
+/// `dedup` of dense vectors or weighted features. Vectors' candidates are
+/// confirmed by exact cosine similarity (unless --no-verify): the vectors of
+/// the documents that have candidates are read in a second pass (or kept from
+/// the first, for standard input), so memory holds only those.
+fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) -> Result<ExitCode> {
+    if args.verify.is_some() {
+        bail!(
+            "--verify jaccard:T compares texts; {} are confirmed by exact cosine \
+             similarity at --min-similarity S (default {DEFAULT_COSINE})",
+            kind.plural()
         );
-        if g.short > 0 {
-            let advice = if verify.is_some() {
-                "their pairs are still confirmed by verification, but candidates may be missed: \
-                 see docs/quality.md, \"Short texts\""
-            } else {
-                "SimHash is unreliable on them: verify pairs (drop --no-verify, or give the \
-                 documents instead of fingerprints), or see docs/quality.md, \"Short texts\""
-            };
+    }
+    let cosine = args.min_similarity.unwrap_or(DEFAULT_COSINE);
+    let check = (kind == InputKind::Vector && !args.no_verify).then_some(Check::Cosine(cosine));
+    let mut source = args.source.clone();
+    if source.pipeline.config.is_none() && source.pipeline.bits.is_none() {
+        // 128 bits: candidates within a wider k relative to the angle's spread.
+        source.pipeline.preset = Some(FingerprintConfig::vectors(Width::W128, None, 0));
+    }
+    let wants_records = args.keep.is_some() || args.drop.is_some();
+    if wants_records
+        && args
+            .source
+            .input
+            .inputs
+            .iter()
+            .any(|p| p.extension().is_some_and(|e| e == "npy"))
+    {
+        bail!(
+            "--keep and --drop copy input records, and .npy rows are not records: write \
+             --clusters (or --pairs) and select the rows by id, e.g. with NumPy"
+        );
+    }
+    let keep_vectors = keep_all && check.is_some();
+    let mut g = gather(
+        &source,
+        wants_records,
+        keep_all && wants_records,
+        keep_vectors,
+        args.run.quiet,
+    )?;
+    let mut kept: Option<VectorStore> = None;
+    if keep_vectors {
+        // Standard input cannot be read twice: the first pass kept every vector.
+        kept = g.vectors.take();
+    }
+    let bits = g.width.bits();
+    let max = bits / 8;
+    let k = match (args.k, check) {
+        (Some(k), _) => k,
+        (None, Some(_)) => k_for_recall(bits, cosine, 0.99, max).unwrap_or(max),
+        // Without verification: the largest distance whose estimate qualifies.
+        (None, None) => ((f64::from(bits) * cosine.acos() / std::f64::consts::PI + 1e-9).floor()
+            as u32)
+            .min(max),
+    };
+    if k > max {
+        bail!("--k {k} is too large for {bits}-bit fingerprints: use at most {max}");
+    }
+    if check.is_some() && !args.run.quiet {
+        let recall = recall_at(bits, k, cosine);
+        if recall < 0.9 {
             eprintln!(
-                "neardup: warning: {} of {} documents have fewer than {} words; {advice}",
-                g.short,
-                dedup.documents(),
-                SHORT_TEXT_WORDS
+                "neardup: warning: pairs of cosine similarity {cosine} are within k = {k} of \
+                 each other's {bits}-bit fingerprints with probability {recall:.2} only (more \
+                 similar pairs more often); see docs/vectors.md for the bits and k a threshold needs"
             );
         }
     }
+    let policy = match args.policy {
+        PolicyArg::Components => Policy::Components,
+        PolicyArg::Incremental => Policy::Incremental,
+    };
+    let values = std::mem::take(&mut g.values);
+    let message = format!(
+        "finding every pair within k = {k} among {} fingerprints",
+        values.len()
+    );
+    let mut dedup = with_spinner(&message, args.run.quiet, || -> Result<Dedup> {
+        Ok(match g.width {
+            Width::W64 => join_only::<u64>(values, k)?,
+            Width::W128 => join_only::<u128>(values, k)?,
+        })
+    })?;
+    let mut verified = 0usize;
+    if let Some(c) = check {
+        let wanted = dedup.candidate_documents();
+        verified = wanted.len();
+        let store = match kept {
+            Some(store) => store,
+            None => VectorStore::read(&source, &wanted, dedup.documents())?,
+        };
+        dedup = dedup.verify_by(
+            c.threshold(),
+            |doc| store.digest(doc),
+            |a, b| cosine_similarity(store.get(a), store.get(b)),
+        );
+    }
+    let reps = dedup.representatives(policy);
+    write_outputs(&args, &g, &dedup, &reps, check)?;
+    let rule = match check {
+        Some(_) => format!(
+            "within k = {k} and of cosine similarity at least {cosine} ({verified} vectors read to verify)"
+        ),
+        None => format!("within k = {k}, not verified"),
+    };
+    report(&args, &g, &dedup, &reps, started, rule);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The vectors verification reads: `slot[doc]` into `data`, `dim` entries each.
+pub struct VectorStore {
+    dim: usize,
+    slot: Vec<u32>,
+    data: Vec<f32>,
+}
+
+impl VectorStore {
+    /// An empty store for `documents` documents.
+    pub fn new(documents: usize) -> VectorStore {
+        VectorStore {
+            dim: 0,
+            slot: vec![u32::MAX; documents],
+            data: Vec::new(),
+        }
+    }
+
+    /// Keeps `vector` as document `doc`'s.
+    pub fn insert(&mut self, doc: usize, vector: &[f32]) {
+        if doc >= self.slot.len() {
+            self.slot.resize(doc + 1, u32::MAX);
+        }
+        self.dim = vector.len();
+        self.slot[doc] = (self.data.len() / self.dim.max(1)) as u32;
+        self.data.extend_from_slice(vector);
+    }
+
+    fn get(&self, doc: u32) -> &[f32] {
+        let s = self.slot[doc as usize] as usize;
+        &self.data[s * self.dim..(s + 1) * self.dim]
+    }
+
+    fn digest(&self, doc: u32) -> u128 {
+        neardup_core::vector::digest(self.get(doc))
+    }
+
+    /// Reads the inputs again, keeping the vectors of `wanted` (sorted).
+    fn read(source: &SourceArgs, wanted: &[u32], documents: usize) -> Result<VectorStore> {
+        let mut store = VectorStore::new(documents);
+        let mut input = source.input.clone();
+        crate::pipeline_args::hasher_for(&source.pipeline, &mut input)?;
+        let mut next = wanted.iter().peekable();
+        let mut doc = 0usize;
+        for_each_batch(
+            &input,
+            false,
+            true,
+            |_| (),
+            |docs, _| {
+                for d in docs {
+                    if next.peek().is_some_and(|&&w| w as usize == doc) {
+                        next.next();
+                        if let Body::Vector(v) = &d.body {
+                            store.insert(doc, v);
+                        }
+                    }
+                    doc += 1;
+                }
+                Ok(())
+            },
+        )?;
+        if doc != documents {
+            bail!(
+                "the input changed while it was being deduplicated ({documents} records, then {doc})"
+            );
+        }
+        Ok(store)
+    }
+}
+
+/// The join alone, for verification by another measure.
+fn join_only<B: Bits>(values: Values, k: u32) -> Result<Dedup> {
+    let fps: Vec<B> = values.into_words();
+    let design = plan_join(B::BITS, k, fps.len() as f64)?;
+    Ok(Dedup::from_vec(fps, k, &design)?)
 }
 
 /// The process's peak resident memory in MB (Linux: VmHWM), if known.
@@ -242,7 +483,14 @@ fn join<B: Bits>(
     Ok((dedup, reps))
 }
 
-fn write_outputs(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32]) -> Result<()> {
+fn write_outputs(
+    args: &Args,
+    g: &Gathered,
+    dedup: &Dedup,
+    reps: &[u32],
+    check: Option<Check>,
+) -> Result<()> {
+    let field = check.map_or("jaccard", Check::field);
     let mut line = Vec::with_capacity(256);
     if let Some(path) = &args.pairs {
         let mut out = Output::create(Some(path))?;
@@ -254,7 +502,7 @@ fn write_outputs(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32]) -> Resu
             g.ids.write_json(b as usize, &mut line);
             write!(line, ",\"distance\":{d}")?;
             if let Some(j) = j {
-                write!(line, ",\"jaccard\":{j:.4}")?;
+                write!(line, ",\"{field}\":{j:.4}")?;
             }
             line.extend_from_slice(b"}\n");
             out.write_all(&line)
@@ -313,9 +561,13 @@ fn write_outputs(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32]) -> Resu
         }
     } else {
         // Read the inputs again: the same records in the same order.
+        let mut input = args.source.input.clone();
+        if let Some(config) = &g.config {
+            input.read_as(config);
+        }
         let mut doc = 0usize;
         for_each_batch(
-            &args.source.input,
+            &input,
             true,
             true,
             |_| (),

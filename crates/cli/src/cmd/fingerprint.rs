@@ -10,7 +10,7 @@ use neardup_core::FingerprintConfig;
 
 use crate::input::{Id, InputArgs};
 use crate::output::{Output, write_atomic};
-use crate::pipeline_args::PipelineArgs;
+use crate::pipeline_args::{PipelineArgs, hasher_for};
 use crate::run::{RunArgs, for_each_batch, init_threads, summary};
 
 #[derive(clap::Args, Debug)]
@@ -42,15 +42,16 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     init_threads(args.run.threads)?;
-    let hasher = args.pipeline.hasher()?;
+    let mut input = args.input.clone();
+    let hasher = hasher_for(&args.pipeline, &mut input)?;
     let started = Instant::now();
     let mut out = Output::create(args.output.as_deref())?;
     let mut line = Vec::with_capacity(256);
     let stats = for_each_batch(
-        &args.input,
+        &input,
         false,
         args.run.quiet,
-        |doc| hasher.fingerprint(&doc.text),
+        |doc| doc.fingerprint(&hasher),
         |docs, fps| {
             for (doc, fp) in docs.iter().zip(fps) {
                 line.clear();

@@ -51,6 +51,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
     if args.pipeline.idf.is_some() {
         bail!("--idf names a table to use; `idf build` makes one: leave --idf out");
     }
+    crate::pipeline_args::text_only(&args.input, "idf build")?;
     let (mut config, _) = args.pipeline.resolve()?;
     // Count raw features: weights do not change which features there are.
     config.weights = Weights::Tf;
@@ -65,7 +66,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
         args.run.quiet,
         |doc| {
             let distinct: HashSet<String> = hasher
-                .features(&doc.text)
+                .features(doc.text())
                 .into_iter()
                 .map(|f| f.text)
                 .collect();

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_index;
 pub mod bench_serve;
+pub mod bench_vectors;
 pub mod compare;
 pub mod config;
 pub mod dedup;

@@ -14,7 +14,7 @@ use neardup_core::{Fingerprint, SimHasher, Width};
 use super::index::{Opened, open};
 use crate::input::{Id, InputArgs};
 use crate::output::Output;
-use crate::pipeline_args::PipelineArgs;
+use crate::pipeline_args::{PipelineArgs, hasher_for};
 use crate::run::{for_each_batch, init_threads};
 
 #[derive(clap::Args, Debug)]
@@ -44,6 +44,11 @@ pub struct Args {
     /// Query with this fingerprint (hex).
     #[arg(long, value_name = "HEX", group = "what")]
     pub simhash: Option<String>,
+
+    /// Query with this dense vector, a JSON array of numbers (for an index of
+    /// vectors).
+    #[arg(long, value_name = "JSON", group = "what")]
+    pub vector: Option<String>,
 
     /// Query with every document of these inputs (same formats as `fingerprint`).
     #[arg(long, group = "what")]
@@ -128,7 +133,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         (Width::W64, true) => Loaded::Compressed64(opened.file.compressed_index()?),
         (Width::W128, true) => Loaded::Compressed128(opened.file.compressed_index()?),
     };
-    let hasher = || -> Result<SimHasher> {
+    let mut input = args.input.clone();
+    let mut hasher = || -> Result<SimHasher> {
         let Some(config) = &opened.config else {
             bail!(
                 "the index was built from fingerprints without a configuration: query it with --simhash"
@@ -138,12 +144,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
         // exactly the index's; with any, they must not change it.
         let mut flags = args.pipeline.clone();
         flags.preset = Some(config.clone());
-        let hasher = flags.hasher()?;
+        if args.vector.is_some() {
+            flags.hint = Some(neardup_core::InputKind::Vector);
+        }
+        let hasher = hasher_for(&flags, &mut input)?;
         config
             .check_compatible(hasher.config())
             .context("the query's pipeline flags differ from the index's")?;
         Ok(hasher)
     };
+    if args.verify.is_some() && (args.vector.is_some() || args.input.hint().is_some()) {
+        bail!("--verify compares texts; vectors and features are matched by distance alone");
+    }
     if args.verify.is_some() && args.simhash.is_some() {
         bail!(
             "--verify compares texts, and --simhash gives none: query with --text, --file or --batch"
@@ -197,12 +209,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let mut queries: Vec<Pending> = Vec::new();
         if args.batch {
             for_each_batch(
-                &args.input,
+                &input,
                 false,
                 true,
                 |doc| {
-                    let fp = h.fingerprint(&doc.text);
-                    (fp, index.query(fp, k), shingles(&doc.text))
+                    let fp = h.fingerprint(doc.text());
+                    (fp, index.query(fp, k), shingles(doc.text()))
                 },
                 |docs, results| {
                     for (doc, (fp, r, set)) in docs.into_iter().zip(results) {
@@ -223,13 +235,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let mut sets: HashMap<Id, Vec<u64>> = HashMap::with_capacity(wanted.len());
         let corpus_args = InputArgs {
             inputs: vec![corpus.clone()],
-            ..args.input.clone()
+            ..input.clone()
         };
         for_each_batch(
             &corpus_args,
             false,
             true,
-            |doc| wanted.contains(&doc.id).then(|| shingles(&doc.text)),
+            |doc| wanted.contains(&doc.id).then(|| shingles(doc.text())),
             |docs, results| {
                 for (doc, set) in docs.into_iter().zip(results) {
                     if let Some(set) = set {
@@ -259,11 +271,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else if args.batch {
         let h = hasher()?;
         for_each_batch(
-            &args.input,
+            &input,
             false,
             true,
             |doc| {
-                let fp = h.fingerprint(&doc.text);
+                let fp = doc.fingerprint(&h);
                 (fp, index.query(fp, k))
             },
             |docs, results| {
@@ -276,6 +288,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         let fp = if let Some(hex) = &args.simhash {
             Fingerprint::parse_hex_width(hex, width)?
+        } else if let Some(json) = &args.vector {
+            let v: Vec<f32> = serde_json::from_str(json)
+                .context("--vector takes a JSON array of numbers, e.g. [0.12, -0.5, 0.33]")?;
+            hasher()?
+                .fingerprint_dense(&v)
+                .context("--vector cannot be fingerprinted")?
         } else {
             hasher()?.fingerprint(&query_text(&args)?)
         };

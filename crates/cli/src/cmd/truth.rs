@@ -61,6 +61,7 @@ struct Edit {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     init_threads(args.run.threads)?;
+    crate::pipeline_args::text_only(&args.input, "truth")?;
     if !(args.threshold > 0.0 && args.threshold <= 1.0) {
         bail!(
             "--threshold {} is out of range: use a similarity in (0, 1], e.g. 0.5",
@@ -78,7 +79,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &args.input,
         false,
         args.run.quiet,
-        |doc| shingles_for(&doc.text, &normalize),
+        |doc| shingles_for(doc.text(), &normalize),
         |docs, s| {
             ids.extend(docs.into_iter().map(|d| d.id));
             sets.extend(s);
