@@ -29,6 +29,15 @@ pub enum PolicyArg {
     Incremental,
 }
 
+impl PolicyArg {
+    fn policy(self) -> Policy {
+        match self {
+            PolicyArg::Components => Policy::Components,
+            PolicyArg::Incremental => Policy::Incremental,
+        }
+    }
+}
+
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
   neardup dedup corpus.jsonl --pairs pairs.jsonl --keep clean.jsonl
@@ -179,10 +188,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             g.width
         );
     }
-    let policy = match args.policy {
-        PolicyArg::Components => Policy::Components,
-        PolicyArg::Incremental => Policy::Incremental,
-    };
+    let policy = args.policy.policy();
     let values = std::mem::take(&mut g.values);
     let message = format!(
         "finding every pair within k = {k} among {} fingerprints{}",
@@ -339,10 +345,7 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
             );
         }
     }
-    let policy = match args.policy {
-        PolicyArg::Components => Policy::Components,
-        PolicyArg::Incremental => Policy::Incremental,
-    };
+    let policy = args.policy.policy();
     let values = std::mem::take(&mut g.values);
     let message = format!(
         "finding every pair within k = {k} among {} fingerprints",
