@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, IdRef, IdTable, Index, IndexFile, TableDesign, plan, plan_join};
-use neardup_core::jaccard::{jaccard, shingles_for};
+use neardup_core::jaccard::{shingles_for, verified_jaccard};
 use neardup_core::{
     Features, Fingerprint, FingerprintConfig, HashFunction, Input, Profile, SimHasher, Tokenizer,
     Weights, Width,
@@ -342,7 +342,7 @@ fn jaccard_pairs(py: Python<'_>, a: Vec<Vec<u8>>, b: Vec<Vec<u8>>) -> PyResult<V
     Ok(py.detach(|| {
         a.par_iter()
             .zip(b.par_iter())
-            .map(|(x, y)| jaccard(&u64s(x), &u64s(y)))
+            .map(|(x, y)| verified_jaccard(&u64s(x), &u64s(y)))
             .collect()
     }))
 }
@@ -812,7 +812,7 @@ fn dedup_vectors(
         let row = |i: u32| &rows[i as usize * dim..(i as usize + 1) * dim];
         let d = Dedup::new(&fps, k, &design)?.verify_by(
             threshold,
-            |i| neardup_core::vector::digest(row(i)),
+            |i| Some(neardup_core::vector::digest(row(i))),
             |a, b| neardup_core::vector::cosine(row(a), row(b)),
         );
         let mut pairs = Vec::new();

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use neardup_core::jaccard::{is_short, shingles_for};
+use neardup_core::spill::{Spill, SpillWriter, set_digest};
 use neardup_core::{FingerprintConfig, InputKind, Width};
 
 use crate::cmd::dedup::VectorStore;
@@ -43,49 +44,37 @@ pub struct Gathered {
     /// For a fingerprint file: its records, when asked for.
     pub file: Option<fpfile::FingerprintFile>,
     pub bytes: u64,
-    /// Each document's verification features, when asked for.
-    pub sets: Option<Sets>,
+    /// Each document's verification features, on disk, when asked for.
+    pub spill: Option<Spill>,
     /// Documents too short for SimHash to be reliable.
     pub short: u64,
+    /// Documents without verification features (empty, or only spaces and
+    /// punctuation): never paired.
+    pub blank: u64,
     /// Every document's vector, when asked for (`verify` with vectors).
     pub vectors: Option<VectorStore>,
 }
 
-/// Every document's sorted shingle hashes, end to end (one allocation).
-#[derive(Default)]
-pub struct Sets {
-    hashes: Vec<u64>,
-    ends: Vec<usize>,
+/// What the first pass keeps besides ids and fingerprints.
+#[derive(Debug, Default, Clone)]
+pub struct Keep {
+    /// A fingerprint file's records.
+    pub records: bool,
+    /// The documents' raw records, in memory (for standard input, which
+    /// cannot be read twice).
+    pub raw: bool,
+    /// Each document's verification features (texts, spilled to disk under
+    /// `tmp_dir`) or its vector (vectors, in memory).
+    pub verify: bool,
+    /// Where verification features are spilled (default: the system's
+    /// temporary folder).
+    pub tmp_dir: Option<PathBuf>,
 }
 
-impl Sets {
-    pub fn get(&self, doc: u32) -> &[u64] {
-        let end = self.ends[doc as usize];
-        let start = if doc == 0 {
-            0
-        } else {
-            self.ends[doc as usize - 1]
-        };
-        &self.hashes[start..end]
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.hashes.len() * 8 + self.ends.len() * 8
-    }
-}
-
-/// Reads the fingerprint file if one is given, else fingerprints the documents.
-/// `records`: keep a fingerprint file's records; `keep_raw`: keep the
-/// documents' raw records in memory.
-/// `verify`: also compute each document's verification features (texts), or
-/// keep its vector (vectors).
-pub fn gather(
-    source: &SourceArgs,
-    records: bool,
-    keep_raw: bool,
-    verify: bool,
-    quiet: bool,
-) -> Result<Gathered> {
+/// Reads the fingerprint file if one is given, else fingerprints the documents,
+/// keeping what `keep` asks for.
+pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered> {
+    let (records, keep_raw, verify) = (keep.records, keep.raw, keep.verify);
     let (input, pipeline) = (&source.input, &source.pipeline);
     let started = Instant::now();
     if let Some(path) = source.fingerprints.as_deref() {
@@ -104,8 +93,9 @@ pub fn gather(
             raw: None,
             bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
             file: Some(f),
-            sets: None,
+            spill: None,
             short: 0,
+            blank: 0,
             vectors: None,
         });
     }
@@ -115,7 +105,20 @@ pub fn gather(
     let mut values = Values::with_width(hasher.width(), 0);
     let mut raw = keep_raw.then(Vec::new);
     let vector_input = input.kind == InputKind::Vector;
-    let mut sets = (verify && !vector_input).then(Sets::default);
+    let mut spill = match verify && !vector_input {
+        true => Some(SpillWriter::new(keep.tmp_dir.as_deref()).with_context(|| {
+            format!(
+                "cannot create the verification features' spill file in {}; \
+                 give a writable folder with --tmp-dir",
+                keep.tmp_dir
+                    .clone()
+                    .unwrap_or_else(std::env::temp_dir)
+                    .display()
+            )
+        })?),
+        false => None,
+    };
+    let mut blank = 0u64;
     let mut vectors = (verify && vector_input).then(|| VectorStore::new(0));
     let normalize = hasher.config().normalize;
     let mut short = 0u64;
@@ -124,7 +127,11 @@ pub fn gather(
         keep_raw,
         quiet,
         |doc| {
-            let set = (verify && !vector_input).then(|| shingles_for(doc.text(), &normalize));
+            let set = (verify && !vector_input).then(|| {
+                let set = shingles_for(doc.text(), &normalize);
+                let digest = set_digest(&set);
+                (set, digest)
+            });
             let short = matches!(doc.body, Body::Text(_)) && is_short(doc.text());
             (doc.fingerprint(&hasher), short, set)
         },
@@ -139,9 +146,10 @@ pub fn gather(
                 if let (Some(r), Some(bytes)) = (raw.as_mut(), doc.raw) {
                     r.push(bytes);
                 }
-                if let (Some(all), Some(set)) = (sets.as_mut(), set) {
-                    all.hashes.extend_from_slice(&set);
-                    all.ends.push(all.hashes.len());
+                if let (Some(w), Some((set, digest))) = (spill.as_mut(), set) {
+                    blank += u64::from(set.is_empty());
+                    w.push(&set, digest)
+                        .context("cannot write the verification features' spill file")?;
                 }
             }
             Ok(())
@@ -161,8 +169,12 @@ pub fn gather(
         raw,
         file: None,
         bytes: stats.bytes,
-        sets,
+        spill: spill
+            .map(SpillWriter::finish)
+            .transpose()
+            .context("cannot write the verification features' spill file")?,
         short,
+        blank,
         vectors,
     })
 }

@@ -470,7 +470,7 @@ pub struct DocReader {
     /// Bytes read so far.
     pub bytes: u64,
     /// Called with the number of bytes consumed, for progress bars.
-    progress: Box<dyn Fn(u64) + Send>,
+    progress: Progress,
     /// `--ids`: the ids of `.npy` rows, read in step with them.
     ids: Option<IdsFile>,
 }
@@ -484,6 +484,8 @@ struct Open {
     done: bool,
     /// For `.npy`: the array's shape and type.
     npy: Option<crate::npy::Header>,
+    /// Read through a decompressor: progress counts the compressed bytes.
+    compressed: bool,
 }
 
 /// The `--ids` file: one id per line.
@@ -580,7 +582,7 @@ impl DocReader {
             sources: sources.into_iter(),
             current: None,
             bytes: 0,
-            progress: Box::new(|_| {}),
+            progress: Arc::new(|_| {}),
             ids,
         })
     }
@@ -606,8 +608,8 @@ impl DocReader {
     }
 
     /// Reports consumed bytes to `f`.
-    pub fn on_progress(&mut self, f: impl Fn(u64) + Send + 'static) {
-        self.progress = Box::new(f);
+    pub fn on_progress(&mut self, f: impl Fn(u64) + Send + Sync + 'static) {
+        self.progress = Arc::new(f);
     }
 
     /// The next batch of records, or None at the end of all inputs.
@@ -617,7 +619,7 @@ impl DocReader {
         while batch.len() < BATCH_RECORDS && bytes < BATCH_BYTES {
             if self.current.as_ref().is_none_or(|c| c.done) {
                 match self.sources.next() {
-                    Some(source) => self.current = Some(open(source)?),
+                    Some(source) => self.current = Some(open(source, &self.progress)?),
                     None => break,
                 }
             }
@@ -709,7 +711,20 @@ impl DocReader {
         } else {
             open.reader.read_until(b'\n', &mut bytes)
         }
-        .with_context(|| format!("cannot read {}", open.name))?;
+        .map_err(|e| {
+            if open.compressed {
+                anyhow!(
+                    "{}: the compressed data is damaged after line {} (uncompressed byte \
+                     offset {}): {e}; the file is corrupt or truncated: recompress or \
+                     re-download it",
+                    open.name,
+                    open.line,
+                    open.offset + bytes.len() as u64
+                )
+            } else {
+                anyhow!("cannot read {}: {e}", open.name)
+            }
+        })?;
         if n == 0 && open.format != Format::Text {
             open.done = true;
             return Ok(None);
@@ -717,7 +732,9 @@ impl DocReader {
         let offset = open.offset;
         open.offset += n as u64;
         self.bytes += n as u64;
-        (self.progress)(n as u64);
+        if !open.compressed {
+            (self.progress)(n as u64);
+        }
         if open.format != Format::Text {
             open.line += 1;
             if bytes.ends_with(b"\n") {
@@ -740,14 +757,87 @@ impl DocReader {
     }
 }
 
-fn open(source: Source) -> Result<Open> {
+/// How an input file is compressed, known from its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+impl Compression {
+    fn sniff(head: &[u8]) -> Compression {
+        if head.starts_with(&[0x1f, 0x8b]) {
+            Compression::Gzip
+        } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Compression::Zstd
+        } else {
+            Compression::None
+        }
+    }
+
+    /// The compression a file name announces (`.gz`, `.zst`).
+    fn of_name(path: &Path) -> Compression {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("gz" | "gzip") => Compression::Gzip,
+            Some("zst" | "zstd") => Compression::Zstd,
+            _ => Compression::None,
+        }
+    }
+}
+
+/// Counts the bytes read from a compressed file, for the progress bar (which
+/// measures the files' sizes on disk).
+struct Counted<R> {
+    inner: R,
+    progress: Progress,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        (self.progress)(n as u64);
+        Ok(n)
+    }
+}
+
+/// Called with the number of input bytes consumed.
+type Progress = Arc<dyn Fn(u64) + Send + Sync>;
+
+fn open(source: Source, progress: &Progress) -> Result<Open> {
     let name: Arc<str> = source.name().into();
-    let mut reader: Box<dyn BufRead + Send> = match &source.path {
-        None => Box::new(BufReader::with_capacity(1 << 16, io::stdin())),
-        Some(p) => Box::new(BufReader::with_capacity(
-            1 << 16,
-            File::open(p).with_context(|| format!("cannot open {}", p.display()))?,
-        )),
+    let raw: Box<dyn Read + Send> = match &source.path {
+        None => Box::new(io::stdin()),
+        Some(p) => Box::new(File::open(p).with_context(|| format!("cannot open {}", p.display()))?),
+    };
+    let mut peek = BufReader::with_capacity(1 << 16, raw);
+    let compression = Compression::sniff(
+        peek.fill_buf()
+            .with_context(|| format!("cannot read {name}"))?,
+    );
+    let mut reader: Box<dyn BufRead + Send> = match compression {
+        Compression::None => Box::new(peek),
+        Compression::Gzip => {
+            let counted = Counted {
+                inner: peek,
+                progress: Arc::clone(progress),
+            };
+            Box::new(BufReader::with_capacity(
+                1 << 16,
+                flate2::bufread::MultiGzDecoder::new(BufReader::new(counted)),
+            ))
+        }
+        Compression::Zstd => {
+            let counted = Counted {
+                inner: peek,
+                progress: Arc::clone(progress),
+            };
+            Box::new(BufReader::with_capacity(
+                1 << 16,
+                zstd::stream::read::Decoder::with_buffer(BufReader::new(counted))
+                    .with_context(|| format!("cannot read {name}: not a zstd stream"))?,
+            ))
+        }
     };
     let mut format = source.format;
     let mut npy = None;
@@ -773,6 +863,7 @@ fn open(source: Source) -> Result<Open> {
         offset: 0,
         done: false,
         npy,
+        compressed: compression != Compression::None,
     })
 }
 
@@ -780,6 +871,11 @@ fn resolve_format(format: Format, path: &Path) -> Format {
     if format != Format::Auto {
         return format;
     }
+    // `corpus.jsonl.gz` is read as `corpus.jsonl`.
+    let path = match Compression::of_name(path) {
+        Compression::None => path,
+        _ => Path::new(path.file_stem().unwrap_or_default()),
+    };
     match path.extension().and_then(|e| e.to_str()) {
         Some("jsonl" | "ndjson" | "json") => Format::Jsonl,
         Some("npy") => Format::Npy,

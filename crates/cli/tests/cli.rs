@@ -1317,3 +1317,142 @@ fn bad_vectors_are_refused_with_their_place() {
         stderr(&o)
     );
 }
+
+/// A corpus of lower-case words (so that its shingles are plain word
+/// trigrams): originals, edited copies, and blank records.
+fn planted_corpus() -> (String, Vec<Vec<String>>) {
+    let mut state = 7u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let vocab: Vec<String> = (0..400)
+        .map(|i| format!("w{}x{}", i, ["al", "be", "ko", "ru"][i % 4]))
+        .collect();
+    let mut docs: Vec<Vec<String>> = Vec::new();
+    for d in 0..60 {
+        if d % 3 == 2 {
+            // A copy of an earlier document with a few words replaced.
+            let mut copy = docs[(next() % docs.len() as u64) as usize].clone();
+            for _ in 0..(next() % 4) {
+                let at = (next() % copy.len() as u64) as usize;
+                copy[at] = vocab[(next() % 400) as usize].clone();
+            }
+            docs.push(copy);
+        } else {
+            let len = 40 + (next() % 60) as usize;
+            docs.push(
+                (0..len)
+                    .map(|_| vocab[(next() % 400) as usize].clone())
+                    .collect(),
+            );
+        }
+    }
+    let mut text = String::new();
+    for (i, d) in docs.iter().enumerate() {
+        text.push_str(&format!(
+            "{{\"id\":\"d{i}\",\"text\":\"{}\"}}\n",
+            d.join(" ")
+        ));
+    }
+    for (i, blank) in ["", "   ", "!!! ...", ""].iter().enumerate() {
+        text.push_str(&format!("{{\"id\":\"blank{i}\",\"text\":\"{blank}\"}}\n"));
+        docs.push(Vec::new());
+    }
+    (text, docs)
+}
+
+fn trigram_jaccard(a: &[String], b: &[String]) -> f64 {
+    let set = |d: &[String]| -> std::collections::BTreeSet<String> {
+        d.windows(3).map(|w| w.join(" ")).collect()
+    };
+    let (x, y) = (set(a), set(b));
+    x.intersection(&y).count() as f64 / x.union(&y).count() as f64
+}
+
+#[test]
+fn dedup_is_the_same_from_every_format_and_thread_count_and_verified_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (text, docs) = planted_corpus();
+    let plain = write(dir.path(), "c.jsonl", text.as_bytes());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(text.as_bytes()).unwrap();
+    let gz = write(dir.path(), "c.jsonl.gz", &gz.finish().unwrap());
+    let zst = write(
+        dir.path(),
+        "c.jsonl.zst",
+        &zstd::encode_all(text.as_bytes(), 3).unwrap(),
+    );
+    let mut results = Vec::new();
+    for (input, threads) in [(&plain, "1"), (&plain, "2"), (&gz, "2"), (&zst, "1")] {
+        let out = |n: &str| dir.path().join(format!("{n}-{threads}-{}", results.len()));
+        let (pairs, clusters, keep) = (out("pairs"), out("clusters"), out("keep"));
+        let o = run(&[
+            "dedup",
+            input.to_str().unwrap(),
+            "--threads",
+            threads,
+            "--pairs",
+            pairs.to_str().unwrap(),
+            "--clusters",
+            clusters.to_str().unwrap(),
+            "--keep",
+            keep.to_str().unwrap(),
+            "--tmp-dir",
+            dir.path().to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("4 documents have no words"),
+            "{}",
+            stderr(&o)
+        );
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        results.push((read(&pairs), read(&clusters), read(&keep)));
+    }
+    for r in &results[1..] {
+        assert_eq!(r, &results[0]);
+    }
+    let pairs = json_lines(&results[0].0);
+    assert!(pairs.len() >= 10, "planted copies are found: {pairs:?}");
+    let index = |v: &Value| -> usize {
+        let id = v.as_str().unwrap();
+        assert!(!id.starts_with("blank"), "a blank record was paired: {id}");
+        id[1..].parse().unwrap()
+    };
+    for p in &pairs {
+        let (a, b) = (index(&p["a"]), index(&p["b"]));
+        let exact = trigram_jaccard(&docs[a], &docs[b]);
+        let reported = p["jaccard"].as_f64().unwrap();
+        assert!(exact >= 0.8, "{p}: exact {exact}");
+        assert!((reported - exact).abs() < 1e-4, "{p}: exact {exact}");
+    }
+    // Blank records are kept, each once.
+    assert_eq!(results[0].2.matches("\"blank").count(), 4);
+}
+
+#[test]
+fn damaged_compressed_input_is_named_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (text, _) = planted_corpus();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(text.repeat(20).as_bytes()).unwrap();
+    let bytes = gz.finish().unwrap();
+    let cut = write(dir.path(), "cut.jsonl.gz", &bytes[..bytes.len() / 2]);
+    let pairs = dir.path().join("pairs.jsonl");
+    let o = run(&[
+        "dedup",
+        cut.to_str().unwrap(),
+        "--pairs",
+        pairs.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("cut.jsonl.gz") && e.contains("damaged") && e.contains("line"),
+        "{e}"
+    );
+    assert!(!pairs.exists(), "no output from a failed run");
+}

@@ -108,12 +108,17 @@ impl Dedup {
     /// Documents with the same fingerprint and the same set are identical for
     /// this purpose and stay collapsed, so a million copies of a page cost one
     /// comparison per neighbouring set, not half a trillion.
+    ///
+    /// A document without features (empty, or only spaces and punctuation) is
+    /// similar to nothing: it is never paired, not even with another such one.
     pub fn verify<'s>(self, threshold: f64, set: impl Fn(u32) -> &'s [u64] + Sync) -> Dedup {
-        use xxhash_rust::xxh3::xxh3_128;
         self.verify_by(
             threshold,
-            |doc| xxh3_128(bytemuck::cast_slice(set(doc))),
-            |a, b| crate::jaccard::jaccard(set(a), set(b)),
+            |doc| {
+                let s = set(doc);
+                (!s.is_empty()).then(|| crate::spill::set_digest(s))
+            },
+            |a, b| crate::jaccard::jaccard_at_least(set(a), set(b), threshold),
         )
     }
 
@@ -121,11 +126,13 @@ impl Dedup {
     /// `threshold`. `digest(doc)` must be equal for documents that score 1
     /// against each other and against everything alike (their content's hash):
     /// documents of one fingerprint and one digest stay collapsed and are scored
-    /// once. Called only for the documents [`Dedup::candidate_documents`] lists.
+    /// once. `None` marks a document with nothing to compare (an empty text):
+    /// it is paired with nothing, without a call to `score`. Called only for
+    /// the documents [`Dedup::candidate_documents`] lists.
     pub fn verify_by(
         self,
         threshold: f64,
-        digest: impl Fn(u32) -> u128,
+        digest: impl Fn(u32) -> Option<u128>,
         score: impl Fn(u32, u32) -> f64 + Sync,
     ) -> Dedup {
         use rayon::prelude::*;
@@ -134,19 +141,24 @@ impl Dedup {
         let mut node_of_doc = vec![0u32; self.documents()];
         let mut group_nodes: Vec<u32> = Vec::with_capacity(n_groups + 1);
         let mut next = 0u32;
-        let mut keyed: Vec<(u128, u32)> = Vec::new();
+        // Nodes of documents with nothing to compare, paired with nothing.
+        let mut void: Vec<u32> = Vec::new();
+        let mut keyed: Vec<(Option<u128>, u32)> = Vec::new();
         for g in 0..n_groups as u32 {
             group_nodes.push(next);
             let m = self.groups.members(g);
             keyed.clear();
             keyed.extend(
                 m.iter()
-                    .map(|&d| (if m.len() > 1 { digest(d) } else { 0 }, d)),
+                    .map(|&d| (if m.len() > 1 { digest(d) } else { Some(0) }, d)),
             );
             keyed.sort_unstable();
             for (i, &(h, d)) in keyed.iter().enumerate() {
-                if i > 0 && keyed[i - 1].0 != h {
+                if i > 0 && (h.is_none() || keyed[i - 1].0 != h) {
                     next += 1;
+                }
+                if h.is_none() {
+                    void.push(next);
                 }
                 node_of_doc[d as usize] = next;
             }
@@ -154,6 +166,10 @@ impl Dedup {
         }
         group_nodes.push(next);
         let n_nodes = next as usize;
+        let mut is_void = vec![false; n_nodes];
+        for &v in &void {
+            is_void[v as usize] = true;
+        }
         // Members of each node, in input order.
         let mut starts = vec![0u32; n_nodes + 1];
         for &node in &node_of_doc {
@@ -177,16 +193,17 @@ impl Dedup {
         // neighbouring fingerprints.
         let nodes = |g: u32| group_nodes[g as usize]..group_nodes[g as usize + 1];
         let mut candidates: Vec<(u32, u32, u32)> = Vec::new();
+        let live = |g: u32| nodes(g).filter(|&u| !is_void[u as usize]);
         for g in 0..n_groups as u32 {
-            for u in nodes(g) {
-                for v in u + 1..nodes(g).end {
+            for u in live(g) {
+                for v in live(g).filter(|&v| v > u) {
                     candidates.push((u, v, 0));
                 }
             }
         }
         for &(gu, gv, d) in &self.distinct_pairs {
-            for u in nodes(gu) {
-                for v in nodes(gv) {
+            for u in live(gu) {
+                for v in live(gv) {
                     candidates.push((u.min(v), u.max(v), d));
                 }
             }

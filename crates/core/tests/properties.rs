@@ -459,3 +459,34 @@ fn vectors_and_features_refuse_other_documents() {
     };
     assert!(SimHasher::new(bad).is_err());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The early-stopping, branch-free Jaccard equals a textbook set
+    /// computation whenever it reaches the threshold, and stays below the
+    /// threshold whenever the exact value does.
+    #[test]
+    fn jaccard_at_least_agrees_with_sets(
+        a in prop::collection::btree_set(0u64..400, 0..300),
+        b in prop::collection::btree_set(0u64..400, 0..300),
+        t in prop::sample::select(vec![0.1, 0.5, 0.8, 0.95, 1.0]),
+    ) {
+        use neardup_core::jaccard::{intersection, jaccard_at_least};
+        let inter = a.intersection(&b).count();
+        let union = a.union(&b).count();
+        let (va, vb): (Vec<u64>, Vec<u64>) = (a.iter().copied().collect(), b.iter().copied().collect());
+        prop_assert_eq!(intersection(&va, &vb), inter);
+        let got = jaccard_at_least(&va, &vb, t);
+        if va.is_empty() || vb.is_empty() {
+            prop_assert_eq!(got, 0.0);
+        } else {
+            let exact = inter as f64 / union as f64;
+            if exact >= t {
+                prop_assert_eq!(got, exact);
+            } else {
+                prop_assert!(got < t, "{} for an exact {}", got, exact);
+            }
+        }
+    }
+}

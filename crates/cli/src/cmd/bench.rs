@@ -32,6 +32,11 @@ pub enum Command {
     /// a plain matrix product in the same run, and `dedup` of a million
     /// 768-dimension vectors from a `.npy` file.
     Vectors(super::bench_vectors::VectorsArgs),
+    /// Verified and unverified `dedup` of a generated corpus of N GB (real
+    /// English and Chinese text, planted copies: exact, edited, truncated,
+    /// re-wrapped; heavy clusters) with 1 and 2 threads: MB/s per core, phase
+    /// times and peak memory.
+    Dedup(super::bench_dedup::DedupArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -64,6 +69,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
         Command::Index(args) => return super::bench_index::run(args),
         Command::Vectors(args) => return super::bench_vectors::run(args),
         Command::Serve(args) => return super::bench_serve::run(args),
+        Command::Dedup(args) => return super::bench_dedup::run(args),
     };
     let mut out = std::io::stdout().lock();
     let langs: &[&str] = match args.lang.as_str() {
@@ -298,7 +304,7 @@ fn jsonl_args(path: &Path) -> InputArgs {
     }
 }
 
-fn default_source(lang: &str) -> Result<PathBuf> {
+pub(super) fn default_source(lang: &str) -> Result<PathBuf> {
     if lang == "en" {
         let out = std::process::Command::new("rustc")
             .args(["--print", "sysroot"])
@@ -382,7 +388,7 @@ fn collect_docs(source: &Path, lang: &str, target: usize) -> Result<Vec<String>>
     Ok(docs)
 }
 
-fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+pub(super) fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     if path.is_file() {
         out.push(path.to_path_buf());
         return Ok(());

@@ -5,16 +5,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use neardup_core::dedup::{Dedup, Policy, clusters, default_k};
 use neardup_core::index::{Bits, plan_join};
 use neardup_core::jaccard::{SHORT_TEXT_WORDS, Verify};
+use neardup_core::spill::Spill;
 use neardup_core::vector::{cosine as cosine_similarity, k_for_recall, recall_at};
 use neardup_core::{FingerprintConfig, InputKind, Width};
 
 use crate::fpfile::Values;
-use crate::gather::{Gathered, Sets, SourceArgs, gather};
+use crate::gather::{Gathered, Keep, SourceArgs, gather};
 use crate::input::Body;
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
@@ -92,6 +93,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub drop: Option<PathBuf>,
 
+    /// Where verification spills each document's features (about 1.2 bytes
+    /// per byte of text, removed at exit); default: the system's temporary
+    /// folder ($TMPDIR, else /tmp).
+    #[arg(long, value_name = "DIR")]
+    pub tmp_dir: Option<PathBuf>,
+
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -163,13 +170,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if verify.is_some() && source.pipeline.config.is_none() && source.pipeline.profile.is_none() {
         source.pipeline.preset = Some(FingerprintConfig::candidates());
     }
-    let mut g = gather(
-        &source,
-        wants_records,
-        keep_raw,
-        verify.is_some(),
-        args.run.quiet,
-    )?;
+    let keep = Keep {
+        records: wants_records,
+        raw: keep_raw,
+        verify: verify.is_some(),
+        tmp_dir: args.tmp_dir.clone(),
+    };
+    let mut phases = Phases::default();
+    let mut g = gather(&source, &keep, args.run.quiet)?;
+    phases.mark("fingerprint");
     let bits = g.width.bits();
     let max = bits / 8;
     let mut k = args.k.unwrap_or(default_k(g.width, verify.is_some()));
@@ -199,14 +208,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ""
         }
     );
-    let check = verify.map(|v| (v.threshold, g.sets.as_ref().expect("sets gathered")));
+    let check = verify.map(|v| (v.threshold, g.spill.as_ref().expect("features gathered")));
     let (dedup, reps) = with_spinner(&message, args.run.quiet, || match g.width {
-        Width::W64 => join::<u64>(values, k, policy, check),
-        Width::W128 => join::<u128>(values, k, policy, check),
+        Width::W64 => join::<u64>(values, k, policy, check, &mut phases),
+        Width::W128 => join::<u128>(values, k, policy, check, &mut phases),
     })?;
-    let verify_bytes = g.sets.as_ref().map_or(0, Sets::bytes);
-    g.sets = None;
+    let spilled = g.spill.as_ref().map_or(0, Spill::disk_bytes);
+    g.spill = None;
     write_outputs(&args, &g, &dedup, &reps, verify.map(Check::Jaccard))?;
+    phases.mark("write");
+    if !args.run.quiet {
+        eprintln!("neardup: phases: {phases}");
+    }
     report(
         &args,
         &g,
@@ -215,12 +228,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
         started,
         match verify {
             Some(v) => format!(
-                "within k = {k} and verified by {v} (features {:.0} MB)",
-                verify_bytes as f64 / 1e6
+                "within k = {k} and verified by {v} (features spilled to disk: {:.0} MB)",
+                spilled as f64 / 1e6
             ),
             None => format!("within k = {k}, not verified"),
         },
     );
+    if !args.run.quiet && g.blank > 0 {
+        eprintln!(
+            "neardup: {} documents have no words (empty, or only spaces and punctuation): \
+             they are kept and paired with nothing",
+            g.blank
+        );
+    }
     if !args.run.quiet && g.short > 0 {
         let advice = if verify.is_some() {
             "their pairs are still confirmed by verification, but candidates may be missed: \
@@ -310,13 +330,13 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
         );
     }
     let keep_vectors = keep_all && check.is_some();
-    let mut g = gather(
-        &source,
-        wants_records,
-        keep_all && wants_records,
-        keep_vectors,
-        args.run.quiet,
-    )?;
+    let keep = Keep {
+        records: wants_records,
+        raw: keep_all && wants_records,
+        verify: keep_vectors,
+        tmp_dir: args.tmp_dir.clone(),
+    };
+    let mut g = gather(&source, &keep, args.run.quiet)?;
     let mut kept: Option<VectorStore> = None;
     if keep_vectors {
         // Standard input cannot be read twice: the first pass kept every vector.
@@ -367,7 +387,7 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
         };
         dedup = dedup.verify_by(
             c.threshold(),
-            |doc| store.digest(doc),
+            |doc| Some(store.digest(doc)),
             |a, b| cosine_similarity(store.get(a), store.get(b)),
         );
     }
@@ -474,16 +494,68 @@ fn join<B: Bits>(
     values: Values,
     k: u32,
     policy: Policy,
-    verify: Option<(f64, &Sets)>,
+    verify: Option<(f64, &Spill)>,
+    phases: &mut Phases,
 ) -> Result<(Dedup, Vec<u32>)> {
     let fps: Vec<B> = values.into_words();
     let design = plan_join(B::BITS, k, fps.len() as f64)?;
     let mut dedup = Dedup::from_vec(fps, k, &design)?;
-    if let Some((threshold, sets)) = verify {
-        dedup = dedup.verify(threshold, |doc| sets.get(doc));
+    phases.mark("join");
+    if let Some((threshold, spill)) = verify {
+        dedup = dedup.verify_by(
+            threshold,
+            |doc| spill.digest(doc),
+            |a, b| spill.jaccard(a, b, threshold),
+        );
+        spill
+            .check()
+            .context("cannot read the verification features' spill file back")?;
     }
     let reps = dedup.representatives(policy);
+    phases.mark(if verify.is_some() {
+        "verify"
+    } else {
+        "clusters"
+    });
     Ok((dedup, reps))
+}
+
+/// Wall time per phase of a run, for the summary.
+#[derive(Debug)]
+struct Phases {
+    last: Instant,
+    done: Vec<(&'static str, f64)>,
+}
+
+impl Default for Phases {
+    fn default() -> Self {
+        Phases {
+            last: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+}
+
+impl Phases {
+    /// Ends phase `name` now (a phase started at the previous mark).
+    fn mark(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.done
+            .push((name, now.duration_since(self.last).as_secs_f64()));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Phases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, secs)) in self.done.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{name} {secs:.2} s")?;
+        }
+        Ok(())
+    }
 }
 
 fn write_outputs(

@@ -16,7 +16,7 @@ use neardup_core::{FingerprintConfig, Width};
 use serde_json::json;
 
 use crate::fpfile::IdList;
-use crate::gather::{SourceArgs, gather};
+use crate::gather::{Keep, SourceArgs, gather};
 use crate::input::Id;
 use crate::output::Output;
 use crate::run::{RunArgs, init_threads, with_spinner};
@@ -285,7 +285,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
 fn build(a: BuildArgs) -> Result<ExitCode> {
     init_threads(a.run.threads)?;
     let started = Instant::now();
-    let g = gather(&a.source, false, false, false, a.run.quiet)?;
+    let g = gather(&a.source, &Keep::default(), a.run.quiet)?;
     let n = g.values.len();
     let bits = g.width.bits();
     if a.k > bits / 8 {
@@ -343,7 +343,7 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
         ),
         None => {}
     }
-    let g = gather(&a.source, false, false, false, a.run.quiet)?;
+    let g = gather(&a.source, &Keep::default(), a.run.quiet)?;
     if let (Some(mine), Some(theirs)) = (&opened.config, &g.config) {
         mine.check_compatible(theirs)
             .with_context(|| format!("cannot add to {}", a.index.display()))?;

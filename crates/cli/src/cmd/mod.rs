@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_dedup;
 pub mod bench_index;
 pub mod bench_serve;
 pub mod bench_vectors;

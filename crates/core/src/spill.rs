@@ -1,0 +1,253 @@
+//! Verification features on disk: each document's sorted shingle hashes,
+//! written once in input order and read back by document with positioned reads
+//! into small per-thread buffers, so that verifying a corpus holds 24 bytes per
+//! document in memory (an offset and a 128-bit digest), not its features.
+//!
+//! The file is an unnamed temporary file (removed by the system when the
+//! process ends, however it ends), read with `pread`: its pages live in the
+//! operating system's page cache, not in the process's resident memory, and a
+//! spill larger than the free memory costs disk reads, never an out-of-memory
+//! kill.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::jaccard::jaccard_at_least;
+
+/// The content digest of a feature set: equal sets, equal digests; documents of
+/// one fingerprint and one digest are verified once (see [`crate::Dedup::verify_by`]).
+pub fn set_digest(set: &[u64]) -> u128 {
+    xxh3_128(bytemuck::cast_slice(set))
+}
+
+/// Writes documents' feature sets, in document order, to a temporary file.
+#[derive(Debug)]
+pub struct SpillWriter {
+    out: BufWriter<File>,
+    ends: Vec<u64>,
+    digests: Vec<u128>,
+    written: u64,
+}
+
+impl SpillWriter {
+    /// A new spill in `dir` (the system's temporary folder when `None`).
+    pub fn new(dir: Option<&Path>) -> io::Result<SpillWriter> {
+        let file = match dir {
+            Some(d) => tempfile::tempfile_in(d),
+            None => tempfile::tempfile(),
+        }?;
+        Ok(SpillWriter {
+            out: BufWriter::with_capacity(1 << 20, file),
+            ends: Vec::new(),
+            digests: Vec::new(),
+            written: 0,
+        })
+    }
+
+    /// Appends the next document's set (sorted, distinct) with its digest
+    /// ([`set_digest`], computed by the caller, often on another thread).
+    pub fn push(&mut self, set: &[u64], digest: u128) -> io::Result<()> {
+        self.out.write_all(bytemuck::cast_slice(set))?;
+        self.written += set.len() as u64;
+        self.ends.push(self.written);
+        self.digests.push(digest);
+        Ok(())
+    }
+
+    /// Documents written so far.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether no document was written.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Flushes the file and opens it for reading.
+    pub fn finish(self) -> io::Result<Spill> {
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Ok(Spill {
+            file,
+            ends: self.ends,
+            digests: self.digests,
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            error: Mutex::new(None),
+        })
+    }
+}
+
+/// Documents' feature sets on disk, read back by document.
+#[derive(Debug)]
+pub struct Spill {
+    file: File,
+    ends: Vec<u64>,
+    digests: Vec<u128>,
+    /// Tells this spill's cached reads from another's on the same thread.
+    id: u64,
+    /// The first read error, kept for [`Spill::check`].
+    error: Mutex<Option<io::Error>>,
+}
+
+/// One thread's read buffers: the last document read on the first side (pairs
+/// come grouped by their first document, so it is read once per group).
+#[derive(Default)]
+struct Buffers {
+    first: Vec<u64>,
+    first_key: Option<(u64, u32)>,
+    second: Vec<u64>,
+}
+
+thread_local! {
+    static BUFFERS: RefCell<Buffers> = RefCell::default();
+}
+
+impl Spill {
+    /// Documents.
+    pub fn documents(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Features of document `doc`.
+    pub fn set_len(&self, doc: u32) -> usize {
+        let (s, e) = self.span(doc);
+        (e - s) as usize
+    }
+
+    fn span(&self, doc: u32) -> (u64, u64) {
+        let d = doc as usize;
+        (if d == 0 { 0 } else { self.ends[d - 1] }, self.ends[d])
+    }
+
+    /// Document `doc`'s digest, or `None` for a document without features
+    /// (empty, or only spaces and punctuation), which is similar to nothing.
+    pub fn digest(&self, doc: u32) -> Option<u128> {
+        (self.set_len(doc) > 0).then(|| self.digests[doc as usize])
+    }
+
+    /// Bytes held in memory per document (offset and digest).
+    pub const BYTES_PER_DOCUMENT: usize = 8 + 16;
+
+    /// Bytes of the file on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(0) * 8
+    }
+
+    /// Reads document `doc`'s set into `buf`.
+    pub fn read_into(&self, doc: u32, buf: &mut Vec<u64>) -> io::Result<()> {
+        let (s, e) = self.span(doc);
+        buf.clear();
+        buf.resize((e - s) as usize, 0);
+        self.file
+            .read_exact_at(bytemuck::cast_slice_mut(buf.as_mut_slice()), s * 8)
+    }
+
+    /// The exact Jaccard similarity of documents `a` and `b`'s sets, or an
+    /// upper bound on it below `threshold` when their sizes alone rule the pair
+    /// out (|A ∩ B| / |A ∪ B| <= min / max). A document without features
+    /// scores 0 against every other. A read error counts as 0 and is kept for
+    /// [`Spill::check`].
+    pub fn jaccard(&self, a: u32, b: u32, threshold: f64) -> f64 {
+        let (la, lb) = (self.set_len(a), self.set_len(b));
+        if la == 0 || lb == 0 {
+            return 0.0;
+        }
+        let bound = la.min(lb) as f64 / la.max(lb) as f64;
+        if bound < threshold {
+            return bound;
+        }
+        BUFFERS.with(|cell| {
+            let mut bufs = cell.borrow_mut();
+            let Buffers {
+                first,
+                first_key,
+                second,
+            } = &mut *bufs;
+            let read = (|| -> io::Result<()> {
+                if *first_key != Some((self.id, a)) {
+                    *first_key = None;
+                    self.read_into(a, first)?;
+                    *first_key = Some((self.id, a));
+                }
+                self.read_into(b, second)
+            })();
+            match read {
+                Ok(()) => jaccard_at_least(first, second, threshold),
+                Err(e) => {
+                    let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+                    slot.get_or_insert(e);
+                    0.0
+                }
+            }
+        })
+    }
+
+    /// The first read error since the spill was opened, if any: a verification
+    /// that met one is incomplete and must not be reported.
+    pub fn check(&self) -> io::Result<()> {
+        match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jaccard::{jaccard, shingles};
+
+    #[test]
+    fn reads_back_what_was_written_and_scores_exactly() {
+        let texts = [
+            "the quick brown fox jumps over the lazy dog",
+            "the quick brown fox jumps over the lazy cat",
+            "",
+            "a completely different sentence about spilling features to disk",
+            "the quick brown fox jumps over the lazy dog",
+        ];
+        let sets: Vec<Vec<u64>> = texts.iter().map(|t| shingles(t)).collect();
+        let mut w = SpillWriter::new(None).unwrap();
+        for s in &sets {
+            w.push(s, set_digest(s)).unwrap();
+        }
+        let spill = w.finish().unwrap();
+        assert_eq!(spill.documents(), texts.len());
+        let mut buf = Vec::new();
+        for (i, s) in sets.iter().enumerate() {
+            spill.read_into(i as u32, &mut buf).unwrap();
+            assert_eq!(&buf, s);
+        }
+        assert_eq!(spill.digest(0), spill.digest(4));
+        assert_ne!(spill.digest(0), spill.digest(1));
+        assert_eq!(spill.digest(2), None, "an empty document has no digest");
+        for a in 0..sets.len() {
+            for b in 0..sets.len() {
+                let exact = if sets[a].is_empty() || sets[b].is_empty() {
+                    0.0
+                } else {
+                    jaccard(&sets[a], &sets[b])
+                };
+                let got = spill.jaccard(a as u32, b as u32, 0.5);
+                if exact >= 0.5 {
+                    assert_eq!(got, exact, "pair {a} {b}");
+                } else {
+                    assert!(got < 0.5, "pair {a} {b}: {got}");
+                }
+            }
+        }
+        spill.check().unwrap();
+        assert_eq!(
+            spill.disk_bytes(),
+            8 * sets.iter().map(Vec::len).sum::<usize>() as u64
+        );
+    }
+}
