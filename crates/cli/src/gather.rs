@@ -13,6 +13,7 @@ use crate::cmd::dedup::VectorStore;
 use crate::fpfile::{self, IdList, Values};
 use crate::input::Body;
 use crate::input::InputArgs;
+use crate::keep_by::{KeepBy, SortKey};
 use crate::pipeline_args::{PipelineArgs, hasher_for};
 use crate::run::{for_each_batch, summary};
 
@@ -53,6 +54,9 @@ pub struct Gathered {
     pub blank: u64,
     /// Every document's vector, when asked for (`verify` with vectors).
     pub vectors: Option<VectorStore>,
+    /// The documents in the order `--keep-by` prefers them, unless it is
+    /// input order.
+    pub preference: Option<Vec<u32>>,
 }
 
 /// What the first pass keeps besides ids and fingerprints.
@@ -69,6 +73,8 @@ pub struct Keep {
     /// Where verification features are spilled (default: the system's
     /// temporary folder).
     pub tmp_dir: Option<PathBuf>,
+    /// Which copy survives: the keys it needs are gathered.
+    pub keep_by: KeepBy,
 }
 
 /// Reads the fingerprint file if one is given, else fingerprints the documents,
@@ -97,6 +103,7 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
             short: 0,
             blank: 0,
             vectors: None,
+            preference: None,
         });
     }
     let mut input = input.clone();
@@ -122,21 +129,31 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     let mut vectors = (verify && vector_input).then(|| VectorStore::new(0));
     let normalize = hasher.config().normalize;
     let mut short = 0u64;
+    let by_key = keep.keep_by != KeepBy::First;
+    let mut keys: Vec<SortKey> = Vec::new();
     let stats = for_each_batch(
         &input,
-        keep_raw,
+        keep_raw || keep.keep_by.field().is_some(),
         quiet,
         |doc| {
+            let key = by_key.then(|| {
+                keep.keep_by
+                    .key(doc.text(), doc.raw.as_deref())
+                    .map_err(|e| format!("{}: {e}", doc.place))
+            });
             let set = (verify && !vector_input).then(|| {
                 let set = shingles_for(doc.text(), &normalize);
                 let digest = set_digest(&set);
                 (set, digest)
             });
             let short = matches!(doc.body, Body::Text(_)) && is_short(doc.text());
-            (doc.fingerprint(&hasher), short, set)
+            (doc.fingerprint(&hasher), short, set, key)
         },
         |docs, fps| {
-            for (doc, (fp, is_short, set)) in docs.into_iter().zip(fps) {
+            for (doc, (fp, is_short, set, key)) in docs.into_iter().zip(fps) {
+                if let Some(key) = key {
+                    keys.push(key.map_err(anyhow::Error::msg)?);
+                }
                 if let (Some(store), Body::Vector(v)) = (vectors.as_mut(), &doc.body) {
                     store.insert(ids.len(), v);
                 }
@@ -176,5 +193,6 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
         short,
         blank,
         vectors,
+        preference: keep.keep_by.preference(&keys),
     })
 }

@@ -8,6 +8,7 @@ mod cmd;
 mod fpfile;
 mod gather;
 mod input;
+mod keep_by;
 mod npy;
 mod output;
 mod pipeline_args;

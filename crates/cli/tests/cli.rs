@@ -1456,3 +1456,83 @@ fn damaged_compressed_input_is_named_and_writes_nothing() {
     );
     assert!(!pairs.exists(), "no output from a failed run");
 }
+
+#[test]
+fn keep_by_picks_each_clusters_survivor() {
+    let dir = tempfile::tempdir().unwrap();
+    let (text, _) = planted_corpus();
+    // Every record gains a field "q" that is not in input order.
+    let mut records: Vec<Value> = json_lines(&text);
+    for (i, r) in records.iter_mut().enumerate() {
+        r["q"] = Value::from((i * 37) % 101);
+    }
+    let body: String = records.iter().map(|r| format!("{r}\n")).collect();
+    let input = write(dir.path(), "q.jsonl", body.as_bytes());
+    let by_id: std::collections::HashMap<String, &Value> = records
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap().to_owned(), r))
+        .collect();
+    for (rule, policy) in [
+        ("longest", "components"),
+        ("field:q:desc", "components"),
+        ("field:q", "incremental"),
+    ] {
+        let clusters = dir.path().join("clusters.jsonl");
+        let keep = dir.path().join("keep.jsonl");
+        let o = run(&[
+            "dedup",
+            input.to_str().unwrap(),
+            "--keep-by",
+            rule,
+            "--policy",
+            policy,
+            "--clusters",
+            clusters.to_str().unwrap(),
+            "--keep",
+            keep.to_str().unwrap(),
+            "-q",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let value = |id: &Value| -> i64 {
+            let r = by_id[id.as_str().unwrap()];
+            match rule {
+                "longest" => r["text"].as_str().unwrap().len() as i64,
+                "field:q:desc" => r["q"].as_i64().unwrap(),
+                _ => -r["q"].as_i64().unwrap(),
+            }
+        };
+        let kept = std::fs::read_to_string(&keep).unwrap();
+        let clusters = json_lines(&std::fs::read_to_string(&clusters).unwrap());
+        assert!(clusters.len() >= 5, "{rule}: {clusters:?}");
+        for c in &clusters {
+            let rep = &c["representative"];
+            assert!(
+                kept.contains(&format!("\"id\":{rep}")),
+                "{rule}: {rep} is kept"
+            );
+            let members = c["members"].as_array().unwrap();
+            if policy == "components" {
+                // The best member; ties to the first in input order.
+                let best = members
+                    .iter()
+                    .max_by_key(|m| {
+                        (
+                            value(m),
+                            std::cmp::Reverse(m.as_str().unwrap()[1..].parse::<u32>().unwrap()),
+                        )
+                    })
+                    .unwrap();
+                assert_eq!(rep, best, "{rule}: {c}");
+            } else {
+                // Incremental: nothing in the cluster is preferred to its representative.
+                assert!(
+                    members.iter().all(|m| value(m) <= value(rep)),
+                    "{rule}: {c}"
+                );
+            }
+        }
+    }
+    let o = run(&["dedup", input.to_str().unwrap(), "--keep-by", "oldest"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("field:NAME"), "{}", stderr(&o));
+}

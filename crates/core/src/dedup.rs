@@ -305,16 +305,46 @@ impl Dedup {
         Ok(())
     }
 
-    /// For each document, the document representing its cluster (itself if kept).
+    /// For each document, the document representing its cluster (itself if
+    /// kept); the first document in input order is preferred.
     pub fn representatives(&self, policy: Policy) -> Vec<u32> {
         match policy {
-            Policy::Components => self.components(),
-            Policy::Incremental => self.incremental(),
+            Policy::Components => self.components(None),
+            Policy::Incremental => self.incremental(None),
         }
     }
 
-    fn components(&self) -> Vec<u32> {
+    /// [`Dedup::representatives`] preferring documents in the order of
+    /// `preference` (every document once, the one to keep first): a component
+    /// keeps its most preferred member; the incremental policy considers the
+    /// documents in this order.
+    pub fn representatives_by(&self, policy: Policy, preference: &[u32]) -> Vec<u32> {
+        assert_eq!(preference.len(), self.documents(), "one place per document");
+        let mut rank = vec![0u32; preference.len()];
+        for (r, &doc) in preference.iter().enumerate() {
+            rank[doc as usize] = r as u32;
+        }
+        match policy {
+            Policy::Components => self.components(Some(&rank)),
+            Policy::Incremental => self.incremental(Some((&rank, preference))),
+        }
+    }
+
+    fn components(&self, rank: Option<&[u32]>) -> Vec<u32> {
         let n = self.groups.len();
+        let r = |doc: u32| rank.map_or(doc, |r| r[doc as usize]);
+        // Each group's preferred member (its first, in input order, by default).
+        let best = |g: u32| -> u32 {
+            match rank {
+                None => self.groups.first(g),
+                Some(_) => *self
+                    .groups
+                    .members(g)
+                    .iter()
+                    .min_by_key(|&&d| r(d))
+                    .expect("groups are not empty"),
+            }
+        };
         let mut parent: Vec<u32> = (0..n as u32).collect();
         fn find(parent: &mut [u32], mut x: u32) -> u32 {
             while parent[x as usize] != x {
@@ -324,11 +354,11 @@ impl Dedup {
             }
             x
         }
+        // The root of each set is its group with the preferred member.
         for &(u, v, _) in &self.distinct_pairs {
             let (a, b) = (find(&mut parent, u), find(&mut parent, v));
             if a != b {
-                // The root is the group whose first document comes first.
-                let (keep, join) = if self.groups.first(a) < self.groups.first(b) {
+                let (keep, join) = if r(best(a)) < r(best(b)) {
                     (a, b)
                 } else {
                     (b, a)
@@ -342,15 +372,16 @@ impl Dedup {
         rep.resize(self.documents(), 0u32);
         for g in 0..n as u32 {
             let root = find(&mut parent, g);
-            let first = self.groups.first(root);
+            let kept = best(root);
             for &doc in self.groups.members(g) {
-                rep[doc as usize] = first;
+                rep[doc as usize] = kept;
             }
         }
         rep
     }
 
-    fn incremental(&self) -> Vec<u32> {
+    /// `order`: each document's rank and the documents by rank.
+    fn incremental(&self, order: Option<(&[u32], &[u32])>) -> Vec<u32> {
         let n = self.groups.len();
         // Adjacency of distinct fingerprints (compressed rows).
         let mut degree = vec![0u32; n + 1];
@@ -369,10 +400,13 @@ impl Dedup {
             adj[fill[v as usize] as usize] = u;
             fill[v as usize] += 1;
         }
-        // The first kept document of each distinct fingerprint, if any.
+        // The rank of the first kept document of each distinct fingerprint, if any.
         let mut kept: Vec<u32> = vec![u32::MAX; n];
         let mut rep = vec![0u32; self.documents()];
-        for (doc, &g) in self.groups.group_of.iter().enumerate() {
+        let docs = self.documents() as u32;
+        for r in 0..docs {
+            let doc = order.map_or(r, |(_, by_rank)| by_rank[r as usize]);
+            let g = self.groups.group_of[doc as usize];
             let neighbours = &adj[degree[g as usize] as usize..degree[g as usize + 1] as usize];
             let best = std::iter::once(g)
                 .chain(neighbours.iter().copied())
@@ -380,10 +414,10 @@ impl Dedup {
                 .min()
                 .unwrap_or(u32::MAX);
             if best == u32::MAX {
-                kept[g as usize] = doc as u32;
-                rep[doc] = doc as u32;
+                kept[g as usize] = r;
+                rep[doc as usize] = doc;
             } else {
-                rep[doc] = best;
+                rep[doc as usize] = order.map_or(best, |(_, by_rank)| by_rank[best as usize]);
             }
         }
         rep

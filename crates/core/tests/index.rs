@@ -258,6 +258,65 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// Keeping by preference (--keep-by): a component keeps its most preferred
+    /// member; the incremental policy, in preference order, keeps a document
+    /// unless one already kept is within k, and then points to the most
+    /// preferred such one. Checked against brute force over every pair.
+    #[test]
+    fn representatives_by_preference_match_brute_force(
+        raw in prop::collection::vec(0u64..8, 0..50),
+        k in 0u32..3,
+        seed in any::<u64>(),
+    ) {
+        let fps: Vec<u64> = raw.iter().map(|v| v * 0x5).collect();
+        let n = fps.len();
+        // A preference order: a seeded shuffle of the documents.
+        let mut preference: Vec<u32> = (0..n as u32).collect();
+        let mut state = seed | 1;
+        for i in (1..n).rev() {
+            state ^= state << 13; state ^= state >> 7; state ^= state << 17;
+            preference.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        let mut rank = vec![0usize; n];
+        for (r, &d) in preference.iter().enumerate() { rank[d as usize] = r; }
+        let near = |a: usize, b: usize| fps[a].distance(fps[b]) <= k;
+        let dd = Dedup::new(&fps, k, &design(64, k, 0)).unwrap();
+        // Components: the most preferred member of each connected component.
+        let mut comp: Vec<usize> = (0..n).collect();
+        fn root(c: &mut [usize], mut x: usize) -> usize { while c[x] != x { x = c[x]; } x }
+        for (a, b, _) in brute_pairs(&fps, k) {
+            let (ra, rb) = (root(&mut comp, a as usize), root(&mut comp, b as usize));
+            if ra != rb { comp[ra.max(rb)] = ra.min(rb); }
+        }
+        let mut best: Vec<Option<usize>> = vec![None; n];
+        for d in 0..n {
+            let r = root(&mut comp, d);
+            if best[r].is_none_or(|b| rank[d] < rank[b]) { best[r] = Some(d); }
+        }
+        let expected: Vec<u32> = (0..n).map(|d| best[root(&mut comp, d)].unwrap() as u32).collect();
+        prop_assert_eq!(dd.representatives_by(Policy::Components, &preference), expected);
+        // Incremental, in preference order.
+        let mut kept: Vec<usize> = Vec::new();
+        let mut expected = vec![0u32; n];
+        for &d in &preference {
+            let d = d as usize;
+            match kept.iter().filter(|&&x| near(x, d)).min_by_key(|&&x| rank[x]) {
+                Some(&x) => expected[d] = x as u32,
+                None => { kept.push(d); expected[d] = d as u32; }
+            }
+        }
+        prop_assert_eq!(dd.representatives_by(Policy::Incremental, &preference), expected);
+        // The identity preference is the default.
+        let identity: Vec<u32> = (0..n as u32).collect();
+        for policy in [Policy::Components, Policy::Incremental] {
+            prop_assert_eq!(dd.representatives_by(policy, &identity), dd.representatives(policy));
+        }
+    }
+}
+
 #[test]
 fn a_million_identical_fingerprints_are_one_cluster_quickly() {
     // The big bucket: linear in the output (the clusters), not quadratic.

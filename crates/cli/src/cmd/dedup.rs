@@ -17,6 +17,7 @@ use neardup_core::{FingerprintConfig, InputKind, Width};
 use crate::fpfile::Values;
 use crate::gather::{Gathered, Keep, SourceArgs, gather};
 use crate::input::Body;
+use crate::keep_by::KeepBy;
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
 
@@ -76,6 +77,13 @@ pub struct Args {
     /// How pairs become kept and dropped documents.
     #[arg(long, value_enum, default_value_t = PolicyArg::Components)]
     pub policy: PolicyArg,
+
+    /// Which document of a cluster survives: first (in input order), longest
+    /// (text in bytes), or field:NAME[:asc|desc], the smallest (asc, the
+    /// default) or largest value of a JSON field (numbers before strings,
+    /// records without it last). Ties go to the first in input order.
+    #[arg(long, value_name = "RULE", default_value = "first")]
+    pub keep_by: KeepBy,
 
     /// Write every pair within k: `{"a": id, "b": id, "distance": d}` per line.
     #[arg(long, value_name = "FILE")]
@@ -175,7 +183,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         raw: keep_raw,
         verify: verify.is_some(),
         tmp_dir: args.tmp_dir.clone(),
+        keep_by: args.keep_by.clone(),
     };
+    if args.keep_by != KeepBy::First && args.source.fingerprints.is_some() {
+        bail!(
+            "--keep-by {} reads the documents, and --fingerprints has none: give the \
+             documents instead",
+            args.keep_by
+        );
+    }
     let mut phases = Phases::default();
     let mut g = gather(&source, &keep, args.run.quiet)?;
     phases.mark("fingerprint");
@@ -210,8 +226,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
     );
     let check = verify.map(|v| (v.threshold, g.spill.as_ref().expect("features gathered")));
     let (dedup, reps) = with_spinner(&message, args.run.quiet, || match g.width {
-        Width::W64 => join::<u64>(values, k, policy, check, &mut phases),
-        Width::W128 => join::<u128>(values, k, policy, check, &mut phases),
+        Width::W64 => join::<u64>(
+            values,
+            k,
+            policy,
+            check,
+            g.preference.as_deref(),
+            &mut phases,
+        ),
+        Width::W128 => join::<u128>(
+            values,
+            k,
+            policy,
+            check,
+            g.preference.as_deref(),
+            &mut phases,
+        ),
     })?;
     let spilled = g.spill.as_ref().map_or(0, Spill::disk_bytes);
     g.spill = None;
@@ -335,7 +365,14 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
         raw: keep_all && wants_records,
         verify: keep_vectors,
         tmp_dir: args.tmp_dir.clone(),
+        keep_by: args.keep_by.clone(),
     };
+    if args.keep_by == KeepBy::Longest {
+        bail!(
+            "--keep-by longest compares texts' lengths; use first or field:NAME for {}",
+            kind.plural()
+        );
+    }
     let mut g = gather(&source, &keep, args.run.quiet)?;
     let mut kept: Option<VectorStore> = None;
     if keep_vectors {
@@ -391,7 +428,10 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
             |a, b| cosine_similarity(store.get(a), store.get(b)),
         );
     }
-    let reps = dedup.representatives(policy);
+    let reps = match &g.preference {
+        Some(p) => dedup.representatives_by(policy, p),
+        None => dedup.representatives(policy),
+    };
     write_outputs(&args, &g, &dedup, &reps, check)?;
     let rule = match check {
         Some(_) => format!(
@@ -495,6 +535,7 @@ fn join<B: Bits>(
     k: u32,
     policy: Policy,
     verify: Option<(f64, &Spill)>,
+    preference: Option<&[u32]>,
     phases: &mut Phases,
 ) -> Result<(Dedup, Vec<u32>)> {
     let fps: Vec<B> = values.into_words();
@@ -511,7 +552,10 @@ fn join<B: Bits>(
             .check()
             .context("cannot read the verification features' spill file back")?;
     }
-    let reps = dedup.representatives(policy);
+    let reps = match preference {
+        Some(p) => dedup.representatives_by(policy, p),
+        None => dedup.representatives(policy),
+    };
     phases.mark(if verify.is_some() {
         "verify"
     } else {
