@@ -84,7 +84,7 @@ impl Values {
 
     /// Appends `other`. Widths are checked by the caller; an empty list takes
     /// `other`'s width.
-    fn append(&mut self, other: Values) {
+    pub fn append(&mut self, other: Values) {
         match (&mut *self, other) {
             (Values::W64(a), Values::W64(b)) => a.extend(b),
             (Values::W128(a), Values::W128(b)) => a.extend(b),
@@ -146,7 +146,8 @@ impl IdList {
         }
     }
 
-    fn append(&mut self, other: IdList) {
+    /// Appends `other`'s ids.
+    pub fn append(&mut self, other: IdList) {
         match (&mut *self, other) {
             (IdList::Ints(a), IdList::Ints(b)) => a.extend(b),
             (IdList::Any(a), IdList::Any(b)) => a.extend(b),

@@ -1536,3 +1536,77 @@ fn keep_by_picks_each_clusters_survivor() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("field:NAME"), "{}", stderr(&o));
 }
+
+#[test]
+fn against_drops_only_new_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let (text, _) = planted_corpus();
+    let lines: Vec<&str> = text.lines().collect();
+    // Old: the first half. New: the second half, and renamed copies of five
+    // old records (exact copies of what is already clean).
+    let old_lines = &lines[..lines.len() / 2];
+    let mut new_body: String = lines[lines.len() / 2..]
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for l in old_lines.iter().filter(|l| l.contains("\"d")).take(5) {
+        new_body.push_str(&l.replacen("\"id\":\"d", "\"id\":\"copy-of-d", 1));
+        new_body.push('\n');
+    }
+    let old_body: String = old_lines.iter().map(|l| format!("{l}\n")).collect();
+    let old = write(dir.path(), "old.jsonl", old_body.as_bytes());
+    let new = write(dir.path(), "new.jsonl", new_body.as_bytes());
+    let p = |n: &str| dir.path().join(n);
+    let o = run(&[
+        "dedup",
+        new.to_str().unwrap(),
+        "--against",
+        old.to_str().unwrap(),
+        "--pairs",
+        p("pairs").to_str().unwrap(),
+        "--keep",
+        p("keep").to_str().unwrap(),
+        "--drop",
+        p("drop").to_str().unwrap(),
+        "--keep-by",
+        "longest",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ids = |f: &str| -> Vec<String> {
+        json_lines(&std::fs::read_to_string(p(f)).unwrap())
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (kept, dropped) = (ids("keep"), ids("drop"));
+    let new_ids: Vec<String> = json_lines(&new_body)
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    // Keep and drop partition the new records; no old record appears.
+    let mut both: Vec<String> = kept.iter().chain(&dropped).cloned().collect();
+    both.sort();
+    let mut expected = new_ids.clone();
+    expected.sort();
+    assert_eq!(both, expected);
+    // The copies of old records are dropped, whatever --keep-by says.
+    for i in dropped.iter().filter(|i| i.starts_with("copy-of")) {
+        assert!(dropped.contains(i));
+    }
+    assert_eq!(
+        dropped.iter().filter(|i| i.starts_with("copy-of")).count(),
+        5
+    );
+    // Every pair involves a new document.
+    let old_ids: Vec<String> = json_lines(&old_body)
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    let pairs = json_lines(&std::fs::read_to_string(p("pairs")).unwrap());
+    assert!(!pairs.is_empty());
+    for pair in &pairs {
+        let (a, b) = (pair["a"].as_str().unwrap(), pair["b"].as_str().unwrap());
+        let is_old = |x: &str| old_ids.iter().any(|o| o == x);
+        assert!(!(is_old(a) && is_old(b)), "{pair}");
+    }
+}

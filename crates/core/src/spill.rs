@@ -156,7 +156,12 @@ impl Spill {
     /// scores 0 against every other. A read error counts as 0 and is kept for
     /// [`Spill::check`].
     pub fn jaccard(&self, a: u32, b: u32, threshold: f64) -> f64 {
-        let (la, lb) = (self.set_len(a), self.set_len(b));
+        self.jaccard_with(a, self, b, threshold)
+    }
+
+    /// [`Spill::jaccard`] of this spill's document `a` and `other`'s `b`.
+    pub fn jaccard_with(&self, a: u32, other: &Spill, b: u32, threshold: f64) -> f64 {
+        let (la, lb) = (self.set_len(a), other.set_len(b));
         if la == 0 || lb == 0 {
             return 0.0;
         }
@@ -177,11 +182,12 @@ impl Spill {
                     self.read_into(a, first)?;
                     *first_key = Some((self.id, a));
                 }
-                self.read_into(b, second)
+                other.read_into(b, second)
             })();
             match read {
                 Ok(()) => jaccard_at_least(first, second, threshold),
                 Err(e) => {
+                    // Kept where `check` looks: on the spill that `jaccard` was called on.
                     let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
                     slot.get_or_insert(e);
                     0.0

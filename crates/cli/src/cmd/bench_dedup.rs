@@ -246,6 +246,9 @@ fn paragraphs(source: &Path, zh: bool) -> Result<Vec<String>> {
     super::bench::collect_files(source, &mut files)?;
     files.sort();
     let mut out = Vec::new();
+    // Each paragraph once: documentation repeats itself (a book's pages and its
+    // print-all page), and repeats would plant near-duplicates by accident.
+    let mut seen = std::collections::HashSet::new();
     let mut stripped = String::new();
     for f in files {
         let Ok(raw) = std::fs::read_to_string(&f) else {
@@ -264,7 +267,7 @@ fn paragraphs(source: &Path, zh: bool) -> Result<Vec<String>> {
             } else {
                 p.split_whitespace().count() > 8
             };
-            if useful && p.len() < 16 << 10 {
+            if useful && p.len() < 16 << 10 && seen.insert(hash_of(p)) {
                 out.push(p.to_owned());
             }
         }
@@ -276,6 +279,13 @@ fn paragraphs(source: &Path, zh: bool) -> Result<Vec<String>> {
         bail!("no usable text under {}", source.display());
     }
     Ok(out)
+}
+
+fn hash_of(s: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
 }
 
 /// Writes a corpus of about `args.gb` GB: new documents built from random
@@ -314,7 +324,7 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
     while stats.bytes < target {
         let r = rng.unit();
         let text = if r < 0.3 && !recent.is_empty() {
-            let base = if rng.unit() < 0.15 && !hot.is_empty() {
+            let base = if rng.unit() < 0.05 && !hot.is_empty() {
                 &hot[(rng.next() % hot.len() as u64) as usize]
             } else {
                 &recent[(rng.next() % recent.len() as u64) as usize]

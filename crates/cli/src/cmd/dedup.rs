@@ -14,7 +14,7 @@ use neardup_core::spill::Spill;
 use neardup_core::vector::{cosine as cosine_similarity, k_for_recall, recall_at};
 use neardup_core::{FingerprintConfig, InputKind, Width};
 
-use crate::fpfile::Values;
+use crate::fpfile::{IdList, Values};
 use crate::gather::{Gathered, Keep, SourceArgs, gather};
 use crate::input::Body;
 use crate::keep_by::KeepBy;
@@ -77,6 +77,13 @@ pub struct Args {
     /// How pairs become kept and dropped documents.
     #[arg(long, value_enum, default_value_t = PolicyArg::Components)]
     pub policy: PolicyArg,
+
+    /// Deduplicate INPUT against these documents (a corpus already cleaned:
+    /// files or folders, read with the same flags): pairs within INPUT and
+    /// between INPUT and OLD are reported, and only INPUT's documents are
+    /// ever dropped (OLD's are preferred to every new one).
+    #[arg(long, value_name = "OLD", num_args = 1.., conflicts_with = "fingerprints")]
+    pub against: Vec<PathBuf>,
 
     /// Which document of a cluster survives: first (in input order), longest
     /// (text in bytes), or field:NAME[:asc|desc], the smallest (asc, the
@@ -193,7 +200,45 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     let mut phases = Phases::default();
+    // With --against: the old documents first, then the new ones.
+    let old = match args.against.is_empty() {
+        true => None,
+        false => {
+            let mut old_source = source.clone();
+            old_source.input.inputs = args.against.clone();
+            let old_keep = Keep {
+                verify: keep.verify,
+                tmp_dir: keep.tmp_dir.clone(),
+                ..Keep::default()
+            };
+            Some(gather(&old_source, &old_keep, args.run.quiet)?)
+        }
+    };
     let mut g = gather(&source, &keep, args.run.quiet)?;
+    let first = old.as_ref().map_or(0, |o| o.values.len());
+    let mut old_spill = None;
+    if let Some(mut o) = old {
+        if o.width != g.width {
+            bail!("the old documents' fingerprints and the new ones' differ in width");
+        }
+        let new_values = std::mem::take(&mut g.values);
+        o.values.append(new_values);
+        g.values = std::mem::take(&mut o.values);
+        let new_ids = std::mem::replace(&mut g.ids, IdList::Ints(Vec::new()));
+        o.ids.append(new_ids);
+        g.ids = std::mem::replace(&mut o.ids, IdList::Ints(Vec::new()));
+        let n_new = (g.values.len() - first) as u32;
+        let mut preference: Vec<u32> = (0..first as u32).collect();
+        match &g.preference {
+            Some(p) => preference.extend(p.iter().map(|&d| d + first as u32)),
+            None => preference.extend(first as u32..first as u32 + n_new),
+        }
+        g.preference = Some(preference);
+        g.blank += o.blank;
+        g.short += o.short;
+        g.bytes += o.bytes;
+        old_spill = o.spill;
+    }
     phases.mark("fingerprint");
     let bits = g.width.bits();
     let max = bits / 8;
@@ -224,7 +269,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ""
         }
     );
-    let check = verify.map(|v| (v.threshold, g.spill.as_ref().expect("features gathered")));
+    let check = verify.map(|v| {
+        (
+            v.threshold,
+            Features {
+                old: old_spill.as_ref(),
+                new: g.spill.as_ref().expect("features gathered"),
+                first: first as u32,
+            },
+        )
+    });
     let (dedup, reps) = with_spinner(&message, args.run.quiet, || match g.width {
         Width::W64 => join::<u64>(
             values,
@@ -243,9 +297,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
             &mut phases,
         ),
     })?;
-    let spilled = g.spill.as_ref().map_or(0, Spill::disk_bytes);
+    let spilled = g.spill.as_ref().map_or(0, Spill::disk_bytes)
+        + old_spill.as_ref().map_or(0, Spill::disk_bytes);
     g.spill = None;
-    write_outputs(&args, &g, &dedup, &reps, verify.map(Check::Jaccard))?;
+    drop(old_spill);
+    write_outputs(&args, &g, &dedup, &reps, verify.map(Check::Jaccard), first)?;
     phases.mark("write");
     if !args.run.quiet {
         eprintln!("neardup: phases: {phases}");
@@ -254,7 +310,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         &args,
         &g,
         &dedup,
-        &reps,
+        (&reps, first),
         started,
         match verify {
             Some(v) => format!(
@@ -290,15 +346,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
 }
 
 /// The summary line: documents, pairs by `rule`, clusters, time, memory.
-fn report(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32], started: Instant, rule: String) {
+/// `reps` and the first new document (documents before it are --against's).
+fn report(
+    args: &Args,
+    g: &Gathered,
+    dedup: &Dedup,
+    (reps, first): (&[u32], usize),
+    started: Instant,
+    rule: String,
+) {
     let removed = reps
         .iter()
         .enumerate()
+        .skip(first)
         .filter(|&(i, &r)| r as usize != i)
         .count();
+    // Clusters that remove a (new) document.
     let cluster_count = {
         let mut has = vec![false; reps.len()];
-        for (i, &r) in reps.iter().enumerate() {
+        for (i, &r) in reps.iter().enumerate().skip(first) {
             if r as usize != i {
                 has[r as usize] = true;
             }
@@ -309,6 +375,12 @@ fn report(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32], started: Insta
         return;
     }
     let secs = started.elapsed().as_secs_f64();
+    if first > 0 {
+        eprintln!(
+            "neardup: {} new documents against {first} old ones (old ones are never removed)",
+            dedup.documents() - first
+        );
+    }
     eprintln!(
         "neardup: {} documents ({} distinct), {} pairs {rule}, {} clusters, {} removed, {} kept; {:.2} s ({:.0} docs/s, {:.1} MB/s){}",
         dedup.documents(),
@@ -316,7 +388,7 @@ fn report(args: &Args, g: &Gathered, dedup: &Dedup, reps: &[u32], started: Insta
         dedup.pair_count(),
         cluster_count,
         removed,
-        dedup.documents() - removed,
+        dedup.documents() - first - removed,
         secs,
         dedup.documents() as f64 / secs.max(1e-9),
         g.bytes as f64 / 1e6 / secs.max(1e-9),
@@ -432,14 +504,14 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
         Some(p) => dedup.representatives_by(policy, p),
         None => dedup.representatives(policy),
     };
-    write_outputs(&args, &g, &dedup, &reps, check)?;
+    write_outputs(&args, &g, &dedup, &reps, check, 0)?;
     let rule = match check {
         Some(_) => format!(
             "within k = {k} and of cosine similarity at least {cosine} ({verified} vectors read to verify)"
         ),
         None => format!("within k = {k}, not verified"),
     };
-    report(&args, &g, &dedup, &reps, started, rule);
+    report(&args, &g, &dedup, (&reps, 0), started, rule);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -534,7 +606,7 @@ fn join<B: Bits>(
     values: Values,
     k: u32,
     policy: Policy,
-    verify: Option<(f64, &Spill)>,
+    verify: Option<(f64, Features)>,
     preference: Option<&[u32]>,
     phases: &mut Phases,
 ) -> Result<(Dedup, Vec<u32>)> {
@@ -542,15 +614,13 @@ fn join<B: Bits>(
     let design = plan_join(B::BITS, k, fps.len() as f64)?;
     let mut dedup = Dedup::from_vec(fps, k, &design)?;
     phases.mark("join");
-    if let Some((threshold, spill)) = verify {
+    if let Some((threshold, features)) = &verify {
         dedup = dedup.verify_by(
-            threshold,
-            |doc| spill.digest(doc),
-            |a, b| spill.jaccard(a, b, threshold),
+            *threshold,
+            |doc| features.digest(doc),
+            |a, b| features.jaccard(a, b, *threshold),
         );
-        spill
-            .check()
-            .context("cannot read the verification features' spill file back")?;
+        features.check()?;
     }
     let reps = match preference {
         Some(p) => dedup.representatives_by(policy, p),
@@ -562,6 +632,43 @@ fn join<B: Bits>(
         "clusters"
     });
     Ok((dedup, reps))
+}
+
+/// The verification features of a run: the new documents' spill, after the
+/// old ones' (--against), numbered on from them.
+#[derive(Debug, Clone, Copy)]
+struct Features<'a> {
+    old: Option<&'a Spill>,
+    new: &'a Spill,
+    first: u32,
+}
+
+impl Features<'_> {
+    fn place(&self, doc: u32) -> (&Spill, u32) {
+        match self.old {
+            Some(old) if doc < self.first => (old, doc),
+            _ => (self.new, doc - self.first),
+        }
+    }
+
+    fn digest(&self, doc: u32) -> Option<u128> {
+        let (spill, d) = self.place(doc);
+        spill.digest(d)
+    }
+
+    fn jaccard(&self, a: u32, b: u32, threshold: f64) -> f64 {
+        let ((sa, da), (sb, db)) = (self.place(a), self.place(b));
+        sa.jaccard_with(da, sb, db, threshold)
+    }
+
+    fn check(&self) -> Result<()> {
+        for spill in self.old.into_iter().chain([self.new]) {
+            spill
+                .check()
+                .context("cannot read the verification features' spill file back")?;
+        }
+        Ok(())
+    }
 }
 
 /// Wall time per phase of a run, for the summary.
@@ -608,12 +715,16 @@ fn write_outputs(
     dedup: &Dedup,
     reps: &[u32],
     check: Option<Check>,
+    first: usize,
 ) -> Result<()> {
     let field = check.map_or("jaccard", Check::field);
     let mut line = Vec::with_capacity(256);
     if let Some(path) = &args.pairs {
         let mut out = Output::create(Some(path))?;
         dedup.for_each_scored_pair(|a, b, d, j| {
+            if (b as usize) < first {
+                return Ok(()); // two old documents
+            }
             line.clear();
             line.extend_from_slice(b"{\"a\":");
             g.ids.write_json(a as usize, &mut line);
@@ -631,6 +742,9 @@ fn write_outputs(
     if let Some(path) = &args.clusters {
         let mut out = Output::create(Some(path))?;
         for (rep, members) in clusters(reps) {
+            if members.last().is_some_and(|&m| (m as usize) < first) {
+                continue; // old documents only
+            }
             line.clear();
             line.extend_from_slice(b"{\"representative\":");
             g.ids.write_json(rep as usize, &mut line);
@@ -659,7 +773,9 @@ fn write_outputs(
         .as_deref()
         .map(|p| Output::create(Some(p)))
         .transpose()?;
+    // `doc` counts the new documents, which follow the old ones.
     let mut emit = |doc: usize, bytes: &[u8]| -> Result<()> {
+        let doc = first + doc;
         let kept = reps[doc] as usize == doc;
         let target = if kept { keep.as_mut() } else { drop.as_mut() };
         if let Some(out) = target {
@@ -698,10 +814,10 @@ fn write_outputs(
                 Ok(())
             },
         )?;
-        if doc != reps.len() {
+        if doc != reps.len() - first {
             bail!(
                 "the input changed while it was being deduplicated ({} records, then {doc})",
-                reps.len()
+                reps.len() - first
             );
         }
     }
