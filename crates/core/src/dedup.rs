@@ -135,6 +135,33 @@ impl Dedup {
         digest: impl Fn(u32) -> Option<u128>,
         score: impl Fn(u32, u32) -> f64 + Sync,
     ) -> Dedup {
+        self.verify_with(threshold, digest, score, false)
+    }
+
+    /// [`Dedup::verify_by`] for when only the connected components are wanted
+    /// ([`Policy::Components`], clusters, kept documents): a candidate pair
+    /// whose documents are already connected by verified pairs is not scored.
+    /// The components, hence [`Dedup::representatives`] with
+    /// [`Policy::Components`], are those of full verification; the pairs kept
+    /// are a spanning subset of the verified pairs (a heavy cluster of m
+    /// distinct documents costs about m scores instead of m²/2), so
+    /// [`Policy::Incremental`] and pair listings need [`Dedup::verify_by`].
+    pub fn verify_spanning_by(
+        self,
+        threshold: f64,
+        digest: impl Fn(u32) -> Option<u128>,
+        score: impl Fn(u32, u32) -> f64 + Sync,
+    ) -> Dedup {
+        self.verify_with(threshold, digest, score, true)
+    }
+
+    fn verify_with(
+        self,
+        threshold: f64,
+        digest: impl Fn(u32) -> Option<u128>,
+        score: impl Fn(u32, u32) -> f64 + Sync,
+        spanning: bool,
+    ) -> Dedup {
         use rayon::prelude::*;
         // Split each fingerprint group into nodes of identical sets.
         let n_groups = self.groups.len();
@@ -210,14 +237,44 @@ impl Dedup {
         }
         drop(self.distinct_pairs);
         let first = |node: u32| groups.first(node);
-        let scored: Vec<(u32, u32, u32, f64)> = candidates
-            .into_par_iter()
-            .with_min_len(256)
-            .filter_map(|(u, v, d)| {
-                let j = score(first(u), first(v));
-                (j >= threshold).then_some((u, v, d, j))
-            })
-            .collect();
+        let scored: Vec<(u32, u32, u32, f64)> = if spanning {
+            // In stretches: skip the pairs already connected, score the rest
+            // in parallel, then connect the verified ones.
+            let mut parent: Vec<u32> = (0..n_nodes as u32).collect();
+            let mut kept = Vec::new();
+            for stretch in candidates.chunks(1 << 14) {
+                let todo: Vec<(u32, u32, u32)> = stretch
+                    .iter()
+                    .copied()
+                    .filter(|&(u, v, _)| find(&mut parent, u) != find(&mut parent, v))
+                    .collect();
+                let verified: Vec<(u32, u32, u32, f64)> = todo
+                    .into_par_iter()
+                    .with_min_len(64)
+                    .filter_map(|(u, v, d)| {
+                        let j = score(first(u), first(v));
+                        (j >= threshold).then_some((u, v, d, j))
+                    })
+                    .collect();
+                for &(u, v, ..) in &verified {
+                    let (a, b) = (find(&mut parent, u), find(&mut parent, v));
+                    if a != b {
+                        parent[a.max(b) as usize] = a.min(b);
+                    }
+                }
+                kept.extend(verified);
+            }
+            kept
+        } else {
+            candidates
+                .into_par_iter()
+                .with_min_len(256)
+                .filter_map(|(u, v, d)| {
+                    let j = score(first(u), first(v));
+                    (j >= threshold).then_some((u, v, d, j))
+                })
+                .collect()
+        };
         Dedup {
             distinct_pairs: scored.iter().map(|&(u, v, d, _)| (u, v, d)).collect(),
             scores: Some(scored.iter().map(|&(.., j)| j).collect()),
@@ -346,14 +403,6 @@ impl Dedup {
             }
         };
         let mut parent: Vec<u32> = (0..n as u32).collect();
-        fn find(parent: &mut [u32], mut x: u32) -> u32 {
-            while parent[x as usize] != x {
-                let p = parent[x as usize];
-                parent[x as usize] = parent[p as usize];
-                x = p;
-            }
-            x
-        }
         // The root of each set is its group with the preferred member.
         for &(u, v, _) in &self.distinct_pairs {
             let (a, b) = (find(&mut parent, u), find(&mut parent, v));
@@ -422,6 +471,16 @@ impl Dedup {
         }
         rep
     }
+}
+
+/// The root of `x` in a union-find forest, halving the path on the way.
+fn find(parent: &mut [u32], mut x: u32) -> u32 {
+    while parent[x as usize] != x {
+        let p = parent[x as usize];
+        parent[x as usize] = parent[p as usize];
+        x = p;
+    }
+    x
 }
 
 /// Clusters of two or more documents from representatives: `(representative,

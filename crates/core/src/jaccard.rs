@@ -18,7 +18,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::NormalizeConfig;
 use crate::error::Error;
-use crate::normalize::normalize_into;
+use crate::normalize::{all_invariant, normalize_into};
 use crate::tokenize::words;
 
 /// Shingle width of the verification features.
@@ -132,7 +132,17 @@ pub fn shingles_with(
         key,
     } = scratch;
     norm.clear();
-    normalize_into(normalize, text, norm, tmp);
+    // Text that normalisation leaves alone up to ASCII case (and whitespace,
+    // which words ignore) has the same words as its normal form: lower-case a
+    // copy instead of normalising (as fingerprinting does).
+    if !normalize.html && all_invariant(text) {
+        norm.push_str(text);
+        if normalize.casefold {
+            norm.make_ascii_lowercase();
+        }
+    } else {
+        normalize_into(normalize, text, norm, tmp);
+    }
     spans.clear();
     let base = norm.as_ptr() as usize;
     words(norm, &mut |w: &str| {

@@ -184,6 +184,21 @@ pub fn is_invariant(c: char) -> bool {
     c.is_ascii() || (is_stable(c) && !is_spaceless_script(c))
 }
 
+/// Is every character of `text` left alone by normalisation, up to ASCII case
+/// ([`is_invariant`])? ASCII is skipped eight bytes at a time.
+pub fn all_invariant(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while let Some(k) = next_non_ascii(b, i) {
+        let c = text[k..].chars().next().expect("a character boundary");
+        if !is_invariant(c) {
+            return false;
+        }
+        i = k + c.len_utf8();
+    }
+    true
+}
+
 fn normalize_slow(
     config: &NormalizeConfig,
     text: &str,

@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
-use crate::normalize::{is_invariant, next_non_ascii, normalize_into};
+use crate::normalize::{all_invariant, normalize_into};
 use crate::tokenize::{for_each_token, jieba};
 use crate::vector::Hyperplanes;
 use crate::{MAX_WIDTH, python_simhash};
@@ -597,21 +597,6 @@ impl Input<'_> {
             Input::Features(_) => InputKind::Features,
         }
     }
-}
-
-/// Is every character of `text` left alone by normalisation, up to ASCII case
-/// ([`is_invariant`])? ASCII is skipped eight bytes at a time.
-fn all_invariant(text: &str) -> bool {
-    let b = text.as_bytes();
-    let mut i = 0;
-    while let Some(k) = next_non_ascii(b, i) {
-        let c = text[k..].chars().next().expect("a character boundary");
-        if !is_invariant(c) {
-            return false;
-        }
-        i = k + c.len_utf8();
-    }
-    true
 }
 
 /// Features of weight 1 on their way to the sums, hashed in groups of similar

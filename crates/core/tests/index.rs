@@ -254,7 +254,15 @@ proptest! {
             if ra != rb { comp[ra.max(rb)] = ra.min(rb); }
         }
         let reps: Vec<u32> = (0..n).map(|i| root(&mut comp, i) as u32).collect();
-        prop_assert_eq!(dd.representatives(Policy::Components), reps);
+        prop_assert_eq!(&dd.representatives(Policy::Components), &reps);
+        // Verification that skips pairs already connected: the same components.
+        let spanning = Dedup::new(&fps, k, &d).unwrap().verify_spanning_by(
+            t,
+            |i| { let s = &sets[i as usize]; (!s.is_empty()).then(|| neardup_core::spill::set_digest(s)) },
+            |a, b| neardup_core::jaccard::jaccard_at_least(&sets[a as usize], &sets[b as usize], t),
+        );
+        prop_assert_eq!(spanning.representatives(Policy::Components), reps);
+        prop_assert!(spanning.pair_count() <= dd.pair_count());
     }
 }
 

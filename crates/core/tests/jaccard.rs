@@ -89,3 +89,63 @@ fn verify_parses_and_rejects() {
         assert!(err.contains("jaccard:0.8"), "{err}");
     }
 }
+
+/// Scraped-looking text: ASCII of both cases, runs of spaces, tabs and line
+/// ends, typographic punctuation, accents, and characters that normalisation
+/// changes (no-break space, full-width letters, a ligature) or that join lines
+/// (Han).
+fn messy() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "The",
+            "quick",
+            "BROWN",
+            "fox",
+            "  ",
+            "\n",
+            "\t",
+            "\r\n",
+            "’",
+            "“",
+            "”",
+            "—",
+            "→",
+            "café",
+            "naïve",
+            "\u{a0}",
+            "Ｆｕｌｌ",
+            "ﬁle",
+            "中文",
+            "北京",
+            "it's",
+            "x86-64",
+            "3.14",
+        ]),
+        0..40,
+    )
+    .prop_map(|w| w.join(" "))
+}
+
+proptest! {
+    /// The shortcut for text that normalisation leaves alone gives the same
+    /// shingles as normalising first, then splitting into words.
+    #[test]
+    fn shingles_equal_those_of_the_normalised_text(t in messy()) {
+        use neardup_core::NormalizeConfig;
+        use neardup_core::normalize::normalize_into;
+        use xxhash_rust::xxh3::xxh3_64;
+        let config = NormalizeConfig::default();
+        let (mut norm, mut tmp) = (String::new(), String::new());
+        normalize_into(&config, &t, &mut norm, &mut tmp);
+        let mut words = Vec::new();
+        neardup_core::tokenize::words(&norm, &mut |w: &str| words.push(w.to_owned()));
+        let mut expected: Vec<u64> = if words.is_empty() {
+            Vec::new()
+        } else {
+            words.windows(3.min(words.len())).map(|w| xxh3_64(w.join("\u{1f}").as_bytes())).collect()
+        };
+        expected.sort_unstable();
+        expected.dedup();
+        prop_assert_eq!(shingles(&t), expected);
+    }
+}

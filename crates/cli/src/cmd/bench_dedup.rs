@@ -1,8 +1,10 @@
 //! `neardup bench dedup`: corpus-scale dedup, verified and not, with 1 and 2
 //! threads, on a generated corpus of real text with planted near-duplicates.
 //!
-//! Each run is a child `neardup dedup` process, so that its wall time and peak
-//! resident memory (`wait4`'s `ru_maxrss`) are its own.
+//! Each run is a child `neardup dedup --clusters FILE --keep FILE` process (what
+//! a corpus cleaner asks for; `--pairs` lists every pair of a heavy cluster,
+//! quadratic in its size), so that its wall time and peak resident memory
+//! (`wait4`'s `ru_maxrss`) are its own.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -98,7 +100,7 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find the neardup executable")?;
     println!(
         "{:<11} {:>7} {:>8} {:>8} {:>10} {:>8} {:>9}  phases",
-        "mode", "threads", "wall s", "MB/s", "MB/s/core", "peak MB", "pairs"
+        "mode", "threads", "wall s", "MB/s", "MB/s/core", "peak MB", "removed"
     );
     let mut walls = std::collections::HashMap::new();
     for &threads in &args.threads {
@@ -113,7 +115,7 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
                 mbs,
                 mbs / threads.max(1) as f64,
                 r.peak_mb,
-                r.pairs,
+                r.removed,
                 r.phases
             );
             walls.insert((threads, verified), r.wall);
@@ -151,7 +153,7 @@ fn input_bytes(path: &Path) -> Result<u64> {
 struct Measured {
     wall: f64,
     peak_mb: f64,
-    pairs: u64,
+    removed: u64,
     phases: String,
 }
 
@@ -163,12 +165,12 @@ fn run_dedup(
     threads: usize,
     verified: bool,
 ) -> Result<Measured> {
-    let pairs = tmp.join("pairs.jsonl");
+    let keep = tmp.join("keep.jsonl");
     let mut cmd = Command::new(exe);
     cmd.arg("dedup")
         .arg(corpus)
-        .arg("--pairs")
-        .arg(&pairs)
+        .arg("--keep")
+        .arg(&keep)
         .arg("--clusters")
         .arg(tmp.join("clusters.jsonl"))
         .arg("--threads")
@@ -196,11 +198,15 @@ fn run_dedup(
         .find_map(|l| l.strip_prefix("neardup: phases: "))
         .unwrap_or("")
         .to_owned();
-    let text = std::fs::read(&pairs)?;
+    // "..., N removed, ..." in the summary.
+    let removed = log
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" removed")?.parse().ok())
+        .unwrap_or(0);
     Ok(Measured {
         wall,
         peak_mb: peak_kb as f64 / 1024.0,
-        pairs: memchr::memchr_iter(b'\n', &text).count() as u64,
+        removed,
         phases,
     })
 }
@@ -240,14 +246,15 @@ impl GenStats {
     }
 }
 
-/// Paragraphs of scraped text, whitespace as the page had it.
-fn paragraphs(source: &Path, zh: bool) -> Result<Vec<String>> {
+/// Pages of scraped text, as their paragraphs (whitespace as the page had it).
+fn pages(source: &Path, zh: bool) -> Result<Vec<Vec<String>>> {
     let mut files = Vec::new();
     super::bench::collect_files(source, &mut files)?;
     files.sort();
     let mut out = Vec::new();
     // Each paragraph once: documentation repeats itself (a book's pages and its
     // print-all page), and repeats would plant near-duplicates by accident.
+    // (Hashes of a paragraph's start and end share one set.)
     let mut seen = std::collections::HashSet::new();
     let mut stripped = String::new();
     for f in files {
@@ -260,16 +267,44 @@ fn paragraphs(source: &Path, zh: bool) -> Result<Vec<String>> {
         } else {
             raw.as_str()
         };
-        for p in text.split("\n\n") {
+        // Paragraphs: runs of lines that are not blank (pages converted from
+        // HTML separate blocks by lines of spaces), each line as it was.
+        let mut blocks = Vec::new();
+        let mut block = String::new();
+        for line in text.lines().chain([""]) {
+            if line.trim().is_empty() {
+                if !block.is_empty() {
+                    blocks.push(std::mem::take(&mut block));
+                }
+                continue;
+            }
+            if !block.is_empty() {
+                block.push('\n');
+            }
+            block.push_str(line.trim_end());
+        }
+        let mut page = Vec::new();
+        for p in &blocks {
             let p = p.trim();
             let useful = if zh {
                 p.chars().filter(|c| is_han(*c)).count() > 20
             } else {
                 p.split_whitespace().count() > 8
             };
-            if useful && p.len() < 16 << 10 && seen.insert(hash_of(p)) {
-                out.push(p.to_owned());
+            // Also one paragraph per beginning and per ending: templated pages
+            // (redirect stubs, navigation) differ only in a title.
+            let head: String = p.chars().take(60).collect();
+            let tail: String = p.chars().rev().take(60).collect();
+            if useful
+                && p.len() < 16 << 10
+                && seen.insert(hash_of(&head))
+                && seen.insert(hash_of(&tail))
+            {
+                page.push(p.to_owned());
             }
+        }
+        if !page.is_empty() {
+            out.push(page);
         }
         if out.len() > 2_000_000 {
             break;
@@ -297,7 +332,7 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
             Some(s) => s.clone(),
             None => super::bench::default_source("en")?,
         };
-        paragraphs(&src, false)?
+        pages(&src, false)?
     } else {
         Vec::new()
     };
@@ -306,7 +341,7 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
             Some(s) => s.clone(),
             None => super::bench::default_source("zh")?,
         };
-        paragraphs(&src, true)?
+        pages(&src, true)?
     } else {
         Vec::new()
     };
@@ -352,13 +387,21 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
                 stats.en += 1;
                 &en
             };
+            // Stretches of consecutive paragraphs from two or more pages: as
+            // coherent as a page, and unlike any other document.
             let want = 1000 + (rng.next() % 7000) as usize;
             let mut doc = String::with_capacity(want + 1024);
             while doc.len() < want {
-                if !doc.is_empty() {
-                    doc.push_str("\n\n");
+                let page = &pool[(rng.next() % pool.len() as u64) as usize];
+                let stop = (doc.len() + want / 2 + 1).min(want);
+                let mut i = (rng.next() % page.len() as u64) as usize;
+                while i < page.len() && doc.len() < stop {
+                    if !doc.is_empty() {
+                        doc.push_str("\n\n");
+                    }
+                    doc.push_str(&page[i]);
+                    i += 1;
                 }
-                doc.push_str(&pool[(rng.next() % pool.len() as u64) as usize]);
             }
             if hot.len() < 16 {
                 hot.push(doc.clone());

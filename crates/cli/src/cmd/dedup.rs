@@ -269,6 +269,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ""
         }
     );
+    let spanning = args.pairs.is_none() && policy == Policy::Components;
     let check = verify.map(|v| {
         (
             v.threshold,
@@ -285,6 +286,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             k,
             policy,
             check,
+            spanning,
             g.preference.as_deref(),
             &mut phases,
         ),
@@ -293,6 +295,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             k,
             policy,
             check,
+            spanning,
             g.preference.as_deref(),
             &mut phases,
         ),
@@ -314,7 +317,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         started,
         match verify {
             Some(v) => format!(
-                "within k = {k} and verified by {v} (features spilled to disk: {:.0} MB)",
+                "within k = {k} and verified by {v}{} (features spilled to disk: {:.0} MB)",
+                if spanning {
+                    " (a spanning set: pairs already connected are not verified; --pairs \
+                     verifies and lists every one)"
+                } else {
+                    ""
+                },
                 spilled as f64 / 1e6
             ),
             None => format!("within k = {k}, not verified"),
@@ -607,6 +616,7 @@ fn join<B: Bits>(
     k: u32,
     policy: Policy,
     verify: Option<(f64, Features)>,
+    spanning: bool,
     preference: Option<&[u32]>,
     phases: &mut Phases,
 ) -> Result<(Dedup, Vec<u32>)> {
@@ -615,11 +625,14 @@ fn join<B: Bits>(
     let mut dedup = Dedup::from_vec(fps, k, &design)?;
     phases.mark("join");
     if let Some((threshold, features)) = &verify {
-        dedup = dedup.verify_by(
-            *threshold,
-            |doc| features.digest(doc),
-            |a, b| features.jaccard(a, b, *threshold),
-        );
+        let digest = |doc| features.digest(doc);
+        let score = |a, b| features.jaccard(a, b, *threshold);
+        // Without --pairs, the components need only a spanning set of pairs.
+        dedup = if spanning {
+            dedup.verify_spanning_by(*threshold, digest, score)
+        } else {
+            dedup.verify_by(*threshold, digest, score)
+        };
         features.check()?;
     }
     let reps = match preference {
