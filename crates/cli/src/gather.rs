@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use neardup_core::jaccard::{is_short, shingles_for};
-use neardup_core::spill::{Spill, SpillWriter, set_digest};
+use neardup_core::spill::{Spill, SpillWriter, Summary};
 use neardup_core::{FingerprintConfig, InputKind, Width};
 
 use crate::cmd::dedup::VectorStore;
@@ -143,8 +143,8 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
             });
             let set = (verify && !vector_input).then(|| {
                 let set = shingles_for(doc.text(), &normalize);
-                let digest = set_digest(&set);
-                (set, digest)
+                let summary = Summary::of(&set);
+                (set, summary)
             });
             let short = matches!(doc.body, Body::Text(_)) && is_short(doc.text());
             (doc.fingerprint(&hasher), short, set, key)
@@ -163,9 +163,9 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
                 if let (Some(r), Some(bytes)) = (raw.as_mut(), doc.raw) {
                     r.push(bytes);
                 }
-                if let (Some(w), Some((set, digest))) = (spill.as_mut(), set) {
+                if let (Some(w), Some((set, summary))) = (spill.as_mut(), set) {
                     blank += u64::from(set.is_empty());
-                    w.push(&set, digest)
+                    w.push(&set, summary)
                         .context("cannot write the verification features' spill file")?;
                 }
             }

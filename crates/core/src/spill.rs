@@ -1,7 +1,8 @@
 //! Verification features on disk: each document's sorted shingle hashes,
 //! written once in input order and read back by document with positioned reads
-//! into small per-thread buffers, so that verifying a corpus holds 24 bytes per
-//! document in memory (an offset and a 128-bit digest), not its features.
+//! into small per-thread buffers, so that verifying a corpus holds 88 bytes per
+//! document in memory (an offset, a 128-bit digest and a 64-byte MinHash
+//! sketch that rules out most candidate pairs unread), not its features.
 //!
 //! The file is an unnamed temporary file (removed by the system when the
 //! process ends, however it ends), read with `pread`: its pages live in the
@@ -27,12 +28,81 @@ pub fn set_digest(set: &[u64]) -> u128 {
     xxh3_128(bytemuck::cast_slice(set))
 }
 
+/// Bins of a [`Sketch`].
+pub const SKETCH_BINS: usize = 64;
+
+/// A one-permutation MinHash of a feature set (Li, Owen & Zhang 2012) in
+/// [`SKETCH_BINS`] bytes: the features' hashes fall into bins by their top
+/// bits, each bin keeps the smallest, and one byte of it is kept (b-bit
+/// MinHash, Li & König 2010); 255 marks an empty bin. Two sets agree in a
+/// bin with probability about their Jaccard similarity, which lets
+/// verification rule out most candidate pairs without reading their features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sketch(pub [u8; SKETCH_BINS]);
+
+const EMPTY: u8 = u8::MAX;
+
+impl Sketch {
+    /// The sketch of a set of (uniformly distributed) feature hashes.
+    pub fn of(set: &[u64]) -> Sketch {
+        let mut mins = [u64::MAX; SKETCH_BINS];
+        for &h in set {
+            let bin = (h >> 58) as usize;
+            mins[bin] = mins[bin].min(h);
+        }
+        let mut out = [EMPTY; SKETCH_BINS];
+        for (o, &m) in out.iter_mut().zip(&mins) {
+            if m != u64::MAX {
+                // One byte of a remix of the minimum, in 0..255.
+                *o = (crate::rng::SplitMix64(m).next() % 255) as u8;
+            }
+        }
+        Sketch(out)
+    }
+
+    /// Whether two sets can still have Jaccard similarity `threshold` or more:
+    /// false only when the bins that agree are so few that a pair at the
+    /// threshold would show that many with probability below about 3 in 10⁷
+    /// (five standard deviations under the binomial model, which overstates
+    /// the spread of one-permutation bins). Never false for sets that reach it
+    /// but by that chance.
+    pub fn may_reach(&self, other: &Sketch, threshold: f64) -> bool {
+        let (mut agree, mut both_empty) = (0u32, 0u32);
+        for (&a, &b) in self.0.iter().zip(&other.0) {
+            agree += u32::from(a == b && a != EMPTY);
+            both_empty += u32::from(a == EMPTY && b == EMPTY);
+        }
+        let n = f64::from(SKETCH_BINS as u32 - both_empty);
+        // A bin agrees if the minima are one feature, or by a byte collision.
+        let p = threshold + (1.0 - threshold) / 255.0;
+        let (mean, sd) = (n * p, (n * p * (1.0 - p)).sqrt());
+        f64::from(agree) >= mean - 5.0 * sd - 1e-9
+    }
+}
+
+/// What stays in memory of a document's set: its digest and sketch.
+#[derive(Clone, Copy, Debug)]
+pub struct Summary {
+    pub digest: u128,
+    pub sketch: Sketch,
+}
+
+impl Summary {
+    pub fn of(set: &[u64]) -> Summary {
+        Summary {
+            digest: set_digest(set),
+            sketch: Sketch::of(set),
+        }
+    }
+}
+
 /// Writes documents' feature sets, in document order, to a temporary file.
 #[derive(Debug)]
 pub struct SpillWriter {
     out: BufWriter<File>,
     ends: Vec<u64>,
     digests: Vec<u128>,
+    sketches: Vec<Sketch>,
     written: u64,
 }
 
@@ -47,17 +117,19 @@ impl SpillWriter {
             out: BufWriter::with_capacity(1 << 20, file),
             ends: Vec::new(),
             digests: Vec::new(),
+            sketches: Vec::new(),
             written: 0,
         })
     }
 
-    /// Appends the next document's set (sorted, distinct) with its digest
-    /// ([`set_digest`], computed by the caller, often on another thread).
-    pub fn push(&mut self, set: &[u64], digest: u128) -> io::Result<()> {
+    /// Appends the next document's set (sorted, distinct) with its summary
+    /// ([`Summary::of`], computed by the caller, often on another thread).
+    pub fn push(&mut self, set: &[u64], summary: Summary) -> io::Result<()> {
         self.out.write_all(bytemuck::cast_slice(set))?;
         self.written += set.len() as u64;
         self.ends.push(self.written);
-        self.digests.push(digest);
+        self.digests.push(summary.digest);
+        self.sketches.push(summary.sketch);
         Ok(())
     }
 
@@ -79,6 +151,7 @@ impl SpillWriter {
             file,
             ends: self.ends,
             digests: self.digests,
+            sketches: self.sketches,
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             error: Mutex::new(None),
         })
@@ -91,6 +164,7 @@ pub struct Spill {
     file: File,
     ends: Vec<u64>,
     digests: Vec<u128>,
+    sketches: Vec<Sketch>,
     /// Tells this spill's cached reads from another's on the same thread.
     id: u64,
     /// The first read error, kept for [`Spill::check`].
@@ -133,8 +207,8 @@ impl Spill {
         (self.set_len(doc) > 0).then(|| self.digests[doc as usize])
     }
 
-    /// Bytes held in memory per document (offset and digest).
-    pub const BYTES_PER_DOCUMENT: usize = 8 + 16;
+    /// Bytes held in memory per document (offset, digest and sketch).
+    pub const BYTES_PER_DOCUMENT: usize = 8 + 16 + SKETCH_BINS;
 
     /// Bytes of the file on disk.
     pub fn disk_bytes(&self) -> u64 {
@@ -168,6 +242,11 @@ impl Spill {
         let bound = la.min(lb) as f64 / la.max(lb) as f64;
         if bound < threshold {
             return bound;
+        }
+        if !self.sketches[a as usize].may_reach(&other.sketches[b as usize], threshold) {
+            // Below the threshold beyond reasonable doubt: not read. (Any
+            // value below the threshold will do.)
+            return threshold * (1.0 - 1e-9) - 1e-9;
         }
         BUFFERS.with(|cell| {
             let mut bufs = cell.borrow_mut();
@@ -223,7 +302,7 @@ mod tests {
         let sets: Vec<Vec<u64>> = texts.iter().map(|t| shingles(t)).collect();
         let mut w = SpillWriter::new(None).unwrap();
         for s in &sets {
-            w.push(s, set_digest(s)).unwrap();
+            w.push(s, Summary::of(s)).unwrap();
         }
         let spill = w.finish().unwrap();
         assert_eq!(spill.documents(), texts.len());
@@ -254,6 +333,58 @@ mod tests {
         assert_eq!(
             spill.disk_bytes(),
             8 * sets.iter().map(Vec::len).sum::<usize>() as u64
+        );
+    }
+
+    /// Random sets of `n` features sharing a `j`-ish fraction.
+    fn pair_of_sets(n: usize, shared: usize, seed: u64) -> (Vec<u64>, Vec<u64>) {
+        let mut rng = crate::rng::SplitMix64(seed);
+        let common: Vec<u64> = (0..shared).map(|_| rng.next()).collect();
+        let mut a: Vec<u64> = common
+            .iter()
+            .copied()
+            .chain((shared..n).map(|_| rng.next()))
+            .collect();
+        let mut b: Vec<u64> = common
+            .iter()
+            .copied()
+            .chain((shared..n).map(|_| rng.next()))
+            .collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        (a, b)
+    }
+
+    #[test]
+    fn sketches_never_rule_out_pairs_at_the_threshold_and_rule_out_most_below() {
+        let mut ruled_out_below = 0;
+        let trials = 400;
+        for seed in 0..trials {
+            for (n, t) in [(40usize, 0.8), (300, 0.8), (2000, 0.8), (600, 0.5)] {
+                // At the threshold exactly (or just above): never ruled out.
+                let shared = ((2.0 * t * n as f64) / (1.0 + t)).ceil() as usize;
+                let (a, b) = pair_of_sets(n, shared, seed * 7 + n as u64);
+                let j = crate::jaccard::jaccard(&a, &b);
+                assert!(j >= t, "{j} {t}");
+                assert!(
+                    Sketch::of(&a).may_reach(&Sketch::of(&b), t),
+                    "n {n} t {t} seed {seed}"
+                );
+            }
+            // Far below (J about 0.33): almost always ruled out.
+            let (a, b) = pair_of_sets(1000, 500, seed);
+            ruled_out_below += u32::from(!Sketch::of(&a).may_reach(&Sketch::of(&b), 0.8));
+        }
+        assert!(
+            ruled_out_below > trials as u32 * 99 / 100,
+            "{ruled_out_below}"
+        );
+        // Identical sets agree everywhere; empty bins agree with nothing.
+        let (a, _) = pair_of_sets(500, 0, 1);
+        assert!(Sketch::of(&a).may_reach(&Sketch::of(&a), 1.0));
+        assert!(
+            Sketch::of(&[]).may_reach(&Sketch::of(&[]), 1.0),
+            "nothing to compare: not ruled out"
         );
     }
 }
