@@ -18,7 +18,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::NormalizeConfig;
 use crate::error::Error;
-use crate::normalize::{all_invariant, normalize_into};
+use crate::normalize::{all_invariant, folding_may_change_words, normalize_into};
 use crate::tokenize::words;
 
 /// Shingle width of the verification features.
@@ -140,6 +140,12 @@ pub fn shingles_with(
         if normalize.casefold {
             norm.make_ascii_lowercase();
         }
+    } else if normalize.whitespace && !normalize.html && !folding_may_change_words(text) {
+        let unfolded = NormalizeConfig {
+            whitespace: false,
+            ..*normalize
+        };
+        normalize_into(&unfolded, text, norm, tmp);
     } else {
         normalize_into(normalize, text, norm, tmp);
     }

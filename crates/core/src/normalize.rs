@@ -242,6 +242,34 @@ pub fn is_spaceless_script(c: char) -> bool {
     )
 }
 
+/// Can whitespace folding change `text`'s words? Only by joining lines
+/// between characters of scripts written without spaces
+/// ([`is_spaceless_script`]), so text with no character of such a script, and
+/// none that NFKC maps into one (enclosed and compatibility CJK, vertical and
+/// half-width forms), has the same UAX #29 words (and word shingles) with and
+/// without folding, which can then be skipped: it costs most of normalisation
+/// on scraped text, whose whitespace comes in runs. (A superset is checked.)
+pub fn folding_may_change_words(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while let Some(k) = next_non_ascii(b, i) {
+        let c = char_at(text, k);
+        if matches!(c as u32,
+            0x2E80..=0xA4CF
+            | 0xF900..=0xFAFF
+            | 0xFE10..=0xFE1F
+            | 0xFE30..=0xFE4F
+            | 0xFF00..=0xFFEF
+            | 0x1F200..=0x1F2FF
+            | 0x20000..=0x3FFFF)
+        {
+            return true;
+        }
+        i = k + c.len_utf8();
+    }
+    false
+}
+
 /// Is `c` a Han ideograph?
 pub fn is_han(c: char) -> bool {
     matches!(c as u32,

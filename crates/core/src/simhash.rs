@@ -201,7 +201,7 @@ impl SimHasher {
                     text
                 }
             } else {
-                scratch.normalize(&self.config.normalize, text);
+                self.normalize_for_tokens(text, scratch);
                 &scratch.norm
             };
             // The hash function is chosen once, outside the loop, so that the whole
@@ -214,7 +214,7 @@ impl SimHasher {
                 _ => self.unit_fingerprint(view, lower, joined, self.hasher),
             };
         }
-        scratch.normalize(&self.config.normalize, text);
+        self.normalize_for_tokens(text, scratch);
         let counts = &mut scratch.counts;
         counts.clear();
         self.for_each_feature(&scratch.norm, &mut scratch.shingle, &mut |f| {
@@ -234,6 +234,34 @@ impl SimHasher {
             sums.add(h, w);
         }
         sums.finish()
+    }
+
+    /// Normalises `text` into `scratch.norm`, without whitespace folding
+    /// when it cannot change the features: word tokens (or shingles of them,
+    /// which join their words with single spaces whatever separated them) of
+    /// text whose words folding cannot join.
+    fn normalize_for_tokens(&self, text: &str, scratch: &mut Scratch) {
+        let config = &self.config.normalize;
+        let words = matches!(self.config.tokenizer, Tokenizer::Words | Tokenizer::Auto)
+            && matches!(
+                self.config.features,
+                Features::Tokens | Features::Shingles(_)
+            );
+        // (HTML entities could spell any character: checked on the raw text,
+        // the shortcut needs text without markup.)
+        if config.whitespace
+            && !config.html
+            && words
+            && !crate::normalize::folding_may_change_words(text)
+        {
+            let unfolded = NormalizeConfig {
+                whitespace: false,
+                ..*config
+            };
+            scratch.normalize(&unfolded, text);
+        } else {
+            scratch.normalize(config, text);
+        }
     }
 
     /// Whether `text`'s word tokens are the same with and without normalisation,

@@ -29,14 +29,17 @@ pub struct DedupArgs {
     #[arg(long, default_value = "mixed", value_parser = ["mixed", "en", "zh"])]
     pub lang: String,
 
-    /// English HTML or text to take paragraphs from (default: the Rust
-    /// toolchain's HTML documentation).
+    /// English HTML or text to take pages from (repeatable; default: the Rust
+    /// toolchain's HTML documentation, all of it).
     #[arg(long, value_name = "PATH")]
-    pub en_source: Option<PathBuf>,
+    pub en_source: Vec<PathBuf>,
 
-    /// Chinese HTML or text (default: Debian's Chinese documentation packages).
+    /// Chinese HTML or text (repeatable; default: every installed one of
+    /// Debian's Chinese documentation packages: debian-reference-zh-cn,
+    /// debian-edu-doc-zh-cn, gimp-help-zh-cn, lilypond-doc-html-zh,
+    /// maint-guide-zh-cn, debian-faq-zh-cn).
     #[arg(long, value_name = "PATH")]
-    pub zh_source: Option<PathBuf>,
+    pub zh_source: Vec<PathBuf>,
 
     /// Deduplicate this corpus (files or a folder of shards) instead of
     /// generating one.
@@ -80,12 +83,14 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
             let started = Instant::now();
             let stats = generate(&args, &path)?;
             println!(
-                "# corpus: {} documents, {:.1} MB ({} English, {} Chinese; {} planted copies: \
-                 {} exact, {} edited, {} truncated, {} re-wrapped), generated in {:.1} s",
+                "# corpus: {} documents, {:.1} MB ({} English, {} Chinese originals, {} of them \
+                 remixed; {} planted copies: {} exact, {} edited, {} truncated, {} re-wrapped), \
+                 generated in {:.1} s",
                 stats.documents,
                 stats.bytes as f64 / 1e6,
                 stats.en,
                 stats.zh,
+                stats.remixed,
                 stats.copies(),
                 stats.exact,
                 stats.edited,
@@ -238,6 +243,7 @@ struct GenStats {
     edited: u64,
     truncated: u64,
     rewrapped: u64,
+    remixed: u64,
 }
 
 impl GenStats {
@@ -247,9 +253,40 @@ impl GenStats {
 }
 
 /// Pages of scraped text, as their paragraphs (whitespace as the page had it).
-fn pages(source: &Path, zh: bool) -> Result<Vec<Vec<String>>> {
+/// The Rust toolchain's HTML documentation.
+fn english_docs() -> Result<PathBuf> {
+    let book = super::bench::default_source("en")?;
+    Ok(book.parent().map(Path::to_path_buf).unwrap_or(book))
+}
+
+/// Every installed Chinese documentation package.
+fn chinese_docs() -> Result<Vec<PathBuf>> {
+    let found: Vec<PathBuf> = [
+        "/usr/share/debian-reference",
+        "/usr/share/doc/debian-edu-doc-zh-cn",
+        "/usr/share/gimp/2.0/help/zh_CN",
+        "/usr/share/doc/lilypond/html",
+        "/usr/share/doc/maint-guide-zh-cn",
+        "/usr/share/doc/debian/FAQ/zh-cn",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .filter(|p| p.is_dir())
+    .collect();
+    if found.is_empty() {
+        bail!(
+            "no Chinese documentation found: `apt-get install debian-reference-zh-cn \
+             debian-edu-doc-zh-cn gimp-help-zh-cn lilypond-doc-html-zh`, or pass --zh-source DIR"
+        );
+    }
+    Ok(found)
+}
+
+fn pages(sources: &[PathBuf], zh: bool) -> Result<Vec<Vec<String>>> {
     let mut files = Vec::new();
-    super::bench::collect_files(source, &mut files)?;
+    for source in sources {
+        super::bench::collect_files(source, &mut files)?;
+    }
     files.sort();
     let mut out = Vec::new();
     // Each paragraph once: documentation repeats itself (a book's pages and its
@@ -311,7 +348,7 @@ fn pages(source: &Path, zh: bool) -> Result<Vec<Vec<String>>> {
         }
     }
     if out.is_empty() {
-        bail!("no usable text under {}", source.display());
+        bail!("no usable text under {sources:?}");
     }
     Ok(out)
 }
@@ -323,28 +360,39 @@ fn hash_of(s: &str) -> u64 {
     h.finish()
 }
 
-/// Writes a corpus of about `args.gb` GB: new documents built from random
-/// paragraphs, and copies of earlier documents (exact, with character edits,
-/// cut short, or re-wrapped), a few of them copied thousands of times.
+/// Writes a corpus of about `args.gb` GB: new documents built from real pages
+/// (or remixed from them, once the pages would repeat more than about 20
+/// times), and copies of earlier documents (exact, with character edits, cut
+/// short, or re-wrapped), a few of them copied very often.
 fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
     let en = if args.lang != "zh" {
-        let src = match &args.en_source {
-            Some(s) => s.clone(),
-            None => super::bench::default_source("en")?,
+        let sources = match args.en_source.is_empty() {
+            true => vec![english_docs()?],
+            false => args.en_source.clone(),
         };
-        pages(&src, false)?
+        pages(&sources, false)?
     } else {
         Vec::new()
     };
     let zh = if args.lang != "en" {
-        let src = match &args.zh_source {
-            Some(s) => s.clone(),
-            None => super::bench::default_source("zh")?,
+        let sources = match args.zh_source.is_empty() {
+            true => chinese_docs()?,
+            false => args.zh_source.clone(),
         };
-        pages(&src, true)?
+        pages(&sources, true)?
     } else {
         Vec::new()
     };
+    let bytes_of = |pool: &[Vec<String>]| -> usize { pool.iter().flatten().map(String::len).sum() };
+    let (en_bytes, zh_bytes) = (bytes_of(&en), bytes_of(&zh));
+    println!(
+        "# sources: {:.1} MB of distinct English paragraphs, {:.1} MB of Chinese",
+        en_bytes as f64 / 1e6,
+        zh_bytes as f64 / 1e6
+    );
+    // Contexts of 8 characters for English (about two words), 3 for Chinese.
+    let en_remix = Remix::new(&en, 8, 4 << 20);
+    let zh_remix = Remix::new(&zh, 3, 4 << 20);
     let target = (args.gb * 1e9) as u64;
     let mut rng = SplitMix64(args.seed);
     let mut out = BufWriter::with_capacity(
@@ -357,8 +405,7 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
     let mut hot: Vec<String> = Vec::new();
     let mut line = Vec::with_capacity(1 << 16);
     while stats.bytes < target {
-        let r = rng.unit();
-        let text = if r < 0.3 && !recent.is_empty() {
+        let text = if rng.unit() < 0.3 && !recent.is_empty() {
             let base = if rng.unit() < 0.05 && !hot.is_empty() {
                 &hot[(rng.next() % hot.len() as u64) as usize]
             } else {
@@ -379,30 +426,51 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
                 rewrap(base, &mut rng)
             }
         } else {
-            let chinese = zh.is_empty() || en.is_empty() || rng.unit() < 0.15;
-            let pool = if (chinese && !zh.is_empty()) || en.is_empty() {
+            let chinese = en.is_empty() || (!zh.is_empty() && rng.unit() < 0.15);
+            let (pool, remix, pool_bytes, share) = if chinese {
                 stats.zh += 1;
-                &zh
+                (
+                    &zh,
+                    &zh_remix,
+                    zh_bytes,
+                    if en.is_empty() { 1.0 } else { 0.15 },
+                )
             } else {
                 stats.en += 1;
-                &en
+                (
+                    &en,
+                    &en_remix,
+                    en_bytes,
+                    if zh.is_empty() { 1.0 } else { 0.85 },
+                )
             };
-            // Stretches of consecutive paragraphs from two or more pages: as
-            // coherent as a page, and unlike any other document.
             let want = 1000 + (rng.next() % 7000) as usize;
-            let mut doc = String::with_capacity(want + 1024);
-            while doc.len() < want {
-                let page = &pool[(rng.next() % pool.len() as u64) as usize];
-                let stop = (doc.len() + want / 2 + 1).min(want);
-                let mut i = (rng.next() % page.len() as u64) as usize;
-                while i < page.len() && doc.len() < stop {
-                    if !doc.is_empty() {
-                        doc.push_str("\n\n");
+            // Real pages while they are repeated at most about 20 times over
+            // the whole corpus (70% of which is new documents); beyond that,
+            // new text remixed from them (a small source repeated hundreds of
+            // times would make every document a near-copy of many others).
+            let real = (20.0 * pool_bytes as f64 / (share * 0.7 * target as f64)).min(1.0);
+            let doc = if rng.unit() >= real {
+                stats.remixed += 1;
+                remix.generate(want, &mut rng)
+            } else {
+                // Stretches of consecutive paragraphs from two or more pages:
+                // as coherent as a page, and unlike any other document.
+                let mut doc = String::with_capacity(want + 1024);
+                while doc.len() < want {
+                    let page = &pool[(rng.next() % pool.len() as u64) as usize];
+                    let stop = (doc.len() + want / 2 + 1).min(want);
+                    let mut i = (rng.next() % page.len() as u64) as usize;
+                    while i < page.len() && doc.len() < stop {
+                        if !doc.is_empty() {
+                            doc.push_str("\n\n");
+                        }
+                        doc.push_str(&page[i]);
+                        i += 1;
                     }
-                    doc.push_str(&page[i]);
-                    i += 1;
                 }
-            }
+                doc
+            };
             if hot.len() < 16 {
                 hot.push(doc.clone());
             }
@@ -430,6 +498,74 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
     }
     out.flush()?;
     Ok(stats)
+}
+
+/// New text with the local statistics of real text: a character-level Markov
+/// chain over a source, cut up in runs. After the last `order` characters
+/// written, a random place of the source that has them comes next, and a run
+/// of 4-40 characters is copied from there. Two remixed documents share
+/// n-grams about as often as two real documents do.
+struct Remix {
+    text: Vec<char>,
+    /// (hash of `order` characters, the place after them), sorted.
+    index: Vec<(u64, u32)>,
+    order: usize,
+}
+
+impl Remix {
+    /// From the first `limit` bytes of the pages' text.
+    fn new(pages: &[Vec<String>], order: usize, limit: usize) -> Remix {
+        let mut text = Vec::new();
+        let mut bytes = 0;
+        'outer: for page in pages {
+            for p in page {
+                text.extend(p.chars());
+                text.extend("\n\n".chars());
+                bytes += p.len() + 2;
+                if bytes >= limit {
+                    break 'outer;
+                }
+            }
+        }
+        let mut index: Vec<(u64, u32)> = (0..text.len().saturating_sub(order))
+            .map(|i| (Self::key(&text[i..i + order]), (i + order) as u32))
+            .collect();
+        index.sort_unstable();
+        Remix { text, index, order }
+    }
+
+    fn key(chars: &[char]) -> u64 {
+        chars.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
+            (h ^ c as u64).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    fn generate(&self, want: usize, rng: &mut SplitMix64) -> String {
+        let mut out: Vec<char> = Vec::with_capacity(want);
+        let mut bytes = 0;
+        if self.index.is_empty() {
+            return String::new();
+        }
+        let mut at = self.index[(rng.next() % self.index.len() as u64) as usize].1 as usize;
+        while bytes < want {
+            let run = 4 + (rng.next() % 37) as usize;
+            for &c in self.text[at..].iter().take(run) {
+                out.push(c);
+                bytes += c.len_utf8();
+            }
+            // Jump to another place that follows the same characters.
+            let tail = &out[out.len().saturating_sub(self.order)..];
+            let key = Self::key(tail);
+            let lo = self.index.partition_point(|&(h, _)| h < key);
+            let hi = self.index.partition_point(|&(h, _)| h <= key);
+            at = if tail.len() == self.order && hi > lo {
+                self.index[lo + (rng.next() % (hi - lo) as u64) as usize].1 as usize
+            } else {
+                self.index[(rng.next() % self.index.len() as u64) as usize].1 as usize
+            };
+        }
+        out.into_iter().collect()
+    }
 }
 
 /// Random character-level edits: 1-4% of the characters deleted, replaced or
