@@ -31,6 +31,9 @@ pub enum Format {
     /// NumPy `.npy`: a C-ordered float32 or float64 array of shape (n, d), one
     /// dense vector per row; ids from --ids FILE or the row numbers from 0.
     Npy,
+    /// Parquet: one document per row, text in the --text-field column (strings),
+    /// id in the --id-field column (strings or integers; else the row number).
+    Parquet,
 }
 
 /// Where documents come from.
@@ -348,6 +351,8 @@ pub struct Record {
     id: Option<Id>,
     /// For `.npy` rows: float64 entries (else float32).
     npy_f64: bool,
+    /// For Parquet rows: the text is null.
+    null: bool,
 }
 
 /// Why a record could not be read.
@@ -443,6 +448,30 @@ impl Record {
                     place,
                 }))
             }
+            Format::Parquet => {
+                if args.kind != InputKind::Text {
+                    return Err(RecordError::Fatal(anyhow!(
+                        "{name}: {} are read from JSON Lines or .npy files; Parquet inputs \
+                         hold texts",
+                        args.kind.plural()
+                    )));
+                }
+                if self.null {
+                    return Err(RecordError::Invalid(format!(
+                        "{place}: the text (column {:?}) is null",
+                        args.text_field
+                    )));
+                }
+                let id = self.id.clone().unwrap_or_else(default_id);
+                let text = decode(self.bytes, args.lossy, name, Some(self.line), 0)
+                    .map_err(RecordError::Fatal)?;
+                Ok(Some(Doc {
+                    id,
+                    body: Body::Text(text),
+                    raw: None,
+                    place,
+                }))
+            }
             Format::Auto => unreachable!("resolved when the source is opened"),
         }
     }
@@ -462,6 +491,74 @@ fn check_vector(v: &[f32], dim: Option<usize>) -> Result<(), String> {
     neardup_core::vector::check_vector(v).map_err(|e| e.to_string())
 }
 
+/// The input files in reading order (directories walked in name order) with
+/// their formats; fails early if an input does not exist.
+fn sources(args: &InputArgs) -> Result<Vec<Source>> {
+    let format = if args.lines {
+        Format::Lines
+    } else {
+        args.format
+    };
+    let mut sources = Vec::new();
+    let inputs: Vec<PathBuf> = if args.inputs.is_empty() {
+        vec![PathBuf::from("-")]
+    } else {
+        args.inputs.clone()
+    };
+    for input in &inputs {
+        if input.as_os_str() == "-" {
+            sources.push(Source { path: None, format });
+            continue;
+        }
+        let meta = std::fs::metadata(input)
+            .with_context(|| format!("cannot read input {}", input.display()))?;
+        if meta.is_dir() {
+            let mut files = Vec::new();
+            walk(input, &mut files)
+                .with_context(|| format!("cannot list directory {}", input.display()))?;
+            files.sort();
+            sources.extend(files.into_iter().map(|p| Source {
+                format: resolve_format(format, &p),
+                path: Some(p),
+            }));
+        } else {
+            sources.push(Source {
+                format: resolve_format(format, input),
+                path: Some(input.clone()),
+            });
+        }
+    }
+    Ok(sources)
+}
+
+/// The Parquet inputs (path and name), when every input is Parquet; `None`
+/// when none is; an error when some are.
+pub fn parquet_files(args: &InputArgs) -> Result<Option<Vec<(PathBuf, Arc<str>)>>> {
+    let sources = sources(args)?;
+    let parquet = sources
+        .iter()
+        .filter(|s| s.format == Format::Parquet)
+        .count();
+    if parquet == 0 {
+        return Ok(None);
+    }
+    if parquet < sources.len() {
+        bail!(
+            "--keep and --drop copy records in their own format, and the inputs mix Parquet \
+             with other formats: deduplicate shards of one format"
+        );
+    }
+    Ok(Some(
+        sources
+            .into_iter()
+            .map(|s| {
+                let name: Arc<str> = s.name().into();
+                (s.path.expect("a Parquet file has a path"), name)
+            })
+            .collect(),
+    ))
+}
+
 /// Splits the inputs into records, in batches.
 pub struct DocReader {
     sources: std::vec::IntoIter<Source>,
@@ -473,6 +570,8 @@ pub struct DocReader {
     progress: Progress,
     /// `--ids`: the ids of `.npy` rows, read in step with them.
     ids: Option<IdsFile>,
+    /// The text and id fields (columns of Parquet inputs).
+    fields: (String, String),
 }
 
 struct Open {
@@ -486,6 +585,8 @@ struct Open {
     npy: Option<crate::npy::Header>,
     /// Read through a decompressor: progress counts the compressed bytes.
     compressed: bool,
+    /// For Parquet: the rows.
+    parquet: Option<crate::parquet_io::ParquetRows>,
 }
 
 /// The `--ids` file: one id per line.
@@ -529,40 +630,7 @@ impl fmt::Debug for DocReader {
 impl DocReader {
     /// A reader over `args.inputs`; fails early if an input does not exist.
     pub fn new(args: &InputArgs) -> Result<DocReader> {
-        let format = if args.lines {
-            Format::Lines
-        } else {
-            args.format
-        };
-        let mut sources = Vec::new();
-        let inputs: Vec<PathBuf> = if args.inputs.is_empty() {
-            vec![PathBuf::from("-")]
-        } else {
-            args.inputs.clone()
-        };
-        for input in &inputs {
-            if input.as_os_str() == "-" {
-                sources.push(Source { path: None, format });
-                continue;
-            }
-            let meta = std::fs::metadata(input)
-                .with_context(|| format!("cannot read input {}", input.display()))?;
-            if meta.is_dir() {
-                let mut files = Vec::new();
-                walk(input, &mut files)
-                    .with_context(|| format!("cannot list directory {}", input.display()))?;
-                files.sort();
-                sources.extend(files.into_iter().map(|p| Source {
-                    format: resolve_format(format, &p),
-                    path: Some(p),
-                }));
-            } else {
-                sources.push(Source {
-                    format: resolve_format(format, input),
-                    path: Some(input.clone()),
-                });
-            }
-        }
+        let sources = sources(args)?;
         let ids = match &args.ids {
             Some(path) => Some(IdsFile {
                 name: path.display().to_string(),
@@ -584,6 +652,7 @@ impl DocReader {
             bytes: 0,
             progress: Arc::new(|_| {}),
             ids,
+            fields: (args.text_field.clone(), args.id_field.clone()),
         })
     }
 
@@ -619,7 +688,9 @@ impl DocReader {
         while batch.len() < BATCH_RECORDS && bytes < BATCH_BYTES {
             if self.current.as_ref().is_none_or(|c| c.done) {
                 match self.sources.next() {
-                    Some(source) => self.current = Some(open(source, &self.progress)?),
+                    Some(source) => {
+                        self.current = Some(open(source, &self.progress, &self.fields)?)
+                    }
                     None => break,
                 }
             }
@@ -640,6 +711,30 @@ impl DocReader {
             }
         }
         Ok((!batch.is_empty()).then_some(batch))
+    }
+
+    /// The next row of an open Parquet file.
+    fn next_parquet_row(&mut self) -> Result<Option<Record>> {
+        let open = self.current.as_mut().expect("a source is open");
+        let rows = open.parquet.as_mut().expect("a Parquet file");
+        let Some(row) = rows.next_row()? else {
+            open.done = true;
+            (self.progress)(open.offset);
+            return Ok(None);
+        };
+        let bytes = row.text.clone().unwrap_or_default();
+        self.bytes += bytes.len() as u64;
+        Ok(Some(Record {
+            null: row.text.is_none(),
+            bytes,
+            format: Format::Parquet,
+            source: Arc::clone(&open.name),
+            line: row.row,
+            offset: 0,
+            qualified_id: self.multiple,
+            id: row.id,
+            npy_f64: false,
+        }))
     }
 
     /// The next row of an open `.npy` array.
@@ -696,12 +791,16 @@ impl DocReader {
             qualified_id: self.multiple,
             id,
             npy_f64: header.f64,
+            null: false,
         }))
     }
 
     fn next_record(&mut self) -> Result<Option<Record>> {
         if self.current.as_ref().is_some_and(|c| c.npy.is_some()) {
             return self.next_row();
+        }
+        if self.current.as_ref().is_some_and(|c| c.parquet.is_some()) {
+            return self.next_parquet_row();
         }
         let open = self.current.as_mut().expect("a source is open");
         let mut bytes = Vec::new();
@@ -753,6 +852,7 @@ impl DocReader {
             qualified_id: self.multiple,
             id: None,
             npy_f64: false,
+            null: false,
         }))
     }
 }
@@ -804,8 +904,27 @@ impl<R: Read> Read for Counted<R> {
 /// Called with the number of input bytes consumed.
 type Progress = Arc<dyn Fn(u64) + Send + Sync>;
 
-fn open(source: Source, progress: &Progress) -> Result<Open> {
+fn open(source: Source, progress: &Progress, fields: &(String, String)) -> Result<Open> {
     let name: Arc<str> = source.name().into();
+    if source.format == Format::Parquet {
+        let Some(path) = &source.path else {
+            bail!("Parquet is not read from standard input: give the file's path");
+        };
+        let rows =
+            crate::parquet_io::ParquetRows::open(path, Arc::clone(&name), &fields.0, &fields.1)?;
+        return Ok(Open {
+            format: Format::Parquet,
+            name,
+            reader: Box::new(io::empty()),
+            line: 0,
+            // Progress: the file's size, counted when it is done.
+            offset: std::fs::metadata(path).map_or(0, |m| m.len()),
+            done: false,
+            npy: None,
+            compressed: false,
+            parquet: Some(rows),
+        });
+    }
     let raw: Box<dyn Read + Send> = match &source.path {
         None => Box::new(io::stdin()),
         Some(p) => Box::new(File::open(p).with_context(|| format!("cannot open {}", p.display()))?),
@@ -864,6 +983,7 @@ fn open(source: Source, progress: &Progress) -> Result<Open> {
         done: false,
         npy,
         compressed: compression != Compression::None,
+        parquet: None,
     })
 }
 
@@ -879,6 +999,7 @@ fn resolve_format(format: Format, path: &Path) -> Format {
     match path.extension().and_then(|e| e.to_str()) {
         Some("jsonl" | "ndjson" | "json") => Format::Jsonl,
         Some("npy") => Format::Npy,
+        Some("parquet" | "pq") => Format::Parquet,
         _ => Format::Text,
     }
 }

@@ -11,6 +11,7 @@ mod input;
 mod keep_by;
 mod npy;
 mod output;
+mod parquet_io;
 mod pipeline_args;
 mod run;
 

@@ -1610,3 +1610,134 @@ fn against_drops_only_new_documents() {
         assert!(!(is_old(a) && is_old(b)), "{pair}");
     }
 }
+
+/// Writes `records` (id, text, a numeric column; `None` text is null) as Parquet
+/// in row groups of `group` rows.
+fn write_parquet(path: &Path, records: &[(String, Option<String>)], group: usize) {
+    use arrow_array::{Int64Array, RecordBatch, StringArray};
+    use std::sync::Arc;
+    let schema = Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("id", arrow_schema::DataType::Utf8, false),
+        arrow_schema::Field::new("text", arrow_schema::DataType::Utf8, true),
+        arrow_schema::Field::new("extra", arrow_schema::DataType::Int64, false),
+    ]));
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_size(group)
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props)).unwrap();
+    for chunk in records.chunks(group) {
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    chunk.iter().map(|r| r.0.clone()),
+                )),
+                Arc::new(StringArray::from(
+                    chunk.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
+                )),
+                Arc::new(Int64Array::from_iter_values(0..chunk.len() as i64)),
+            ],
+        )
+        .unwrap();
+        w.write(&batch).unwrap();
+    }
+    w.close().unwrap();
+}
+
+fn parquet_ids(path: &Path) -> Vec<String> {
+    use arrow_array::cast::AsArray;
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut ids = Vec::new();
+    for b in reader {
+        let b = b.unwrap();
+        assert_eq!(b.num_columns(), 3, "every column is kept");
+        ids.extend(
+            b.column(0)
+                .as_string::<i32>()
+                .iter()
+                .map(|s| s.unwrap().to_owned()),
+        );
+    }
+    ids
+}
+
+#[test]
+fn parquet_input_gives_the_json_lines_answers_and_parquet_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let (text, _) = planted_corpus();
+    let records: Vec<(String, Option<String>)> = json_lines(&text)
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_owned(),
+                Some(r["text"].as_str().unwrap().to_owned()),
+            )
+        })
+        .collect();
+    let jsonl = write(dir.path(), "c.jsonl", text.as_bytes());
+    let pq = dir.path().join("c.parquet");
+    // A null text among them: skipped with --skip-invalid, in neither output.
+    let mut with_null = records.clone();
+    with_null.insert(7, ("null-text".into(), None));
+    write_parquet(&pq, &with_null, 5);
+    let p = |n: &str| dir.path().join(n);
+    let run_on = |input: &Path, tag: &str, keep: &str, drop: &str| {
+        let o = run(&[
+            "dedup",
+            input.to_str().unwrap(),
+            "--clusters",
+            p(&format!("clusters-{tag}")).to_str().unwrap(),
+            "--keep",
+            p(keep).to_str().unwrap(),
+            "--drop",
+            p(drop).to_str().unwrap(),
+            "--skip-invalid",
+            "-q",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::read_to_string(p(&format!("clusters-{tag}"))).unwrap()
+    };
+    let from_jsonl = run_on(&jsonl, "jsonl", "keep.jsonl", "drop.jsonl");
+    let from_parquet = run_on(&pq, "parquet", "keep.parquet", "drop.parquet");
+    assert_eq!(from_parquet, from_jsonl);
+    let ids_of = |f: &str| -> Vec<String> {
+        json_lines(&std::fs::read_to_string(p(f)).unwrap())
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(parquet_ids(&p("keep.parquet")), ids_of("keep.jsonl"));
+    assert_eq!(parquet_ids(&p("drop.parquet")), ids_of("drop.jsonl"));
+    // Without --skip-invalid the null text stops the run, named.
+    let o = run(&["dedup", pq.to_str().unwrap(), "-q"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("c.parquet:8") && stderr(&o).contains("null"),
+        "{}",
+        stderr(&o)
+    );
+    // A missing text column, and a truncated file.
+    let o = run(&["dedup", pq.to_str().unwrap(), "--text-field", "body"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no column \"body\""), "{}", stderr(&o));
+    let bytes = std::fs::read(&pq).unwrap();
+    let cut = write(dir.path(), "cut.parquet", &bytes[..bytes.len() / 2]);
+    let o = run(&[
+        "dedup",
+        cut.to_str().unwrap(),
+        "--pairs",
+        p("x").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("cut.parquet") && stderr(&o).contains("damaged"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!p("x").exists());
+}

@@ -452,7 +452,8 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
             let real = (20.0 * pool_bytes as f64 / (share * 0.7 * target as f64)).min(1.0);
             let doc = if rng.unit() >= real {
                 stats.remixed += 1;
-                remix.generate(want, &mut rng)
+                let seed = rng.next();
+                own_vocabulary(&remix.generate(want, &mut rng), seed)
             } else {
                 // Stretches of consecutive paragraphs from two or more pages:
                 // as coherent as a page, and unlike any other document.
@@ -498,6 +499,53 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
     }
     out.flush()?;
     Ok(stats)
+}
+
+/// The text with a fifth of its word types (Han characters, for Chinese)
+/// replaced, each by one made-up word chosen by `seed`: remixes of one source
+/// would otherwise share its word frequencies, and documents that share their
+/// word frequencies look alike to fingerprints of single tokens, as real
+/// documents on different topics do not.
+fn own_vocabulary(text: &str, seed: u64) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    let pick = |piece: &str| -> Option<u64> {
+        let h = SplitMix64(seed ^ hash_of(piece)).next();
+        (h % 5 == 0).then_some(h)
+    };
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if word.is_empty() {
+            return;
+        }
+        match pick(word) {
+            Some(h) => {
+                let mut h = h;
+                for _ in 0..word.chars().count().clamp(3, 10) {
+                    out.push((b'a' + (h % 26) as u8) as char);
+                    h /= 26;
+                }
+            }
+            None => out.push_str(word),
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        if is_han(c) {
+            flush(&mut word, &mut out);
+            let mut buf = [0u8; 4];
+            match pick(c.encode_utf8(&mut buf)) {
+                Some(h) => out.push(char::from_u32(0x4E00 + (h % 0x5000) as u32).unwrap_or(c)),
+                None => out.push(c),
+            }
+        } else if c.is_alphanumeric() {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
 }
 
 /// New text with the local statistics of real text: a character-level Markov

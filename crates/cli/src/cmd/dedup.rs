@@ -776,6 +776,35 @@ fn write_outputs(
     if args.keep.is_none() && args.drop.is_none() {
         return Ok(());
     }
+    if g.file.is_none() && g.raw.is_none() {
+        if let Some(files) = crate::input::parquet_files(&args.source.input)? {
+            // Parquet rows, every column, into Parquet files.
+            for path in [&args.keep, &args.drop].into_iter().flatten() {
+                if !crate::parquet_io::is_parquet(path) {
+                    bail!(
+                        "the inputs are Parquet, so --keep and --drop write Parquet: name \
+                         the output {}.parquet",
+                        path.with_extension("").display()
+                    );
+                }
+            }
+            let n = crate::parquet_io::split_rows(
+                &files,
+                &args.source.input.text_field,
+                first,
+                |doc| reps[doc] as usize == doc,
+                args.keep.as_deref(),
+                args.drop.as_deref(),
+            )?;
+            if n != reps.len() - first {
+                bail!(
+                    "the input changed while it was being deduplicated ({} records, then {n})",
+                    reps.len() - first
+                );
+            }
+            return Ok(());
+        }
+    }
     let mut keep = args
         .keep
         .as_deref()
