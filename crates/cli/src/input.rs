@@ -533,7 +533,7 @@ fn sources(args: &InputArgs) -> Result<Vec<Source>> {
 
 /// The Parquet inputs (path and name), when every input is Parquet; `None`
 /// when none is; an error when some are.
-pub fn parquet_files(args: &InputArgs) -> Result<Option<Vec<(PathBuf, Arc<str>)>>> {
+pub fn parquet_files(args: &InputArgs) -> Result<Option<Vec<crate::parquet_io::Shard>>> {
     let sources = sources(args)?;
     let parquet = sources
         .iter()

@@ -18,6 +18,9 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use crate::input::Id;
 use crate::output::Output;
 
+/// An input file: its path and its name in messages.
+pub type Shard = (std::path::PathBuf, Arc<str>);
+
 /// Rows per batch read.
 const BATCH_ROWS: usize = 1024;
 
@@ -202,7 +205,7 @@ fn id_at(col: &dyn Array, i: usize) -> Option<Id> {
 /// unchanged. Documents are numbered from `first` over the rows whose text is
 /// not null (rows skipped as invalid go to neither output).
 pub fn split_rows(
-    files: &[(std::path::PathBuf, Arc<str>)],
+    files: &[Shard],
     text_field: &str,
     first: usize,
     keep: impl Fn(usize) -> bool,
