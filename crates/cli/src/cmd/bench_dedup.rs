@@ -4,7 +4,7 @@
 //! Each run is a child `neardup dedup --clusters FILE --keep FILE` process (what
 //! a corpus cleaner asks for; `--pairs` lists every pair of a heavy cluster,
 //! quadratic in its size), so that its wall time and peak resident memory
-//! (`wait4`'s `ru_maxrss`) are its own.
+//! (the child's VmHWM, as its summary prints it) are its own.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -203,6 +203,14 @@ fn run_dedup(
         .find_map(|l| l.strip_prefix("neardup: phases: "))
         .unwrap_or("")
         .to_owned();
+    // The child's own peak ("peak memory N MB" in its summary, from VmHWM,
+    // which starts afresh at exec; wait4's figure would include this process's
+    // memory from before it).
+    let peak_mb = log
+        .split("peak memory ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(peak_kb as f64 / 1024.0);
     // "..., N removed, ..." in the summary.
     let removed = log
         .split(", ")
@@ -210,7 +218,7 @@ fn run_dedup(
         .unwrap_or(0);
     Ok(Measured {
         wall,
-        peak_mb: peak_kb as f64 / 1024.0,
+        peak_mb,
         removed,
         phases,
     })
