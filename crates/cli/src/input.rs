@@ -834,6 +834,11 @@ impl DocReader {
         if !open.compressed {
             (self.progress)(n as u64);
         }
+        // A byte-order mark before the first line (editors on Windows write
+        // one) is not part of the record.
+        if offset == 0 && open.format != Format::Text && bytes.starts_with(BOM) {
+            bytes.drain(..BOM.len());
+        }
         if open.format != Format::Text {
             open.line += 1;
             if bytes.ends_with(b"\n") {
@@ -856,6 +861,9 @@ impl DocReader {
         }))
     }
 }
+
+/// The UTF-8 byte-order mark.
+const BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// How an input file is compressed, known from its first bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -967,6 +975,7 @@ fn open(source: Source, progress: &Progress, fields: &(String, String)) -> Resul
     if format == Format::Auto {
         // Standard input: JSON Lines if the first non-blank byte is `{`.
         let buf = reader.fill_buf()?;
+        let buf = buf.strip_prefix(BOM).unwrap_or(buf);
         let first = buf.iter().find(|b| !b.is_ascii_whitespace());
         format = if first == Some(&b'{') {
             Format::Jsonl

@@ -1741,3 +1741,67 @@ fn parquet_input_gives_the_json_lines_answers_and_parquet_records() {
     );
     assert!(!p("x").exists());
 }
+
+#[test]
+fn a_byte_order_mark_before_the_first_json_line_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let body =
+        "{\"id\":\"a\",\"text\":\"the quick brown fox\"}\n{\"id\":\"b\",\"text\":\"jumps\"}\n";
+    let plain = write(dir.path(), "plain.jsonl", body.as_bytes());
+    let bom = write(
+        dir.path(),
+        "bom.jsonl",
+        format!("\u{feff}{body}").as_bytes(),
+    );
+    let a = run(&["fingerprint", plain.to_str().unwrap(), "-q"]);
+    let b = run(&["fingerprint", bom.to_str().unwrap(), "-q"]);
+    assert!(b.status.success(), "{}", stderr(&b));
+    assert_eq!(stdout(&a), stdout(&b));
+    // From standard input too (where the format is sniffed).
+    let c = run_stdin(&["fingerprint", "-q"], format!("\u{feff}{body}").as_bytes());
+    assert!(c.status.success(), "{}", stderr(&c));
+    assert_eq!(stdout(&a), stdout(&c));
+}
+
+#[test]
+fn a_quadratic_pair_listing_is_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1,500 copies of one fingerprint: 1,124,250 pairs, 750 per document.
+    let fps: String = (0..1500)
+        .map(|i| format!("{{\"id\":{i},\"simhash\":\"00000000000000ff\"}}\n"))
+        .collect();
+    let input = write(dir.path(), "fps.jsonl", fps.as_bytes());
+    let pairs = dir.path().join("pairs.jsonl");
+    let o = run(&[
+        "dedup",
+        "--fingerprints",
+        input.to_str().unwrap(),
+        "--pairs",
+        pairs.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("writing 1124250 pairs") && stderr(&o).contains("--clusters"),
+        "{}",
+        stderr(&o)
+    );
+    // A few copies: no warning.
+    let small = write(
+        dir.path(),
+        "small.jsonl",
+        fps.lines()
+            .take(40)
+            .collect::<Vec<_>>()
+            .join("\n")
+            .as_bytes(),
+    );
+    let o = run(&[
+        "dedup",
+        "--fingerprints",
+        small.to_str().unwrap(),
+        "--pairs",
+        pairs.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+}

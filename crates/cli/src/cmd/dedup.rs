@@ -118,6 +118,10 @@ pub struct Args {
     pub run: RunArgs,
 }
 
+/// Above this many pairs (or a million and a hundred per document), --pairs
+/// warns of the size of its output.
+const LOTS_OF_PAIRS: u64 = 50_000_000;
+
 /// Cosine similarity that dense vectors must reach without --min-similarity.
 const DEFAULT_COSINE: f64 = 0.95;
 
@@ -733,6 +737,21 @@ fn write_outputs(
     let field = check.map_or("jaccard", Check::field);
     let mut line = Vec::with_capacity(256);
     if let Some(path) = &args.pairs {
+        // Heavy clusters make the listing quadratic: say so before writing.
+        let count = dedup.pair_count();
+        if count
+            > LOTS_OF_PAIRS
+                .min(100 * dedup.documents() as u64)
+                .max(1_000_000)
+            && !args.run.quiet
+        {
+            eprintln!(
+                "neardup: warning: writing {count} pairs to {} (about {:.0} GB): clusters of many \
+                 copies list every pair of members; --clusters lists each cluster once",
+                path.display(),
+                count as f64 * 60.0 / 1e9
+            );
+        }
         let mut out = Output::create(Some(path))?;
         dedup.for_each_scored_pair(|a, b, d, j| {
             if (b as usize) < first {
