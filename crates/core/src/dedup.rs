@@ -4,7 +4,9 @@
 //! (the "big bucket") cost one entry in the join and work linear in the output.
 
 use crate::error::Error;
-use crate::index::{Bits, Collapsed, JoinScratch, TableDesign, join_sorted_unique_with};
+use crate::index::{
+    Bits, Collapsed, JoinScratch, TableDesign, join_sorted_unique_each, join_sorted_unique_with,
+};
 
 /// Documents are numbered with u32, one value kept free.
 fn check_documents(n: usize) -> Result<(), Error> {
@@ -162,124 +164,47 @@ impl Dedup {
         score: impl Fn(u32, u32) -> f64 + Sync,
         spanning: bool,
     ) -> Dedup {
-        use rayon::prelude::*;
-        // Split each fingerprint group into nodes of identical sets.
-        let n_groups = self.groups.len();
-        let mut node_of_doc = vec![0u32; self.documents()];
-        let mut group_nodes: Vec<u32> = Vec::with_capacity(n_groups + 1);
-        let mut next = 0u32;
-        // Nodes of documents with nothing to compare, paired with nothing.
-        let mut void: Vec<u32> = Vec::new();
-        let mut keyed: Vec<(Option<u128>, u32)> = Vec::new();
-        for g in 0..n_groups as u32 {
-            group_nodes.push(next);
-            let m = self.groups.members(g);
-            keyed.clear();
-            keyed.extend(
-                m.iter()
-                    .map(|&d| (if m.len() > 1 { digest(d) } else { Some(0) }, d)),
-            );
-            keyed.sort_unstable();
-            for (i, &(h, d)) in keyed.iter().enumerate() {
-                if i > 0 && (h.is_none() || keyed[i - 1].0 != h) {
-                    next += 1;
-                }
-                if h.is_none() {
-                    void.push(next);
-                }
-                node_of_doc[d as usize] = next;
-            }
-            next += 1;
-        }
-        group_nodes.push(next);
-        let n_nodes = next as usize;
-        let mut is_void = vec![false; n_nodes];
-        for &v in &void {
-            is_void[v as usize] = true;
-        }
-        // Members of each node, in input order.
-        let mut starts = vec![0u32; n_nodes + 1];
-        for &node in &node_of_doc {
-            starts[node as usize + 1] += 1;
-        }
-        for i in 0..n_nodes {
-            starts[i + 1] += starts[i];
-        }
-        let mut fill = starts[..n_nodes].to_vec();
-        let mut order = vec![0u32; node_of_doc.len()];
-        for (doc, &node) in node_of_doc.iter().enumerate() {
-            order[fill[node as usize] as usize] = doc as u32;
-            fill[node as usize] += 1;
-        }
-        let groups = Groups {
-            order,
-            starts,
-            group_of: node_of_doc,
-        };
-        // Candidate node pairs: nodes of one fingerprint, and nodes of
-        // neighbouring fingerprints.
-        let nodes = |g: u32| group_nodes[g as usize]..group_nodes[g as usize + 1];
-        let mut candidates: Vec<(u32, u32, u32)> = Vec::new();
-        let live = |g: u32| nodes(g).filter(|&u| !is_void[u as usize]);
-        for g in 0..n_groups as u32 {
-            for u in live(g) {
-                for v in live(g).filter(|&v| v > u) {
-                    candidates.push((u, v, 0));
-                }
-            }
-        }
-        for &(gu, gv, d) in &self.distinct_pairs {
-            for u in live(gu) {
-                for v in live(gv) {
-                    candidates.push((u.min(v), u.max(v), d));
-                }
-            }
-        }
+        let nodes = Nodes::split(&self.groups, digest);
+        let mut verifier = Verifier::new(&nodes, threshold, &score, spanning);
+        verifier.within_nodes();
+        verifier.across(&self.distinct_pairs);
         drop(self.distinct_pairs);
-        let first = |node: u32| groups.first(node);
-        let scored: Vec<(u32, u32, u32, f64)> = if spanning {
-            // In stretches: skip the pairs already connected, score the rest
-            // in parallel, then connect the verified ones.
-            let mut parent: Vec<u32> = (0..n_nodes as u32).collect();
-            let mut kept = Vec::new();
-            for stretch in candidates.chunks(1 << 14) {
-                let todo: Vec<(u32, u32, u32)> = stretch
-                    .iter()
-                    .copied()
-                    .filter(|&(u, v, _)| find(&mut parent, u) != find(&mut parent, v))
-                    .collect();
-                let verified: Vec<(u32, u32, u32, f64)> = todo
-                    .into_par_iter()
-                    .with_min_len(64)
-                    .filter_map(|(u, v, d)| {
-                        let j = score(first(u), first(v));
-                        (j >= threshold).then_some((u, v, d, j))
-                    })
-                    .collect();
-                for &(u, v, ..) in &verified {
-                    let (a, b) = (find(&mut parent, u), find(&mut parent, v));
-                    if a != b {
-                        parent[a.max(b) as usize] = a.min(b);
-                    }
-                }
-                kept.extend(verified);
-            }
-            kept
-        } else {
-            candidates
-                .into_par_iter()
-                .with_min_len(256)
-                .filter_map(|(u, v, d)| {
-                    let j = score(first(u), first(v));
-                    (j >= threshold).then_some((u, v, d, j))
-                })
-                .collect()
+        let kept = verifier.finish();
+        Dedup::of_nodes(nodes, kept)
+    }
+
+    /// Joins `fps` (document i has `fps[i]`) at distance `k` with `design` and
+    /// verifies the candidates as [`Dedup::verify_by`] (or, if `spanning`,
+    /// [`Dedup::verify_spanning_by`]) does, a round of tables at a time: the
+    /// candidate pairs are never all in memory, only those of one round and
+    /// the verified ones (a spanning set of them, if `spanning`). The same
+    /// pairs and components as joining and verifying one after the other.
+    #[allow(clippy::too_many_arguments)]
+    pub fn verified<B: Bits>(
+        fps: Vec<B>,
+        k: u32,
+        design: &TableDesign,
+        threshold: f64,
+        digest: impl Fn(u32) -> Option<u128>,
+        score: impl Fn(u32, u32) -> f64 + Sync,
+        spanning: bool,
+    ) -> Result<Dedup, Error> {
+        check_documents(fps.len())?;
+        let (c, scratch) = Collapsed::from_vec(fps);
+        let groups = Groups {
+            order: c.order,
+            starts: c.starts,
+            group_of: c.group_of,
         };
-        Dedup {
-            distinct_pairs: scored.iter().map(|&(u, v, d, _)| (u, v, d)).collect(),
-            scores: Some(scored.iter().map(|&(.., j)| j).collect()),
-            groups,
-        }
+        let nodes = Nodes::split(&groups, digest);
+        drop(groups);
+        let mut verifier = Verifier::new(&nodes, threshold, &score, spanning);
+        verifier.within_nodes();
+        join_sorted_unique_each(&c.distinct, k, design, scratch, |pairs| {
+            verifier.across(&pairs)
+        })?;
+        let kept = verifier.finish();
+        Ok(Dedup::of_nodes(nodes, kept))
     }
 
     /// The documents verification reads, in input order: every member of a
@@ -470,6 +395,193 @@ impl Dedup {
             }
         }
         rep
+    }
+}
+
+/// Fingerprint groups split into nodes of documents with identical sets (one
+/// digest): the units verification compares.
+struct Nodes {
+    /// The nodes' members, as groups.
+    groups: Groups,
+    /// `group_nodes[g]..group_nodes[g + 1]`: the nodes of fingerprint group g.
+    group_nodes: Vec<u32>,
+    /// Nodes of documents with nothing to compare, paired with nothing.
+    is_void: Vec<bool>,
+}
+
+impl Nodes {
+    fn split(groups: &Groups, digest: impl Fn(u32) -> Option<u128>) -> Nodes {
+        let n_groups = groups.len();
+        let mut node_of_doc = vec![0u32; groups.group_of.len()];
+        let mut group_nodes: Vec<u32> = Vec::with_capacity(n_groups + 1);
+        let mut next = 0u32;
+        let mut void: Vec<u32> = Vec::new();
+        let mut keyed: Vec<(Option<u128>, u32)> = Vec::new();
+        for g in 0..n_groups as u32 {
+            group_nodes.push(next);
+            let m = groups.members(g);
+            keyed.clear();
+            keyed.extend(
+                m.iter()
+                    .map(|&d| (if m.len() > 1 { digest(d) } else { Some(0) }, d)),
+            );
+            keyed.sort_unstable();
+            for (i, &(h, d)) in keyed.iter().enumerate() {
+                if i > 0 && (h.is_none() || keyed[i - 1].0 != h) {
+                    next += 1;
+                }
+                if h.is_none() {
+                    void.push(next);
+                }
+                node_of_doc[d as usize] = next;
+            }
+            next += 1;
+        }
+        group_nodes.push(next);
+        let n_nodes = next as usize;
+        let mut is_void = vec![false; n_nodes];
+        for &v in &void {
+            is_void[v as usize] = true;
+        }
+        // Members of each node, in input order.
+        let mut starts = vec![0u32; n_nodes + 1];
+        for &node in &node_of_doc {
+            starts[node as usize + 1] += 1;
+        }
+        for i in 0..n_nodes {
+            starts[i + 1] += starts[i];
+        }
+        let mut fill = starts[..n_nodes].to_vec();
+        let mut order = vec![0u32; node_of_doc.len()];
+        for (doc, &node) in node_of_doc.iter().enumerate() {
+            order[fill[node as usize] as usize] = doc as u32;
+            fill[node as usize] += 1;
+        }
+        Nodes {
+            groups: Groups {
+                order,
+                starts,
+                group_of: node_of_doc,
+            },
+            group_nodes,
+            is_void,
+        }
+    }
+
+    /// The nodes of fingerprint group `g` with something to compare.
+    fn live(&self, g: u32) -> impl Iterator<Item = u32> + '_ {
+        (self.group_nodes[g as usize]..self.group_nodes[g as usize + 1])
+            .filter(|&u| !self.is_void[u as usize])
+    }
+}
+
+/// Scores candidate node pairs in stretches, keeping those at the threshold.
+struct Verifier<'a, S> {
+    nodes: &'a Nodes,
+    threshold: f64,
+    score: &'a S,
+    /// With a spanning set: the union-find forest of the verified pairs.
+    parent: Option<Vec<u32>>,
+    /// Candidates not yet scored.
+    todo: Vec<(u32, u32, u32)>,
+    kept: Vec<(u32, u32, u32, f64)>,
+}
+
+impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
+    const STRETCH: usize = 1 << 14;
+
+    fn new(nodes: &'a Nodes, threshold: f64, score: &'a S, spanning: bool) -> Self {
+        Verifier {
+            nodes,
+            threshold,
+            score,
+            parent: spanning.then(|| (0..nodes.is_void.len() as u32).collect()),
+            todo: Vec::with_capacity(Self::STRETCH),
+            kept: Vec::new(),
+        }
+    }
+
+    /// Candidates of one fingerprint: its nodes pairwise.
+    fn within_nodes(&mut self) {
+        let nodes = self.nodes;
+        for g in 0..nodes.group_nodes.len() as u32 - 1 {
+            for u in nodes.live(g) {
+                for v in nodes.live(g).filter(|&v| v > u) {
+                    self.push((u, v, 0));
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// Candidates of pairs of distinct fingerprints `(gu, gv, distance)`.
+    fn across(&mut self, group_pairs: &[(u32, u32, u32)]) {
+        let nodes = self.nodes;
+        for &(gu, gv, d) in group_pairs {
+            for u in nodes.live(gu) {
+                for v in nodes.live(gv) {
+                    self.push((u.min(v), u.max(v), d));
+                }
+            }
+        }
+        self.flush();
+    }
+
+    fn push(&mut self, pair: (u32, u32, u32)) {
+        self.todo.push(pair);
+        if self.todo.len() >= Self::STRETCH {
+            self.flush();
+        }
+    }
+
+    /// Scores the waiting candidates in parallel (skipping, with a spanning
+    /// set, those already connected) and keeps the verified ones.
+    fn flush(&mut self) {
+        use rayon::prelude::*;
+        if let Some(parent) = &mut self.parent {
+            self.todo
+                .retain(|&(u, v, _)| find(parent, u) != find(parent, v));
+        }
+        let first = |node: u32| self.nodes.groups.first(node);
+        let (score, threshold) = (self.score, self.threshold);
+        let verified: Vec<(u32, u32, u32, f64)> = self
+            .todo
+            .par_iter()
+            .with_min_len(64)
+            .filter_map(|&(u, v, d)| {
+                let j = score(first(u), first(v));
+                (j >= threshold).then_some((u, v, d, j))
+            })
+            .collect();
+        self.todo.clear();
+        if let Some(parent) = &mut self.parent {
+            for &(u, v, ..) in &verified {
+                let (a, b) = (find(parent, u), find(parent, v));
+                if a != b {
+                    parent[a.max(b) as usize] = a.min(b);
+                }
+            }
+        }
+        self.kept.extend(verified);
+    }
+
+    /// The verified pairs `(u, v, distance, similarity)`, in ascending order.
+    fn finish(mut self) -> Vec<(u32, u32, u32, f64)> {
+        self.flush();
+        let mut kept = self.kept;
+        kept.sort_unstable_by_key(|&(u, v, ..)| (u, v));
+        kept
+    }
+}
+
+impl Dedup {
+    /// The dedup of `nodes` and their verified pairs.
+    fn of_nodes(nodes: Nodes, kept: Vec<(u32, u32, u32, f64)>) -> Dedup {
+        Dedup {
+            distinct_pairs: kept.iter().map(|&(u, v, d, _)| (u, v, d)).collect(),
+            scores: Some(kept.iter().map(|&(.., j)| j).collect()),
+            groups: nodes.groups,
+        }
     }
 }
 

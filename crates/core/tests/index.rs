@@ -261,8 +261,19 @@ proptest! {
             |i| { let s = &sets[i as usize]; (!s.is_empty()).then(|| neardup_core::spill::set_digest(s)) },
             |a, b| neardup_core::jaccard::jaccard_at_least(&sets[a as usize], &sets[b as usize], t),
         );
-        prop_assert_eq!(spanning.representatives(Policy::Components), reps);
+        prop_assert_eq!(spanning.representatives(Policy::Components), reps.clone());
         prop_assert!(spanning.pair_count() <= dd.pair_count());
+        // Joined and verified a round of tables at a time: the same pairs, or
+        // (spanning) the same components.
+        let digest = |i: u32| { let s = &sets[i as usize]; (!s.is_empty()).then(|| neardup_core::spill::set_digest(s)) };
+        let score = |a: u32, b: u32| neardup_core::jaccard::jaccard_at_least(&sets[a as usize], &sets[b as usize], t);
+        let streamed = Dedup::verified(fps.clone(), k, &d, t, digest, score, false).unwrap();
+        let mut got2 = Vec::new();
+        streamed.for_each_scored_pair(|a, b, dist, j| { got2.push((a, b, dist, j.unwrap())); Ok::<(), ()>(()) }).unwrap();
+        got2.sort_unstable_by(|x, y| x.partial_cmp(y).unwrap());
+        prop_assert_eq!(&got2, &expected);
+        let streamed = Dedup::verified(fps.clone(), k, &d, t, digest, score, true).unwrap();
+        prop_assert_eq!(streamed.representatives(Policy::Components), reps);
     }
 }
 

@@ -626,28 +626,28 @@ fn join<B: Bits>(
 ) -> Result<(Dedup, Vec<u32>)> {
     let fps: Vec<B> = values.into_words();
     let design = plan_join(B::BITS, k, fps.len() as f64)?;
-    let mut dedup = Dedup::from_vec(fps, k, &design)?;
-    phases.mark("join");
-    if let Some((threshold, features)) = &verify {
-        let digest = |doc| features.digest(doc);
-        let score = |a, b| features.jaccard(a, b, *threshold);
-        // Without --pairs, the components need only a spanning set of pairs.
-        dedup = if spanning {
-            dedup.verify_spanning_by(*threshold, digest, score)
-        } else {
-            dedup.verify_by(*threshold, digest, score)
-        };
-        features.check()?;
-    }
+    let dedup = match &verify {
+        // Joined and verified a round of tables at a time; without --pairs,
+        // the components need only a spanning set of pairs.
+        Some((threshold, features)) => {
+            let digest = |doc| features.digest(doc);
+            let score = |a, b| features.jaccard(a, b, *threshold);
+            let dedup = Dedup::verified(fps, k, &design, *threshold, digest, score, spanning)?;
+            features.check()?;
+            phases.mark("join and verify");
+            dedup
+        }
+        None => {
+            let dedup = Dedup::from_vec(fps, k, &design)?;
+            phases.mark("join");
+            dedup
+        }
+    };
     let reps = match preference {
         Some(p) => dedup.representatives_by(policy, p),
         None => dedup.representatives(policy),
     };
-    phases.mark(if verify.is_some() {
-        "verify"
-    } else {
-        "clusters"
-    });
+    phases.mark("clusters");
     Ok((dedup, reps))
 }
 

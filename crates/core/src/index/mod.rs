@@ -503,22 +503,7 @@ pub fn join_sorted_unique_with<B: Bits>(
     design: &TableDesign,
     scratch: JoinScratch<B>,
 ) -> Result<Vec<(u32, u32, u32)>, Error> {
-    if design.bits != B::BITS {
-        return Err(Error::WidthMismatch {
-            expected: design.bits,
-            got: B::BITS,
-        });
-    }
-    if k > design.k {
-        return Err(Error::InvalidConfig(format!(
-            "k = {k} is larger than the design's k = {}",
-            design.k
-        )));
-    }
-    debug_assert!(
-        sorted.windows(2).all(|w| w[0] < w[1]),
-        "input must be sorted and distinct"
-    );
+    check_join(sorted, k, design)?;
     let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
     // One chunk of tables per thread, each with its scratch reused from table to
     // table (`map_init` would make new scratch per split: fresh pages each time).
@@ -541,7 +526,13 @@ pub fn join_sorted_unique_with<B: Bits>(
             let (keys, tmp) = buf.split_at_mut(n);
             chunk
                 .iter()
-                .map(|&(ti, t)| join_table(sorted, t, &masks[..ti], k, keys, tmp))
+                .map(|&(ti, t)| {
+                    let mut out = Vec::new();
+                    join_table(sorted, t, &masks[..ti], k, keys, tmp, |a, b, d| {
+                        out.push((a, b, d))
+                    });
+                    out
+                })
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -569,7 +560,77 @@ pub fn join_sorted_unique_with<B: Bits>(
     Ok(pairs)
 }
 
-/// One table's pairs, as fingerprint values.
+/// [`join_sorted_unique_with`] a few tables at a time: `sink` gets the pairs of
+/// each round of tables (as many tables as threads, joined in parallel) before
+/// the next round starts, so that memory holds one round's pairs rather than
+/// all of them. Every pair `(i, j, distance)`, `i < j`, reaches `sink` exactly
+/// once, in an order fixed by the design (not by the thread count's timing).
+pub fn join_sorted_unique_each<B: Bits>(
+    sorted: &[B],
+    k: u32,
+    design: &TableDesign,
+    scratch: JoinScratch<B>,
+    mut sink: impl FnMut(Vec<(u32, u32, u32)>),
+) -> Result<(), Error> {
+    check_join(sorted, k, design)?;
+    let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
+    let n = sorted.len();
+    let dir_bits = table::dir_bits_for(n, B::BITS);
+    let dir = table::directory(sorted.iter().copied(), dir_bits);
+    let position = |f: B| {
+        let b = f.top(dir_bits) as usize;
+        let (from, to) = (dir[b] as usize, dir[b + 1] as usize);
+        (from + sorted[from..to].partition_point(|&x| x < f)) as u32
+    };
+    let tables: Vec<(usize, &Table)> = design.tables.iter().enumerate().collect();
+    let threads = rayon::current_num_threads().max(1);
+    let mut bufs = scratch.bufs;
+    bufs.resize_with(threads.min(tables.len()), Vec::new);
+    for round in tables.chunks(threads) {
+        let per_table: Vec<Vec<(u32, u32, u32)>> = round
+            .par_iter()
+            .zip(bufs.par_iter_mut())
+            .map(|(&(ti, t), buf)| {
+                if buf.capacity() < 2 * n {
+                    *buf = mem::with_huge_capacity(2 * n);
+                }
+                buf.clear();
+                buf.resize(2 * n, B::zero());
+                let (keys, tmp) = buf.split_at_mut(n);
+                let mut out = Vec::new();
+                join_table(sorted, t, &masks[..ti], k, keys, tmp, |a, b, d| {
+                    let (ia, ib) = (position(a), position(b));
+                    out.push((ia.min(ib), ia.max(ib), d));
+                });
+                out
+            })
+            .collect();
+        per_table.into_iter().for_each(&mut sink);
+    }
+    Ok(())
+}
+
+fn check_join<B: Bits>(sorted: &[B], k: u32, design: &TableDesign) -> Result<(), Error> {
+    if design.bits != B::BITS {
+        return Err(Error::WidthMismatch {
+            expected: design.bits,
+            got: B::BITS,
+        });
+    }
+    if k > design.k {
+        return Err(Error::InvalidConfig(format!(
+            "k = {k} is larger than the design's k = {}",
+            design.k
+        )));
+    }
+    debug_assert!(
+        sorted.windows(2).all(|w| w[0] < w[1]),
+        "input must be sorted and distinct"
+    );
+    Ok(())
+}
+
+/// One table's pairs, as fingerprint values, each given to `emit(a, b, distance)`.
 /// `keys` and `tmp`, as long as `fps`, are scratch reused from table to table.
 fn join_table<B: Bits>(
     fps: &[B],
@@ -578,7 +639,8 @@ fn join_table<B: Bits>(
     k: u32,
     keys: &mut [B],
     tmp: &mut [B],
-) -> Vec<(B, B, u32)> {
+    mut emit: impl FnMut(B, B, u32),
+) {
     let p = t.prefix_bits();
     let d = table::dir_bits_for(fps.len(), p);
     radix::sort_mapped_into(fps, |f| t.permute(f), keys, tmp, d);
@@ -587,7 +649,6 @@ fn join_table<B: Bits>(
     // Prefixes can be longer than 64 bits at f = 128: compare masked words.
     let prefix = B::mask(B::BITS - p, p);
     let same_prefix = |a: B, b: B| a.xor(b).and(prefix) == B::zero();
-    let mut out = Vec::new();
     let mut lo = 0;
     while lo < keys.len() {
         let top = keys[lo].top(d);
@@ -626,11 +687,10 @@ fn join_table<B: Bits>(
                     if earlier.iter().any(|&m| diff.and(m) == B::zero()) {
                         continue; // an earlier table reports it
                     }
-                    out.push((t.unpermute(ka), t.unpermute(kb), dist));
+                    emit(t.unpermute(ka), t.unpermute(kb), dist);
                 }
             }
             run_start = run_end;
         }
     }
-    out
 }
