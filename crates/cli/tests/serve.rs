@@ -18,6 +18,11 @@ type Batch = Vec<(String, String)>;
 
 /// Starts the server on a free loopback port; returns it and its address.
 fn start(dir: &std::path::Path) -> (Child, SocketAddr) {
+    start_with(dir, &[])
+}
+
+/// [`start`] with more flags.
+fn start_with(dir: &std::path::Path, extra: &[&str]) -> (Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_neardup"))
         .args([
             "serve",
@@ -26,6 +31,7 @@ fn start(dir: &std::path::Path) -> (Child, SocketAddr) {
             "--addr",
             "127.0.0.1:0",
         ])
+        .args(extra)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -195,4 +201,92 @@ fn verify(addr: SocketAddr, acked: &HashMap<String, String>, batches: &[Batch]) 
         present_total, stored,
         "stored documents that no batch wrote"
     );
+}
+
+/// Idle and half-sent connections are closed after the header timeout; a
+/// half-sent body gets 408 after the body timeout; SIGTERM with a half-sent
+/// request open exits within the shutdown deadline.
+#[test]
+fn slow_clients_are_timed_out_and_sigterm_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, addr) = start_with(
+        dir.path(),
+        &[
+            "--header-timeout",
+            "1",
+            "--body-timeout",
+            "1",
+            "--shutdown-deadline",
+            "2",
+        ],
+    );
+    let closed_within = |mut s: TcpStream, secs: u64| {
+        s.set_read_timeout(Some(Duration::from_secs(secs))).unwrap();
+        let mut buf = Vec::new();
+        // A close reads as end of stream (after any answer); a timeout is an error.
+        s.read_to_end(&mut buf)
+            .map(|_| String::from_utf8_lossy(&buf).into_owned())
+    };
+    let idle = TcpStream::connect(addr).unwrap();
+    let mut half_head = TcpStream::connect(addr).unwrap();
+    half_head
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut half_body = TcpStream::connect(addr).unwrap();
+    half_body
+        .write_all(b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"simhash\":")
+        .unwrap();
+    let started = Instant::now();
+    assert!(
+        closed_within(idle, 10).is_ok(),
+        "an idle connection stays open"
+    );
+    assert!(
+        closed_within(half_head, 10).is_ok(),
+        "a half-sent header stays open"
+    );
+    let answer = closed_within(half_body, 10).expect("a half-sent body stays open");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_timeout"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(8));
+    // The service still answers.
+    assert_eq!(http(addr, "GET", "/healthz", None).map(|r| r.0), Some(200));
+    let sigterm = |server: &mut Child| {
+        // SAFETY: signals the child this test started, by its id.
+        unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = server.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "SIGTERM did not complete");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert!(sigterm(&mut server).success());
+    // SIGTERM while a client holds a half-sent request (timeouts far off).
+    let (mut server, addr) = start_with(
+        dir.path(),
+        &[
+            "--header-timeout",
+            "60",
+            "--body-timeout",
+            "60",
+            "--shutdown-deadline",
+            "2",
+        ],
+    );
+    let mut held = TcpStream::connect(addr).unwrap();
+    held.write_all(b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let term = Instant::now();
+    let status = sigterm(&mut server);
+    assert!(status.success(), "{status:?}");
+    assert!(
+        term.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        term.elapsed()
+    );
+    drop(held);
 }

@@ -188,7 +188,11 @@ pub struct DocResult {
 }
 
 /// The router over a service.
-pub fn router<B: Bits>(service: Arc<Service<B>>, max_body: usize) -> Router {
+pub fn router<B: Bits>(
+    service: Arc<Service<B>>,
+    max_body: usize,
+    body_timeout: std::time::Duration,
+) -> Router {
     Router::new()
         .route("/v1/documents", post(post_documents::<B>))
         .route(
@@ -202,6 +206,10 @@ pub fn router<B: Bits>(service: Arc<Service<B>>, max_body: usize) -> Router {
         .route("/openapi.json", get(openapi))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            (max_body, body_timeout),
+            read_body,
+        ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&service),
             authorise::<B>,
@@ -244,6 +252,52 @@ async fn measure<B: Bits>(State(s): State<Arc<Service<B>>>, req: Request, next: 
     resp
 }
 
+/// Reads the whole body, at most `max_body` bytes within `timeout` of the
+/// headers, before any handler runs: a client that stops sending mid-body
+/// gets 408 instead of holding its connection and a task forever.
+async fn read_body(
+    State((max_body, timeout)): State<(usize, std::time::Duration)>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    use http_body_util::BodyExt;
+    let (parts, body) = req.into_parts();
+    let limited = http_body_util::Limited::new(body, max_body);
+    let bytes = match tokio::time::timeout(timeout, limited.collect()).await {
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request's body did not arrive within {} s of its headers",
+                    timeout.as_secs_f64()
+                ),
+            ));
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!(
+                    "the body is larger than {max_body} bytes: split the documents over \
+                     several requests"
+                ),
+            ));
+        }
+        Ok(Err(e)) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "unreadable_body",
+                format!("cannot read the request's body: {e}"),
+            ));
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    Ok(next
+        .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await)
+}
+
 async fn authorise<B: Bits>(
     State(s): State<Arc<Service<B>>>,
     req: Request,
@@ -264,7 +318,9 @@ async fn authorise<B: Bits>(
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim_start());
         if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,

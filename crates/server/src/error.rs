@@ -39,15 +39,21 @@ impl ApiError {
 }
 
 impl From<ServiceError> for ApiError {
+    /// The client is told what kind of failure it met; the details (paths,
+    /// the storage engine's own words) go to the log, not over the wire.
     fn from(e: ServiceError) -> Self {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            match e {
-                ServiceError::ShuttingDown => "shutting_down",
-                _ => "storage_unavailable",
-            },
-            e.to_string(),
-        )
+        let (code, message) = match e {
+            ServiceError::ShuttingDown => ("shutting_down", e.to_string()),
+            _ => {
+                tracing::error!("request failed: {e}");
+                (
+                    "storage_unavailable",
+                    "the collection's storage failed; the operator's log says why: retry later"
+                        .to_string(),
+                )
+            }
+        };
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
     }
 }
 

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use neardup_core::index::Bits;
@@ -44,6 +44,8 @@ pub struct Options {
     pub protect: Protect,
     /// Largest request body, in bytes.
     pub max_body: usize,
+    /// Time a request has to send its body once its headers are in (408).
+    pub body_timeout: Duration,
 }
 
 impl Default for Options {
@@ -52,6 +54,7 @@ impl Default for Options {
             token: None,
             protect: Protect::Writes,
             max_body: 16 << 20,
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -161,7 +164,7 @@ fn start<B: Bits>(
         protect: options.protect,
         started: Instant::now(),
     });
-    let router = api::router(Arc::clone(&service), options.max_body);
+    let router = api::router(Arc::clone(&service), options.max_body, options.body_timeout);
     let closer = move || {
         service.jobs.write().expect("jobs lock").take();
         join(writer);
@@ -184,21 +187,96 @@ fn join(h: JoinHandle<()>) {
     let _ = h.join();
 }
 
+/// What one connection may cost the service.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Time a connection has to send a request's headers, counted from when
+    /// the server starts waiting for them: an idle keep-alive connection is
+    /// closed after it too.
+    pub header_timeout: Duration,
+    /// Connections served at once; further ones are closed as accepted.
+    pub max_connections: usize,
+    /// After the shutdown signal: how long in-flight requests have to finish
+    /// before their connections are dropped.
+    pub shutdown_deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            max_connections: 4096,
+            shutdown_deadline: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Serves `app` on `addr` until `shutdown` completes, then finishes in-flight
-/// requests and closes the app (every received write committed). `on_bound`
-/// gets the bound address (useful with port 0).
+/// requests (for at most `limits.shutdown_deadline`) and closes the app (every
+/// acknowledged write committed). `on_bound` gets the bound address (useful
+/// with port 0).
 pub async fn serve(
     mut app: App,
     addr: SocketAddr,
+    limits: Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
     let listener = tokio::net::TcpListener::bind(addr).await?;
     on_bound(listener.local_addr()?);
-    let router = app.router.clone();
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut refused_logged = false;
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait for
+                    // connections to close rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            if !refused_logged {
+                tracing::warn!(
+                    "{} connections open: closing new ones until some finish",
+                    limits.max_connections
+                );
+                refused_logged = true;
+            }
+            continue; // dropped: closed at once
+        };
+        refused_logged = false;
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.router.clone());
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(limits.shutdown_deadline, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "requests still open {:?} after the shutdown signal: closing their connections",
+            limits.shutdown_deadline
+        );
+    }
     tokio::task::spawn_blocking(move || app.close())
         .await
         .map_err(std::io::Error::other)?;

@@ -190,6 +190,9 @@ fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Jo
     } else {
         store.commit(&writes)
     };
+    if let Err(e) = &committed {
+        tracing::error!("a batch of {} writes was not committed: {e}", writes.len());
+    }
     drop(writes);
     if committed.is_ok() {
         collection.apply(pending.iter().map(|(id, fp)| (id.as_str(), *fp)));

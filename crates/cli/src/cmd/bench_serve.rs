@@ -177,6 +177,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             runtime.block_on(neardup_server::serve(
                 app,
                 "127.0.0.1:0".parse().expect("address"),
+                neardup_server::Limits::default(),
                 async {
                     let _ = stop_rx.await;
                 },

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use neardup_core::index::plan;
@@ -55,6 +56,26 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
     pub max_body: usize,
 
+    /// Seconds a connection has to send a request's headers; an idle
+    /// keep-alive connection is closed after as long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = positive_seconds)]
+    pub header_timeout: f64,
+
+    /// Seconds a request has to send its body once its headers are in (408).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = positive_seconds)]
+    pub body_timeout: f64,
+
+    /// Connections served at once (further ones are closed at once); at most
+    /// the open-file limit less 64 (raised to its hard limit at start).
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_connections: usize,
+
+    /// Seconds in-flight requests have to finish after SIGTERM or Ctrl-C
+    /// before their connections are dropped (acknowledged writes are
+    /// committed whatever happens).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = positive_seconds)]
+    pub shutdown_deadline: f64,
+
     #[command(flatten)]
     pub pipeline: PipelineArgs,
 }
@@ -65,6 +86,15 @@ const DEFAULT_MAX_K: u32 = 3;
 const DEFAULT_EXPECTED: f64 = 1e7;
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    // The service's own events (failed commits, refused connections, a slow
+    // shutdown) on stderr; NEARDUP_LOG=debug and the like for more.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NEARDUP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
     let creating_flags = args.max_k.is_some()
         || args.expected_documents.is_some()
         || args.pipeline.config.is_some()
@@ -95,14 +125,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
             version: 1,
         })
     };
+    if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        bail!(
+            "the token is empty (--token or NEARDUP_TOKEN): an empty token would turn \
+             authentication off; give a secret, or unset NEARDUP_TOKEN and drop --token \
+             to serve without one"
+        );
+    }
+    if args.protect == "all" && args.token.is_none() {
+        bail!("--protect all needs a token: give --token or set NEARDUP_TOKEN");
+    }
     let options = Options {
-        token: args.token.clone().filter(|t| !t.is_empty()),
+        token: args.token.clone(),
         protect: if args.protect == "all" {
             Protect::All
         } else {
             Protect::Writes
         },
         max_body: args.max_body,
+        body_timeout: Duration::from_secs_f64(args.body_timeout),
     };
     let app = App::open(&args.data, create, options)
         .with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
@@ -131,6 +172,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.addr
         );
     }
+    let files = raise_open_file_limit();
+    let max_connections = args
+        .max_connections
+        .min(files.saturating_sub(64) as usize)
+        .max(1);
+    if max_connections < args.max_connections {
+        eprintln!(
+            "neardup: serving at most {max_connections} connections at once \
+             (the open-file limit is {files}; raise it with ulimit -n)"
+        );
+    }
+    let limits = neardup_server::Limits {
+        header_timeout: Duration::from_secs_f64(args.header_timeout),
+        max_connections,
+        shutdown_deadline: Duration::from_secs_f64(args.shutdown_deadline),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -139,10 +196,47 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .block_on(neardup_server::serve(
             app,
             args.addr,
+            limits,
             neardup_server::shutdown_signal(),
             |addr| eprintln!("neardup: listening on http://{addr}"),
         ))
         .with_context(|| format!("cannot serve on {}", args.addr))?;
     eprintln!("neardup: stopped; every acknowledged write is committed");
     Ok(ExitCode::SUCCESS)
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds between 0 and 86400"
+        )),
+    }
+}
+
+/// Raises the soft limit on open files to the hard one (idle clients each
+/// hold a descriptor); returns the limit in force.
+fn raise_open_file_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write `lim`.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        // An unlimited hard limit is not a value the kernel takes for files.
+        let target = lim.rlim_max.min(1 << 20);
+        if lim.rlim_cur < target {
+            let raised = libc::rlimit {
+                rlim_cur: target,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = target;
+            }
+        }
+    }
+    lim.rlim_cur
 }
