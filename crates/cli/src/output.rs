@@ -1,6 +1,6 @@
 //! Output files written atomically: to a temporary file beside the target, renamed
 //! into place only when everything was written. An error or a kill leaves nothing
-//! half-written behind.
+//! half-written behind. Special files (FIFOs, devices) are written through.
 
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -15,30 +15,68 @@ pub struct Output {
 }
 
 impl Output {
-    /// `None` or `-` is standard output.
+    /// `None` or `-` is standard output. A path naming anything but a regular
+    /// file (a FIFO, a character device such as `/dev/stdout` or `/dev/null`)
+    /// is written through, as a shell redirection would; a regular file, new
+    /// or replaced, is written beside its target and renamed into place. A
+    /// symbolic link to a regular file replaces the file it points to and stays
+    /// a link. A new file gets the usual mode under the umask; a replaced one
+    /// keeps its mode.
     pub fn create(path: Option<&Path>) -> Result<Output> {
-        match path {
-            None => Ok(Self::stdout()),
-            Some(p) if p.as_os_str() == "-" => Ok(Self::stdout()),
-            Some(p) => {
-                let dir = p
-                    .parent()
-                    .filter(|d| !d.as_os_str().is_empty())
-                    .unwrap_or(Path::new("."));
-                let temp = NamedTempFile::new_in(dir).with_context(|| {
-                    format!(
-                        "cannot create a temporary file in {} for {}",
-                        dir.display(),
-                        p.display()
-                    )
-                })?;
-                let file = temp.reopen()?;
-                Ok(Output {
+        let p = match path {
+            None => return Ok(Self::stdout()),
+            Some(p) if p.as_os_str() == "-" => return Ok(Self::stdout()),
+            Some(p) => p,
+        };
+        let existing = std::fs::metadata(p).ok();
+        if let Some(m) = &existing {
+            if !m.is_file() && !m.is_dir() {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(p)
+                    .with_context(|| format!("cannot open {} for writing", p.display()))?;
+                return Ok(Output {
                     writer: BufWriter::with_capacity(1 << 16, Box::new(file)),
-                    pending: Some((temp, p.to_path_buf())),
-                })
+                    pending: None,
+                });
             }
         }
+        let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+        let target = if is_link && existing.is_some() {
+            std::fs::canonicalize(p)
+                .with_context(|| format!("cannot resolve the link {}", p.display()))?
+        } else {
+            p.to_path_buf()
+        };
+        let dir = target
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let mut builder = tempfile::Builder::new();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // Created with the mode's bits the umask lets through.
+            builder.permissions(std::fs::Permissions::from_mode(0o666));
+        }
+        let temp = builder.tempfile_in(dir).with_context(|| {
+            format!(
+                "cannot create a temporary file in {} for {}",
+                dir.display(),
+                p.display()
+            )
+        })?;
+        if let Some(m) = &existing {
+            // fchmod is not masked: the replaced file's mode exactly.
+            temp.as_file()
+                .set_permissions(m.permissions())
+                .with_context(|| format!("cannot give {} its mode", p.display()))?;
+        }
+        let file = temp.reopen()?;
+        Ok(Output {
+            writer: BufWriter::with_capacity(1 << 16, Box::new(file)),
+            pending: Some((temp, target)),
+        })
     }
 
     fn stdout() -> Output {

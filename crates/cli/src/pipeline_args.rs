@@ -212,7 +212,14 @@ impl PipelineArgs {
                     }
                 }
                 config.idf = Some(IdfRef {
-                    path: Some(path.display().to_string()),
+                    // Absolute, so that a saved configuration finds its table
+                    // from any working directory.
+                    path: Some(
+                        std::path::absolute(&path)
+                            .unwrap_or_else(|_| path.clone())
+                            .display()
+                            .to_string(),
+                    ),
                     digest: table.digest().to_owned(),
                 });
                 Some(table)

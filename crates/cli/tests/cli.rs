@@ -1805,3 +1805,209 @@ fn a_quadratic_pair_listing_is_announced() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
 }
+
+/// Output to a FIFO is written through it (a shell redirection's behaviour),
+/// and the FIFO stays a FIFO; a new file gets the umask's mode, a replaced
+/// one keeps its own.
+#[cfg(unix)]
+#[test]
+fn outputs_write_through_special_files_and_keep_modes() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let sample = sample();
+    let o = run(&[
+        "fingerprint",
+        sample.to_str().unwrap(),
+        "-o",
+        fifo.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let through = reader.join().unwrap();
+    let direct = stdout(&run(&["fingerprint", sample.to_str().unwrap()]));
+    assert_eq!(through, direct);
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    // A new file under umask 027: 0640.
+    let out = dir.path().join("fps.jsonl");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("umask 027; exec \"$0\" fingerprint \"$1\" -o \"$2\"")
+        .arg(env!("CARGO_BIN_EXE_neardup"))
+        .arg(&sample)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&out), 0o640);
+    // An index made 0644 stays 0644 through index add.
+    let idx = dir.path().join("i.ndx");
+    let idx_s = idx.to_str().unwrap();
+    assert!(
+        run(&[
+            "index",
+            "build",
+            sample.to_str().unwrap(),
+            "-o",
+            idx_s,
+            "-q"
+        ])
+        .status
+        .success()
+    );
+    std::fs::set_permissions(&idx, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(
+        run(&["index", "add", idx_s, sample.to_str().unwrap(), "-q"])
+            .status
+            .success()
+    );
+    assert_eq!(mode(&idx), 0o644);
+}
+
+/// Concurrent `index add` runs lose no update (the file is locked while it is
+/// rewritten), and a damaged index is refused, not rewritten.
+#[test]
+fn index_add_locks_and_refuses_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = write(dir.path(), "base.jsonl", b"{\"id\":\"base\",\"text\":\"the index starts with this one document about bread and water\"}\n");
+    let idx = dir.path().join("i.ndx");
+    let idx_s = idx.to_str().unwrap().to_string();
+    assert!(
+        run(&["index", "build", base.to_str().unwrap(), "-o", &idx_s, "-q"])
+            .status
+            .success()
+    );
+    let adders: Vec<_> = (0..6)
+        .map(|i| {
+            let doc = write(
+                dir.path(),
+                &format!("add{i}.jsonl"),
+                format!("{{\"id\":\"doc{i}\",\"text\":\"document number {i} of the concurrent writers, all different {}\"}}\n", "word ".repeat(i + 1)).as_bytes(),
+            );
+            bin()
+                .args(["index", "add", &idx_s, doc.to_str().unwrap(), "-q"])
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for a in adders {
+        let o = a.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let info = stdout(&run(&["index", "info", &idx_s]));
+    assert!(
+        info.lines()
+            .any(|l| l.starts_with("entries") && l.trim_end().ends_with(" 7")),
+        "every add kept: {info}"
+    );
+    // One flipped byte anywhere (header, tables, ids): add refuses, and the
+    // file is left as it was, its damage still visible to verify.
+    let sound = std::fs::read(&idx).unwrap();
+    for at in [sound.len() / 5, sound.len() / 2, sound.len() * 4 / 5] {
+        let mut bytes = sound.clone();
+        bytes[at] ^= 0x40;
+        std::fs::write(&idx, &bytes).unwrap();
+        let o = run(&["index", "add", &idx_s, base.to_str().unwrap(), "-q"]);
+        assert_eq!(o.status.code(), Some(2), "byte {at}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("damaged") || e.contains("corrupt"), "{e}");
+        assert_eq!(std::fs::read(&idx).unwrap(), bytes);
+        assert!(!run(&["index", "verify", &idx_s]).status.success());
+    }
+}
+
+/// An empty token would silently turn authentication off: refused, as is
+/// --protect all without a token.
+#[test]
+fn serve_refuses_an_empty_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let o = bin()
+        .args(["serve", "--data", data, "--addr", "127.0.0.1:0"])
+        .env("NEARDUP_TOKEN", "")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("token is empty"), "{}", stderr(&o));
+    let o = bin()
+        .args([
+            "serve",
+            "--data",
+            data,
+            "--addr",
+            "127.0.0.1:0",
+            "--protect",
+            "all",
+        ])
+        .env_remove("NEARDUP_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--protect all needs a token"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A configuration saved beside fingerprints names its IDF table by an
+/// absolute path, so that it works from any working directory.
+#[test]
+fn saved_configuration_names_the_idf_table_absolutely() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bin()
+        .current_dir(dir.path())
+        .args([
+            "idf",
+            "build",
+            sample().to_str().unwrap(),
+            "--features",
+            "tokens",
+            "--min-df",
+            "1",
+            "-o",
+            "t.idf",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = bin()
+        .current_dir(dir.path())
+        .args([
+            "fingerprint",
+            sample().to_str().unwrap(),
+            "--features",
+            "tokens",
+            "--idf",
+            "t.idf",
+            "-o",
+            "fps.jsonl",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("fps.jsonl.config.json")).unwrap(),
+    )
+    .unwrap();
+    let path = PathBuf::from(config["idf"]["path"].as_str().unwrap());
+    assert!(path.is_absolute(), "{path:?}");
+    assert_eq!(
+        std::fs::canonicalize(path).unwrap(),
+        std::fs::canonicalize(dir.path().join("t.idf")).unwrap()
+    );
+}

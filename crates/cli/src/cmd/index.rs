@@ -331,9 +331,56 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Opens an index to rewrite it: an exclusive advisory lock on the file
+/// (held by the returned handle until the rewrite is renamed into place; a
+/// second writer waits), then every checksum checked, so that damage is never
+/// rewritten under fresh checksums.
+fn open_for_update(path: &Path) -> Result<(File, Opened)> {
+    let mut said = false;
+    let lock = loop {
+        let f =
+            File::open(path).with_context(|| format!("cannot open index {}", path.display()))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+            }
+            if !said {
+                eprintln!(
+                    "neardup: {} is being changed by another neardup: waiting for it",
+                    path.display()
+                );
+                said = true;
+            }
+            // SAFETY: as above; blocks until the other writer is done.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(std::io::Error::last_os_error())
+                    .with_context(|| format!("cannot lock {}", path.display()));
+            }
+        }
+        // The writer before us replaced the file by rename: lock the new one.
+        use std::os::unix::fs::MetadataExt;
+        let (held, now) = (f.metadata()?, std::fs::metadata(path)?);
+        if (held.dev(), held.ino()) == (now.dev(), now.ino()) {
+            break f;
+        }
+    };
+    let opened = open(path)?;
+    opened.file.verify().with_context(|| {
+        format!(
+            "{} is damaged, and changing it would rewrite the damage under new checksums: \
+             rebuild it with `neardup index build`, or restore it from a copy",
+            path.display()
+        )
+    })?;
+    Ok((lock, opened))
+}
+
 fn add(mut a: AddArgs) -> Result<ExitCode> {
     init_threads(a.run.threads)?;
-    let opened = open(&a.index)?;
+    let (_lock, opened) = open_for_update(&a.index)?;
     refuse_compressed(&opened, &a.index)?;
     match &opened.config {
         Some(c) => a.source.pipeline.preset = Some(c.clone()),
@@ -384,7 +431,7 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
 }
 
 fn delete(a: DeleteArgs) -> Result<ExitCode> {
-    let opened = open(&a.index)?;
+    let (_lock, opened) = open_for_update(&a.index)?;
     refuse_compressed(&opened, &a.index)?;
     let wanted: HashSet<&str> = a.ids.iter().map(String::as_str).collect();
     let ids = IdTable::read(&opened.file)?;
