@@ -518,7 +518,19 @@ fn sources(args: &InputArgs) -> Result<Vec<Source>> {
                 .with_context(|| format!("cannot list directory {}", input.display()))?;
             files.sort();
             sources.extend(files.into_iter().map(|p| Source {
-                format: resolve_format(format, &p),
+                format: match resolve_format(format, &p) {
+                    // A folder's `.json` files may be ordinary JSON documents
+                    // (a configuration, an API schema): one text each, unless
+                    // their first line is a JSON object, as in JSON Lines.
+                    Format::Jsonl
+                        if format == Format::Auto
+                            && p.extension().is_some_and(|e| e == "json")
+                            && !first_line_is_object(&p) =>
+                    {
+                        Format::Text
+                    }
+                    f => f,
+                },
                 path: Some(p),
             }));
         } else {
@@ -1013,11 +1025,38 @@ fn resolve_format(format: Format, path: &Path) -> Format {
     }
 }
 
+/// Whether the file's first non-blank line (a byte-order mark skipped) is a
+/// JSON object; reads at most 1 MiB.
+fn first_line_is_object(path: &Path) -> bool {
+    use std::io::{BufRead, Read};
+    let Ok(f) = std::fs::File::open(path) else {
+        return true; // the reader will name the error
+    };
+    let mut r = io::BufReader::new(f).take(1 << 20);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match r.read_line(&mut line) {
+            Ok(0) => return true, // empty: nothing to misread
+            Ok(_) => {
+                let t = line.trim_start_matches('\u{feff}').trim();
+                if !t.is_empty() {
+                    return t.starts_with('{')
+                        && serde_json::from_str::<serde_json::Value>(t)
+                            .is_ok_and(|v| v.is_object());
+                }
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
+    let named = |e: io::Error, p: &Path| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
+    for entry in std::fs::read_dir(dir).map_err(|e| named(e, dir))? {
+        let entry = entry.map_err(|e| named(e, dir))?;
         let path = entry.path();
-        let ty = entry.file_type()?;
+        let ty = entry.file_type().map_err(|e| named(e, &path))?;
         if ty.is_dir() {
             walk(&path, out)?;
         } else if ty.is_file() || (ty.is_symlink() && path.is_file()) {

@@ -2011,3 +2011,27 @@ fn saved_configuration_names_the_idf_table_absolutely() {
         std::fs::canonicalize(dir.path().join("t.idf")).unwrap()
     );
 }
+
+/// A folder's ordinary `.json` files (a schema, a configuration) are read as
+/// one text document each; a `.json` file of JSON Lines is still JSON Lines.
+#[test]
+fn folders_with_ordinary_json_files_are_fingerprinted() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.txt", b"a plain text document about bread\n");
+    write(
+        dir.path(),
+        "b.json",
+        b"{\n  \"openapi\": \"3.1.0\",\n  \"info\": {\"title\": \"x\"}\n}\n",
+    );
+    write(
+        dir.path(),
+        "c.json",
+        b"{\"id\":\"c1\",\"text\":\"one record\"}\n{\"id\":\"c2\",\"text\":\"another record\"}\n",
+    );
+    let o = run(&["fingerprint", dir.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = json_lines(&stdout(&o));
+    assert_eq!(lines.len(), 4, "{}", stdout(&o));
+    let ids: Vec<&str> = lines.iter().filter_map(|v| v["id"].as_str()).collect();
+    assert!(ids.contains(&"c1") && ids.contains(&"c2"), "{ids:?}");
+}
