@@ -159,7 +159,9 @@ impl Fingerprint {
             input: truncate_for_message(s),
             reason: "expected up to 16 hex digits (64-bit) or 17 to 32 (128-bit)".into(),
         };
-        if digits.is_empty() || digits.len() > 32 {
+        // Digits only: from_str_radix would also take a sign.
+        if digits.is_empty() || digits.len() > 32 || !digits.bytes().all(|b| b.is_ascii_hexdigit())
+        {
             return Err(bad());
         }
         let value = u128::from_str_radix(digits, 16).map_err(|_| bad())?;
@@ -263,7 +265,15 @@ mod tests {
 
     #[test]
     fn bad_hex_is_an_error() {
-        for s in ["", "0x", "xyz", "123456789012345678901234567890123"] {
+        for s in [
+            "",
+            "0x",
+            "xyz",
+            "123456789012345678901234567890123",
+            "+1f",
+            "0x+1f",
+            "-1",
+        ] {
             assert!(s.parse::<Fingerprint>().is_err(), "{s:?}");
         }
     }

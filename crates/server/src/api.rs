@@ -352,13 +352,13 @@ impl<B: Bits> Service<B> {
     fn parse_simhash(&self, hex: &str) -> Result<B, ApiError> {
         let width = self.settings.config.bits;
         let digits = width.bits() as usize / 4;
-        if hex.len() != digits {
+        if hex.len() != digits || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(ApiError::bad_request(
                 "invalid_simhash",
                 format!(
-                    "simhash {:?} has {} characters: this collection holds {}-bit fingerprints, {digits} hex digits",
+                    "simhash {:?} is not {digits} hex digits (0-9, a-f, no prefix or sign): \
+                     this collection holds {}-bit fingerprints",
                     hex.chars().take(40).collect::<String>(),
-                    hex.len(),
                     width.bits()
                 ),
             ));

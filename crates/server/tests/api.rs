@@ -235,6 +235,15 @@ async fn every_bad_request_is_a_json_4xx() {
     let (s, b) =
         post("{\"documents\": [{\"id\": \"a\", \"simhash\": \"zzzzzzzzzzzzzzzz\"}]}").await;
     assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_simhash");
+    // A prefix or a sign of the right length is not the schema's hex either.
+    for bad in [
+        "0x00000000000000ff",
+        "+00000000000000ff",
+        "+0x00000000000ff",
+    ] {
+        let (s, b) = post(&json!({"documents": [{"id": "a", "simhash": bad}]}).to_string()).await;
+        assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_simhash");
+    }
     let (s, b) = post("{\"documents\": [{\"id\": \"a\"}]}").await;
     assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_document");
     let (s, b) = post(
