@@ -536,18 +536,8 @@ pub fn join_sorted_unique_with<B: Bits>(
                 .collect::<Vec<_>>()
         })
         .collect();
-    // Fingerprints back to their positions: a directory on the top bits narrows
-    // each search to a few entries (two cache misses, not a binary search's
-    // twenty-odd over gigabytes).
-    let dir_bits = table::dir_bits_for(n, B::BITS);
-    let dir = table::directory(sorted.iter().copied(), dir_bits);
-    let position = |f: B| {
-        let b = f.top(dir_bits) as usize;
-        let (from, to) = (dir[b] as usize, dir[b + 1] as usize);
-        let i = from + sorted[from..to].partition_point(|&x| x < f);
-        debug_assert_eq!(sorted[i], f, "a stored fingerprint");
-        i as u32
-    };
+    // Fingerprints back to their positions.
+    let position = positions(sorted);
     let mut pairs: Vec<(u32, u32, u32)> = per_table
         .into_par_iter()
         .flatten()
@@ -575,13 +565,7 @@ pub fn join_sorted_unique_each<B: Bits>(
     check_join(sorted, k, design)?;
     let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
     let n = sorted.len();
-    let dir_bits = table::dir_bits_for(n, B::BITS);
-    let dir = table::directory(sorted.iter().copied(), dir_bits);
-    let position = |f: B| {
-        let b = f.top(dir_bits) as usize;
-        let (from, to) = (dir[b] as usize, dir[b + 1] as usize);
-        (from + sorted[from..to].partition_point(|&x| x < f)) as u32
-    };
+    let position = positions(sorted);
     let tables: Vec<(usize, &Table)> = design.tables.iter().enumerate().collect();
     let threads = rayon::current_num_threads().max(1);
     let mut bufs = scratch.bufs;
@@ -608,6 +592,21 @@ pub fn join_sorted_unique_each<B: Bits>(
         per_table.into_iter().for_each(&mut sink);
     }
     Ok(())
+}
+
+/// Finds a fingerprint of `sorted` (distinct, ascending) again: a directory on
+/// the top bits narrows each search to a few entries (two cache misses, not a
+/// binary search's twenty-odd over gigabytes).
+fn positions<B: Bits>(sorted: &[B]) -> impl Fn(B) -> u32 + Sync + '_ {
+    let dir_bits = table::dir_bits_for(sorted.len(), B::BITS);
+    let dir = table::directory(sorted.iter().copied(), dir_bits);
+    move |f: B| {
+        let b = f.top(dir_bits) as usize;
+        let (from, to) = (dir[b] as usize, dir[b + 1] as usize);
+        let i = from + sorted[from..to].partition_point(|&x| x < f);
+        debug_assert_eq!(sorted[i], f, "a stored fingerprint");
+        i as u32
+    }
 }
 
 fn check_join<B: Bits>(sorted: &[B], k: u32, design: &TableDesign) -> Result<(), Error> {
