@@ -310,6 +310,45 @@ def truncate(pars, lang, rng, keep):
     return text[:cut].split("\n\n")
 
 
+def truncate_tail(pars, lang, rng, keep):
+    """The last `keep` of the text: a page whose beginning was cut."""
+    text = "\n\n".join(pars)
+    cut = len(text) - int(len(text) * keep)
+    if lang == "en":
+        sp = text.find(" ", cut)
+        cut = sp + 1 if sp >= 0 else cut
+    return text[cut:].split("\n\n")
+
+
+def join_lines(pars, lang, rng):
+    """Hard-wrapped at a fixed width, as Chinese typesetting does (breaks fall
+    inside Latin words), then the lines joined again without a space, and the
+    paragraphs with them: "NAME\\nnetworkctl" becomes "NAMEnetworkctl". Every
+    character is kept, in order."""
+    lines = rewrap(pars, lang, rng)
+    return ["".join(p.replace("\n", "") for p in lines)]
+
+
+HALF = {"，": ",", "。": ".", "：": ":", "；": ";", "（": "(", "）": ")", "！": "!", "？": "?", "、": ","}
+FULL = {",": "，", ".": "。", ":": "：", ";": "；", "(": "（", ")": "）", "!": "！", "?": "？"}
+
+
+def widths(pars, lang, rng):
+    """Punctuation of the other width here and there (full-width marks become
+    ASCII and ASCII marks full-width), line ends CRLF, some paragraphs
+    re-wrapped: the same characters, typeset differently."""
+    out = []
+    for p in pars:
+        swap = rng.random() < 0.5
+        if rng.random() < 0.5:
+            p = rewrap([p], lang, rng)[0]
+        p = "".join(
+            (HALF.get(c) or FULL.get(c) or c) if swap and rng.random() < 0.7 else c for c in p
+        )
+        out.append(p.replace("\n", "\r\n"))
+    return ["\r\n\r\n".join(out)]
+
+
 def make_variant(pars, lang, rng, edit):
     if edit == "word_edits":
         return word_edits(pars, lang, rng, rng.choice([0.005, 0.01, 0.02, 0.03, 0.05]))
@@ -325,6 +364,12 @@ def make_variant(pars, lang, rng, edit):
         return reorder(pars, rng)
     if edit == "truncate":
         return truncate(pars, lang, rng, rng.choice([0.97, 0.93, 0.88, 0.82, 0.7]))
+    if edit == "truncate_tail":
+        return truncate_tail(pars, lang, rng, rng.choice([0.97, 0.93, 0.88, 0.82, 0.7]))
+    if edit == "join_lines":
+        return join_lines(pars, lang, rng)
+    if edit == "widths":
+        return widths(pars, lang, rng)
     if edit == "combined":
         out = pars
         for e in rng.sample(["word_edits", "boilerplate", "timestamps", "rewrap", "reorder", "truncate"], rng.randrange(2, 4)):
@@ -339,6 +384,9 @@ def make_variant(pars, lang, rng, edit):
 
 
 EDITS = ["word_edits", "heavy_edits", "boilerplate", "timestamps", "rewrap", "reorder", "truncate", "combined"]
+# Chinese text is also re-typeset: lines joined without a space, punctuation of
+# the other width, CRLF line ends; and cut at its beginning.
+EDITS_BY_LANG = {"en": EDITS, "zh": EDITS + ["join_lines", "widths", "truncate_tail"]}
 
 
 def build(lang: str, bases_wanted: int, seed: int, out_dir: str):
@@ -363,7 +411,7 @@ def build(lang: str, bases_wanted: int, seed: int, out_dir: str):
         r = rng.random()
         n = 0 if r < 0.45 else 1 if r < 0.8 else 2 if r < 0.95 else 3
         for j in range(n):
-            edit = rng.choice(EDITS)
+            edit = rng.choice(EDITS_BY_LANG[lang])
             docs.append((f"{base_id}-{edit}-{j}", "\n\n".join(make_variant(pars, lang, rng, edit))))
             edits.append((base_id, f"{base_id}-{edit}-{j}", edit))
         # Hard negatives: the next section of the same manual ...

@@ -89,7 +89,7 @@ def dedup(
 
     Same defaults as ``neardup dedup`` (and :func:`neardup.dedup`): verification
     at Jaccard 0.8 over candidates from 128-bit token fingerprints within
-    k = 13; ``verify=False`` for fingerprints alone (k = 3 at 64 bits).
+    k = 15; ``verify=False`` for fingerprints alone (k = 3 at 64 bits).
     """
     import pyarrow as pa
     from pyspark.sql import functions as F

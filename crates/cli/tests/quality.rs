@@ -85,6 +85,43 @@ fn default_dedup_meets_the_quality_targets() {
     }
 }
 
+/// Chinese text typeset anew (re-wrapped at a fixed width, inside Latin words
+/// too; lines joined without a space; punctuation of the other width and CRLF
+/// line ends) keeps every character: its verification similarity is 1 and
+/// plain dedup reports every such pair.
+#[test]
+fn retypeset_chinese_is_the_same_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let found = dir.path().join("zh.jsonl");
+    ok(run(&[
+        "dedup",
+        &kit("zh", "corpus.jsonl"),
+        "--pairs",
+        found.to_str().unwrap(),
+        "-q",
+    ]));
+    let found = pairs(&found);
+    let mut checked = BTreeSet::new();
+    for line in std::fs::read_to_string(kit("zh", "truth.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let edit = v["edit"].as_str().unwrap_or("");
+        if !["rewrap", "join_lines", "widths"].contains(&edit) {
+            continue;
+        }
+        assert_eq!(v["jaccard"].as_f64(), Some(1.0), "{v}");
+        let (a, b) = (v["a"].to_string(), v["b"].to_string());
+        let key = if a < b { (a, b) } else { (b, a) };
+        if edit != "widths" {
+            assert!(found.contains(&key), "not found: {v}");
+        }
+        checked.insert(edit.to_owned());
+    }
+    assert_eq!(checked.len(), 3, "{checked:?}");
+}
+
 /// The committed truth is what `neardup truth` computes from the committed
 /// corpus and labels (so it is never edited by hand).
 #[test]

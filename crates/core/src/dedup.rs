@@ -35,7 +35,7 @@ pub enum Policy {
 pub fn default_k(width: crate::Width, verify: bool) -> u32 {
     match (width, verify) {
         (crate::Width::W64, true) => 7,
-        (crate::Width::W128, true) => 13,
+        (crate::Width::W128, true) => 15,
         (crate::Width::W64, false) => 3,
         (crate::Width::W128, false) => 6,
     }

@@ -3,11 +3,22 @@
 //!
 //! A SimHash distance estimates the angle between two weighted feature vectors;
 //! verification measures what people mean by a near-duplicate instead: the
-//! Jaccard similarity of the two documents' sets of 3-shingles of words. Words
-//! are UAX #29 words after the default normalisation (NFKC, case folding,
-//! whitespace folding), and UAX #29 makes every Han ideograph a word of its own,
-//! so for Chinese these are character 3-grams (punctuation left out). Each
-//! shingle is kept as its 64-bit xxh3 hash: two distinct shingles of a pair
+//! Jaccard similarity of the two documents' sets of shingles, after the default
+//! normalisation (NFKC, case folding, whitespace folding). Which shingles
+//! depends on how the text is written:
+//! - Text with spaces between words (English): word 3-shingles, words as UAX
+//!   #29 finds them.
+//! - Text of which at least one in fifty letters and digits is of a script
+//!   written without spaces (Chinese, Japanese; about a tenth of its words, one
+//!   such character carrying what a Latin word does; [`is_continuous`]):
+//!   character 3-grams of its letters and digits, spaces, line breaks and
+//!   punctuation left out. A break between two characters carries no meaning
+//!   there, also inside the Latin words such text embeds: re-wrapping at a
+//!   fixed width ("OPTION\nS"), joining lines without a space
+//!   ("NAMEnetworkctl") or changing punctuation's width leaves the features as
+//!   they are.
+//!
+//! Each shingle is kept as its 64-bit xxh3 hash: two distinct shingles of a pair
 //! share a hash with probability about n²/2⁶⁴ (n the number of shingles), so for
 //! any realistic document the similarity is the exact one.
 
@@ -18,7 +29,9 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::NormalizeConfig;
 use crate::error::Error;
-use crate::normalize::{all_invariant, folding_may_change_words, normalize_into};
+use crate::normalize::{
+    all_invariant, folding_may_change_words, is_spaceless_script, normalize_into,
+};
 use crate::tokenize::words;
 
 /// Shingle width of the verification features.
@@ -100,8 +113,9 @@ pub struct ShingleScratch {
 }
 
 /// The sorted, distinct hashes of `text`'s word 3-shingles (character 3-grams
-/// for Chinese). A text of one or two words has one shingle, the whole text; an
-/// empty text has none.
+/// of letters and digits for Chinese or Japanese text, see the module's
+/// documentation). A text of one or two words (characters) has one shingle,
+/// the whole text; an empty text has none.
 pub fn shingles(text: &str) -> Vec<u64> {
     shingles_for(text, &NormalizeConfig::default())
 }
@@ -134,7 +148,9 @@ pub fn shingles_with(
     norm.clear();
     // Text that normalisation leaves alone up to ASCII case (and whitespace,
     // which words ignore) has the same words as its normal form: lower-case a
-    // copy instead of normalising (as fingerprinting does).
+    // copy instead of normalising (as fingerprinting does). Neither that text
+    // nor text whose folding cannot change its words has a character of a
+    // spaceless script, so neither is read character by character.
     if !normalize.html && all_invariant(text) {
         norm.push_str(text);
         if normalize.casefold {
@@ -148,6 +164,10 @@ pub fn shingles_with(
         normalize_into(&unfolded, text, norm, tmp);
     } else {
         normalize_into(normalize, text, norm, tmp);
+        if is_continuous(norm) {
+            char_shingles(norm, key, out);
+            return;
+        }
     }
     spans.clear();
     let base = norm.as_ptr() as usize;
@@ -173,6 +193,66 @@ pub fn shingles_with(
     }
     out.sort_unstable();
     out.dedup();
+}
+
+/// Is `norm` (normalised text) read character by character: is at least one
+/// in [`CONTINUOUS_SHARE`] of its letters and digits in a script written
+/// without spaces between words (Chinese, Japanese)? One such character
+/// carries about what a word of five or six Latin letters does, so that is
+/// about a tenth of the text's words. In such text a line break or a missing
+/// space between two characters carries no meaning, also inside the Latin
+/// words and paragraphs it embeds (commands, options, file names, English
+/// passages typeset with the Chinese), so words are not a stable unit. The
+/// share counts letters, not words, so that re-wrapping or joining lines,
+/// which splits or merges words, never changes how a text is read.
+pub fn is_continuous(norm: &str) -> bool {
+    let (mut spaceless, mut alnum) = (0usize, 0usize);
+    for c in norm.chars() {
+        if c.is_alphanumeric() {
+            alnum += 1;
+            spaceless += usize::from(is_spaceless_script(c));
+        }
+    }
+    spaceless > 0 && spaceless * CONTINUOUS_SHARE >= alnum
+}
+
+/// Text is read character by character when at least one in this many of its
+/// letters and digits is of a script written without spaces.
+pub const CONTINUOUS_SHARE: usize = 50;
+
+/// The sorted, distinct hashes of the [`SHINGLE`]-grams of `norm`'s letters and
+/// digits, everything else (spaces, line breaks, punctuation of any width)
+/// left out: a re-wrap, a line joined without a space or a change of
+/// punctuation leaves them as they are.
+fn char_shingles(norm: &str, key: &mut Vec<u8>, out: &mut Vec<u64>) {
+    let mut window = ['\0'; SHINGLE];
+    let mut seen = 0usize;
+    for c in norm.chars().filter(|c| c.is_alphanumeric()) {
+        window.rotate_left(1);
+        window[SHINGLE - 1] = c;
+        seen += 1;
+        if seen >= SHINGLE {
+            out.push(hash_chars(&window, key));
+        }
+    }
+    if seen == 0 {
+        return;
+    }
+    if seen < SHINGLE {
+        // Fewer characters than a shingle: the whole text is one.
+        out.push(hash_chars(&window[SHINGLE - seen..], key));
+    }
+    out.sort_unstable();
+    out.dedup();
+}
+
+fn hash_chars(chars: &[char], key: &mut Vec<u8>) -> u64 {
+    key.clear();
+    let mut buf = [0u8; 4];
+    for c in chars {
+        key.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+    }
+    xxh3_64(key)
 }
 
 /// Size of the intersection of two sorted, distinct slices.

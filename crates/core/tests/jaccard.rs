@@ -82,6 +82,111 @@ fn chinese_shingles_are_character_trigrams() {
 }
 
 #[test]
+fn chinese_text_is_read_character_by_character() {
+    // The Latin words inside Chinese text too: a line break inside a word, a
+    // line joined without a space, full-width punctuation and CRLF line ends
+    // leave the features as they are.
+    let base =
+        shingles("名称：networkctl 用于查询和修改网络设备 systemd-networkd 的 OPTIONS，状态。");
+    for same in [
+        "名称：\nnetworkctl 用于查询和修改网络设备 systemd-\nnetworkd 的 OPTION\nS，状态。",
+        "名称:networkctl用于查询和修改网络设备systemd-networkd的OPTIONS,状态.",
+        "名称：\r\nnetworkctl 用于查询和\r\n修改网络设备 systemd-networkd 的 ＯＰＴＩＯＮＳ，状态。",
+    ] {
+        assert_eq!(shingles(same), base, "{same:?}");
+    }
+    // 48 letters and digits, 46 trigrams, of which 5 repeat (net, etw, two,
+    // wor, ork). A character changed: three of the 41 trigrams change.
+    let edited =
+        shingles("名称：networkctl 用于查询和修改网络设备 systemd-networkd 的 OPTIONZ，状态。");
+    assert_eq!(base.len(), 41);
+    assert!((jaccard(&base, &edited) - 38.0 / 44.0).abs() < 1e-12);
+    // English keeps word shingles: a line break inside a word is a change,
+    // also with one Chinese character in more than fifty letters.
+    assert_ne!(
+        shingles("the OPTIONS of the command"),
+        shingles("the OPTION\nS of the command")
+    );
+    let english = "the options of the command are read from the configuration file first, 中";
+    assert_ne!(
+        shingles(english),
+        shingles(&english.replace("options", "opt\nions"))
+    );
+    let mixed = "the options of the command are read from the file, 中文";
+    assert_eq!(
+        shingles(mixed),
+        shingles(&mixed.replace("options", "opt\nions"))
+    );
+}
+
+/// Text mostly in Chinese, with Latin words, digits, spaces, line breaks and
+/// punctuation of both widths.
+fn chinese() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "中", "文", "本", "网", "络", "设", "备", "的", "用", "于", "ls", "-la", "OPTIONS",
+            "x86", "42", " ", "\n", "\r\n", "，", ",", "。", ".", "：", "（", ")",
+        ]),
+        1..40,
+    )
+    .prop_map(|w| w.concat())
+}
+
+/// Character 3-grams as strings, by the rule's own definition: the lower-cased
+/// letters and digits, nothing else.
+fn char_trigrams(text: &str) -> BTreeSet<String> {
+    let letters: Vec<char> = text
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .collect();
+    if letters.is_empty() {
+        return BTreeSet::new();
+    }
+    letters
+        .windows(3.min(letters.len()))
+        .map(|w| w.iter().collect())
+        .collect()
+}
+
+/// Is at least one in fifty of `t`'s letters and digits Chinese?
+fn continuous(t: &str) -> bool {
+    let letters: Vec<char> = t.chars().filter(|c| c.is_alphanumeric()).collect();
+    let han = letters
+        .iter()
+        .filter(|c| ('\u{4e00}'..='\u{9fff}').contains(*c))
+        .count();
+    han > 0 && han * 50 >= letters.len()
+}
+
+proptest! {
+    /// In text at least one in fifty of whose letters is Chinese, the features are character
+    /// trigrams of letters and digits, whatever the spaces and punctuation.
+    #[test]
+    fn continuous_text_jaccard_equals_character_trigram_jaccard(a in chinese(), b in chinese()) {
+        prop_assume!(continuous(&a) && continuous(&b));
+        let (sa, sb) = (shingles(&a), shingles(&b));
+        prop_assert_eq!(sa.len(), char_trigrams(&a).len());
+        let expected = string_jaccard(&char_trigrams(&a), &char_trigrams(&b));
+        prop_assert!((jaccard(&sa, &sb) - expected).abs() < 1e-12);
+    }
+
+    /// Line breaks and spaces put anywhere, or taken away, change nothing.
+    #[test]
+    fn continuous_text_ignores_where_lines_break(t in chinese(), cuts in prop::collection::vec((0usize..64, prop::sample::select(vec!["\n", " ", "\r\n", ""])), 0..6)) {
+        prop_assume!(continuous(&t));
+        let mut chars: Vec<String> = t.chars().filter(|c| !c.is_whitespace()).map(String::from).collect();
+        let plain = chars.concat();
+        for (at, ws) in cuts {
+            let at = at % (chars.len() + 1);
+            chars.insert(at, ws.to_owned());
+        }
+        prop_assert_eq!(shingles(&chars.concat()), shingles(&plain));
+        prop_assert_eq!(shingles(&t), shingles(&plain));
+    }
+}
+
+#[test]
 fn verify_parses_and_rejects() {
     assert_eq!("jaccard:0.8".parse::<Verify>().unwrap().threshold, 0.8);
     for bad in ["jaccard:1.5", "cosine:0.8", "jaccard:", "0.8"] {
@@ -139,7 +244,14 @@ proptest! {
         normalize_into(&config, &t, &mut norm, &mut tmp);
         let mut words = Vec::new();
         neardup_core::tokenize::words(&norm, &mut |w: &str| words.push(w.to_owned()));
-        let mut expected: Vec<u64> = if words.is_empty() {
+        let letters: Vec<char> = norm.chars().filter(|c| c.is_alphanumeric()).collect();
+        let mut expected: Vec<u64> = if continuous(&norm) {
+            // Read character by character: 3-grams of letters and digits.
+            letters
+                .windows(3.min(letters.len()))
+                .map(|w| xxh3_64(w.iter().collect::<String>().as_bytes()))
+                .collect()
+        } else if words.is_empty() {
             Vec::new()
         } else {
             words.windows(3.min(words.len())).map(|w| xxh3_64(w.join("\u{1f}").as_bytes())).collect()

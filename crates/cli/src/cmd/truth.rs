@@ -19,7 +19,8 @@ use crate::run::{RunArgs, for_each_batch, init_threads, summary, with_spinner};
 #[command(
     after_help = "Each line of the output: {\"a\": id, \"b\": id, \"jaccard\": J, \"edit\": E}, \
 with \"edit\" only for pairs listed in --edits. The features are those of --verify: word \
-3-shingles, character 3-grams for Chinese, after NFKC, case folding and whitespace folding.
+3-shingles after NFKC, case folding and whitespace folding; for text of which one letter or digit \
+in fifty is Chinese or Japanese, character 3-grams of its letters and digits (spaces, line breaks and punctuation left out).
 
 Examples:
   neardup truth corpus.jsonl -o truth.jsonl
