@@ -327,15 +327,31 @@ class Index:
         config: Optional[FingerprintConfig] = None,
         vectors: Any = None,
         seed: int = 0,
+        texts: Any = None,
     ) -> "Index":
         """Builds an index of ``fingerprints`` (ints, or an array from
         :func:`fingerprints`) with their ``ids`` (ints or strs; default
         positions). ``config``: how the fingerprints were made, kept in the
-        file and used by text queries. ``k``: the largest query distance.
+        file and used by text queries; it must be the configuration that made
+        them, or text queries miss. ``k``: the largest query distance.
+
+        ``texts``: texts instead (a list of str or a pyarrow string array),
+        fingerprinted here with ``config`` (default: :class:`FingerprintConfig`'s
+        defaults, at ``bits`` if given), so that the index and its text queries
+        use one configuration by construction.
 
         ``vectors``: dense vectors instead (a 2-D array or an Arrow
         fixed-size-list column), fingerprinted with ``bits`` (default 64) and
         ``seed``; the index then answers queries by vector."""
+        if texts is not None:
+            if fingerprints is not None or vectors is not None:
+                raise TypeError("give one of fingerprints, texts= and vectors=")
+            if config is None:
+                config = FingerprintConfig(bits=bits) if bits is not None else FingerprintConfig()
+            elif bits is not None and bits != config.bits:
+                raise NeardupError(f"bits={bits} contradicts the configuration's {config.bits} bits")
+            fingerprints = globals()["fingerprints"](texts, config)
+            bits = config.bits
         if vectors is not None:
             if fingerprints is not None:
                 raise TypeError("give fingerprints or vectors=, not both")
@@ -475,7 +491,7 @@ def dedup(
 
     Give ``texts`` (verified by exact Jaccard similarity of word 3-shingles,
     ``verify="jaccard:0.8"`` by default; candidates from 128-bit fingerprints
-    of single tokens within k = 13, unless ``config`` or pipeline keywords say
+    of single tokens within k = 15, unless ``config`` or pipeline keywords say
     otherwise) or ready ``fingerprints`` (no verification; k = 3 for 64 bits).
 
     >>> r = neardup.dedup(["the cat sat on the mat " * 5, "the cat sat on the mat " * 5 + "!", "dogs bark loudly at night " * 5], ids=["a", "b", "c"])

@@ -148,6 +148,26 @@ def test_index_files_are_shared_with_the_cli(tmp_path):
     assert got == want
 
 
+def test_index_built_from_texts_uses_its_configuration(tmp_path):
+    # The README's example: a configuration other than the default. Built from
+    # texts, the index fingerprints them with it, so text queries find them,
+    # as the CLI's index built with the same flags does.
+    docs = sample_docs()
+    texts, ids = [d["text"] for d in docs], [d["id"] for d in docs]
+    cfg = neardup.FingerprintConfig(features="tokens", bits=128)
+    idx = neardup.Index.build(texts=texts, ids=ids, k=3, config=cfg)
+    assert idx.config == cfg and idx.bits == 128
+    assert (ids[0], 0) in idx.query(texts[0])
+    path = tmp_path / "cli.ndx"
+    cli("index", "build", str(SAMPLE), "-o", str(path), "--features", "tokens", "--bits", "128", "--k", "3", "-q")
+    want = json.loads(cli("query", str(path), "--text", texts[0]))["matches"]
+    assert idx.query(texts[0]) == [(m["id"], m["distance"]) for m in want]
+    with pytest.raises(neardup.NeardupError):
+        neardup.Index.build(texts=texts, config=cfg, bits=64)
+    with pytest.raises(TypeError):
+        neardup.Index.build(neardup.fingerprints(texts), texts=texts)
+
+
 def test_dedup_equals_the_cli(tmp_path):
     docs = sample_docs()
     texts, ids = [d["text"] for d in docs], [d["id"] for d in docs]

@@ -231,6 +231,18 @@ impl PipelineArgs {
                 None
             }
         };
+        let jieba_keywords = config.weights == Weights::TextRank
+            || (config.weights == Weights::TfIdf && idf.is_none());
+        if let (true, Some(t)) = (jieba_keywords, &self.tokenizer) {
+            if config.tokenizer != Tokenizer::Jieba {
+                bail!(
+                    "--tokenizer {t} is not used by --weights {}: without an IDF table, jieba's \
+                     keyword extractor cuts the text itself; leave --tokenizer out, or learn a \
+                     table with `neardup idf build --tokenizer {t}` and pass it with --idf",
+                    config.weights
+                );
+            }
+        }
         config.validate()?;
         Ok((config, idf))
     }

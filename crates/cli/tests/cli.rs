@@ -316,12 +316,90 @@ fn impossible_parameters_are_refused_with_what_is_allowed() {
             ],
             "--features tokens",
         ),
+        // The keyword extractor cuts the text itself: a tokenizer would be
+        // ignored, so it is refused (and no --idf advice for textrank).
+        (
+            vec![
+                "fingerprint",
+                "--weights",
+                "textrank",
+                "--tokenizer",
+                "words",
+            ],
+            "--tokenizer words is not used by --weights textrank",
+        ),
+        (
+            vec!["fingerprint", "--weights", "tfidf", "--tokenizer", "chars"],
+            "neardup idf build --tokenizer chars",
+        ),
         (vec!["fingerprint", "/no/such/file"], "/no/such/file"),
     ] {
         let o = run(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         assert!(stderr(&o).contains(hint), "{args:?}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn textrank_advice_does_not_name_a_refused_flag() {
+    let o = run(&[
+        "fingerprint",
+        "--weights",
+        "textrank",
+        "--features",
+        "shingles:2",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    // The advice is one that works: --idf only together with --weights tfidf
+    // (textrank with a table is refused).
+    let e = stderr(&o);
+    assert!(e.contains("--features tokens"), "{e}");
+    assert!(!e.contains("--idf") || e.contains("--weights tfidf"), "{e}");
+    let o = run(&["fingerprint", "--weights", "textrank", "--idf", "table.idf"]);
+    assert_eq!(o.status.code(), Some(2));
+    // With jieba named, the tokenizer is the extractor's own: accepted.
+    let o = run_stdin(
+        &[
+            "fingerprint",
+            "--weights",
+            "textrank",
+            "--tokenizer",
+            "jieba",
+            "--features",
+            "tokens",
+        ],
+        "重复数据删除是数据处理的重要步骤".as_bytes(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn query_batch_summarises_unless_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("i.ndx");
+    let idx_s = idx.to_str().unwrap();
+    let sample = sample();
+    let sample_s = sample.to_str().unwrap();
+    assert!(
+        run(&["index", "build", sample_s, "-o", idx_s, "-q"])
+            .status
+            .success()
+    );
+    let o = run(&["query", idx_s, "--batch", sample_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let n = json_lines(&stdout(&o)).len();
+    assert!(n > 0);
+    assert!(
+        stderr(&o).contains(&format!("neardup: {n} queries, {n} with matches")),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["query", idx_s, "--batch", sample_s, "-q"]);
+    assert!(o.status.success());
+    assert_eq!(json_lines(&stdout(&o)).len(), n);
+    assert_eq!(stderr(&o), "");
+    let o = run(&["query", idx_s, "--text", "a lone text", "--quiet"]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 #[test]

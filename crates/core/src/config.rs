@@ -205,12 +205,17 @@ impl FingerprintConfig {
         let jieba_keywords = matches!(self.weights, Weights::TextRank)
             || (self.weights == Weights::TfIdf && self.idf.is_none());
         if jieba_keywords && self.features != Features::Tokens {
-            return bad(format!(
-                "--weights {} without a learned IDF table weighs jieba's keywords, which are \
+            return bad(if self.weights == Weights::TextRank {
+                "--weights textrank weighs jieba's keywords, which are single tokens: use \
+                 --features tokens, or --weights tfidf with a table learned for your features \
+                 by `neardup idf build` (--idf FILE)"
+                    .to_owned()
+            } else {
+                "--weights tfidf without a learned IDF table weighs jieba's keywords, which are \
                  single tokens: use --features tokens, or learn a table for your features \
-                 with `neardup idf build` and pass it with --idf",
-                self.weights
-            ));
+                 with `neardup idf build` and pass it with --idf"
+                    .to_owned()
+            });
         }
         if self.weights == Weights::TextRank && self.idf.is_some() {
             return bad("an IDF table is used only with --weights tfidf".into());

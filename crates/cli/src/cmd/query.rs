@@ -15,7 +15,7 @@ use super::index::{Opened, open};
 use crate::input::{Id, InputArgs};
 use crate::output::Output;
 use crate::pipeline_args::{PipelineArgs, hasher_for};
-use crate::run::{for_each_batch, init_threads};
+use crate::run::{RunArgs, for_each_batch, init_threads};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -85,9 +85,9 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "verify")]
     pub corpus: Option<PathBuf>,
 
-    /// Worker threads for --batch (default: all cores).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub threads: usize,
+    /// --threads for --batch; -q: no progress bar and no summary.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// A query waiting for verification: its id (batch), fingerprint, candidate
@@ -117,7 +117,9 @@ fn load<B: Bits>(o: &Opened) -> Result<Index<B>> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    init_threads(args.threads)?;
+    init_threads(args.run.threads)?;
+    let started = std::time::Instant::now();
+    let quiet = args.run.quiet;
     let opened = open(&args.index)?;
     let k = args.k.unwrap_or(opened.k);
     if k > opened.k {
@@ -163,6 +165,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let mut out = Output::create(args.output.as_deref())?;
     let mut line = Vec::new();
+    let (mut queried, mut matched) = (0u64, 0u64);
     let mut write = |id: Option<&Id>,
                      fp: Fingerprint,
                      matches: &[Match],
@@ -198,6 +201,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         line.extend_from_slice(b"]}\n");
         out.write_all(&line)?;
+        queried += 1;
+        matched += u64::from(!matches.is_empty());
         Ok(())
     };
     if let (Some(verify), Some(corpus)) = (args.verify, &args.corpus) {
@@ -211,7 +216,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             for_each_batch(
                 &input,
                 false,
-                true,
+                quiet,
                 |doc| {
                     let fp = h.fingerprint(doc.text());
                     (fp, index.query(fp, k), shingles(doc.text()))
@@ -273,7 +278,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         for_each_batch(
             &input,
             false,
-            true,
+            quiet,
             |doc| {
                 let fp = doc.fingerprint(&h);
                 (fp, index.query(fp, k))
@@ -301,6 +306,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
         write(None, fp, &matches, None, &mut out)?;
     }
     out.finish()?;
+    if args.batch && !quiet {
+        let verified = match args.verify {
+            Some(v) => format!(", verified by {v}"),
+            None => String::new(),
+        };
+        eprintln!(
+            "neardup: {queried} queries, {matched} with matches within k = {k}{verified}; {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
