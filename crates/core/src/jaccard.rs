@@ -110,6 +110,7 @@ pub struct ShingleScratch {
     tmp: String,
     words: Vec<(usize, usize)>,
     key: Vec<u8>,
+    letters: Vec<char>,
 }
 
 /// The sorted, distinct hashes of `text`'s word 3-shingles (character 3-grams
@@ -144,6 +145,7 @@ pub fn shingles_with(
         tmp,
         words: spans,
         key,
+        letters,
     } = scratch;
     norm.clear();
     // Text that normalisation leaves alone up to ASCII case (and whitespace,
@@ -164,8 +166,8 @@ pub fn shingles_with(
         normalize_into(&unfolded, text, norm, tmp);
     } else {
         normalize_into(normalize, text, norm, tmp);
-        if is_continuous(norm) {
-            char_shingles(norm, key, out);
+        if letters_if_continuous(norm, letters) {
+            char_shingles(letters, out);
             return;
         }
     }
@@ -206,53 +208,60 @@ pub fn shingles_with(
 /// share counts letters, not words, so that re-wrapping or joining lines,
 /// which splits or merges words, never changes how a text is read.
 pub fn is_continuous(norm: &str) -> bool {
-    let (mut spaceless, mut alnum) = (0usize, 0usize);
+    letters_if_continuous(norm, &mut Vec::new())
+}
+
+/// [`is_continuous`], collecting `norm`'s letters and digits into `letters`.
+fn letters_if_continuous(norm: &str, letters: &mut Vec<char>) -> bool {
+    letters.clear();
+    let mut spaceless = 0usize;
     for c in norm.chars() {
-        if c.is_alphanumeric() {
-            alnum += 1;
-            spaceless += usize::from(is_spaceless_script(c));
+        // Every code point of the two main blocks of ideographs is a letter:
+        // no table lookup for them, nor for ASCII.
+        let (letter, of_spaceless) = match c as u32 {
+            0..=0x7f => (c.is_ascii_alphanumeric(), false),
+            0x3400..=0x4DBF | 0x4E00..=0x9FFF => (true, true),
+            _ => {
+                let letter = c.is_alphanumeric();
+                (letter, letter && is_spaceless_script(c))
+            }
+        };
+        if letter {
+            letters.push(c);
+            spaceless += usize::from(of_spaceless);
         }
     }
-    spaceless > 0 && spaceless * CONTINUOUS_SHARE >= alnum
+    spaceless > 0 && spaceless * CONTINUOUS_SHARE >= letters.len()
 }
 
 /// Text is read character by character when at least one in this many of its
 /// letters and digits is of a script written without spaces.
 pub const CONTINUOUS_SHARE: usize = 50;
 
-/// The sorted, distinct hashes of the [`SHINGLE`]-grams of `norm`'s letters and
-/// digits, everything else (spaces, line breaks, punctuation of any width)
+/// The sorted, distinct hashes of the [`SHINGLE`]-grams of a text's letters
+/// and digits, everything else (spaces, line breaks, punctuation of any width)
 /// left out: a re-wrap, a line joined without a space or a change of
-/// punctuation leaves them as they are.
-fn char_shingles(norm: &str, key: &mut Vec<u8>, out: &mut Vec<u64>) {
-    let mut window = ['\0'; SHINGLE];
-    let mut seen = 0usize;
-    for c in norm.chars().filter(|c| c.is_alphanumeric()) {
-        window.rotate_left(1);
-        window[SHINGLE - 1] = c;
-        seen += 1;
-        if seen >= SHINGLE {
-            out.push(hash_chars(&window, key));
-        }
-    }
-    if seen == 0 {
+/// punctuation leaves them as they are. A text of fewer letters than a shingle
+/// is one shingle; none, none.
+///
+/// A shingle's code points (21 bits each) are packed into 63 bits, which a
+/// bijective mix turns into its hash: distinct shingles never share one.
+fn char_shingles(letters: &[char], out: &mut Vec<u64>) {
+    let pack = |w: &[char]| {
+        let packed = w.iter().fold(0u64, |p, &c| (p << 21) | u64::from(c));
+        crate::rng::SplitMix64(packed).next()
+    };
+    if letters.is_empty() {
         return;
     }
-    if seen < SHINGLE {
-        // Fewer characters than a shingle: the whole text is one.
-        out.push(hash_chars(&window[SHINGLE - seen..], key));
+    if letters.len() < SHINGLE {
+        out.push(pack(letters));
+        return;
     }
+    out.reserve(letters.len() + 1 - SHINGLE);
+    out.extend(letters.windows(SHINGLE).map(pack));
     out.sort_unstable();
     out.dedup();
-}
-
-fn hash_chars(chars: &[char], key: &mut Vec<u8>) -> u64 {
-    key.clear();
-    let mut buf = [0u8; 4];
-    for c in chars {
-        key.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-    }
-    xxh3_64(key)
 }
 
 /// Size of the intersection of two sorted, distinct slices.

@@ -246,10 +246,17 @@ proptest! {
         neardup_core::tokenize::words(&norm, &mut |w: &str| words.push(w.to_owned()));
         let letters: Vec<char> = norm.chars().filter(|c| c.is_alphanumeric()).collect();
         let mut expected: Vec<u64> = if continuous(&norm) {
-            // Read character by character: 3-grams of letters and digits.
+            // Read character by character: 3-grams of letters and digits, each
+            // hashed as its code points packed 21 bits apart, SplitMix64-mixed.
             letters
                 .windows(3.min(letters.len()))
-                .map(|w| xxh3_64(w.iter().collect::<String>().as_bytes()))
+                .map(|w| {
+                    let packed = w.iter().fold(0u64, |p, &c| (p << 21) | c as u64);
+                    let mut z = packed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                    z ^ (z >> 31)
+                })
                 .collect()
         } else if words.is_empty() {
             Vec::new()
