@@ -107,13 +107,42 @@ where
 #[serde(deny_unknown_fields)]
 pub struct DocumentsRequest {
     pub documents: Vec<DocumentIn>,
-    #[serde(default = "default_mode")]
+    /// Absent or null: `insert_if_new`.
+    #[serde(default = "default_mode", deserialize_with = "mode_or_default")]
     pub mode: Mode,
     pub k: Option<u32>,
 }
 
 fn default_mode() -> Mode {
     Mode::InsertIfNew
+}
+
+/// `"mode": null` is the default mode, as an absent one is.
+fn mode_or_default<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Mode, D::Error> {
+    Ok(Option::<Mode>::deserialize(d)?.unwrap_or_else(default_mode))
+}
+
+/// A document id from the path, percent-decoded; one that does not decode to
+/// UTF-8 is a JSON 400 like every other bad request.
+#[derive(Debug)]
+pub struct DocId(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for DocId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) => Ok(DocId(id)),
+            Err(e) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_id",
+                format!("{}: percent-encode the id's UTF-8 bytes", e.body_text()),
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -601,7 +630,7 @@ async fn post_query<B: Bits>(
 
 async fn get_document<B: Bits>(
     State(s): State<Arc<Service<B>>>,
-    Path(id): Path<String>,
+    DocId(id): DocId,
 ) -> Result<Json<Value>, ApiError> {
     let Some(r) = s.store.get(&id)? else {
         return Err(ApiError::new(
@@ -623,7 +652,7 @@ async fn get_document<B: Bits>(
 
 async fn delete_document<B: Bits>(
     State(s): State<Arc<Service<B>>>,
-    Path(id): Path<String>,
+    DocId(id): DocId,
 ) -> Result<Json<Value>, ApiError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let sender = s.sender()?;

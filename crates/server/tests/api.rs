@@ -276,6 +276,24 @@ async fn every_bad_request_is_a_json_4xx() {
     );
     let (s, b) = call(r, "GET", "/v1/documents/nobody", None).await;
     assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
+    // An id whose percent-encoding is not UTF-8: JSON, like every error.
+    for method in ["GET", "DELETE"] {
+        let (s, b) = call(r, method, "/v1/documents/%FF%FE", None).await;
+        assert_error(s, &b, StatusCode::BAD_REQUEST, "invalid_id");
+    }
+    // "mode": null is the default mode, insert_if_new.
+    let doc = json!({"id": "m", "text": "a text sent twice with a null mode"});
+    for stored in [true, false] {
+        let (s, b) = call(
+            r,
+            "POST",
+            "/v1/documents",
+            Some(json!({"documents": [doc], "mode": null})),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        assert_eq!(b["results"][0]["stored"], stored, "{b}");
+    }
     let (s, b) = call(r, "GET", "/v2/anything", None).await;
     assert_error(s, &b, StatusCode::NOT_FOUND, "not_found");
     let (s, b) = call(r, "PUT", "/v1/query", None).await;
