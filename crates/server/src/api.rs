@@ -32,6 +32,14 @@ pub const MAX_DOCUMENTS: usize = 10_000;
 /// Longest document id, in bytes.
 pub const MAX_ID_BYTES: usize = 1024;
 
+/// The most matches one document or query answers with (`limit`), so that a
+/// request against a large cluster of copies is bounded in work and reply.
+pub const MAX_MATCHES: usize = 1000;
+
+/// Matches per document of `/v1/documents` when the request sets no `limit`
+/// (up to 10,000 documents a request: at most a million matches).
+pub const DEFAULT_DOCUMENT_MATCHES: usize = 100;
+
 /// Which requests need the bearer token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protect {
@@ -111,6 +119,9 @@ pub struct DocumentsRequest {
     #[serde(default = "default_mode", deserialize_with = "mode_or_default")]
     pub mode: Mode,
     pub k: Option<u32>,
+    /// At most this many duplicates per document (default
+    /// [`DEFAULT_DOCUMENT_MATCHES`], at most [`MAX_MATCHES`]).
+    pub limit: Option<usize>,
 }
 
 fn default_mode() -> Mode {
@@ -214,6 +225,21 @@ pub struct DocResult {
     pub simhash: String,
     pub stored: bool,
     pub duplicates: Vec<MatchOut>,
+    /// More duplicates than `limit` were found (the nearest are listed).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+/// The number of matches a request asks for, checked against [`MAX_MATCHES`].
+fn match_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(default),
+        Some(n) if n > MAX_MATCHES => Err(ApiError::bad_request(
+            "limit_too_large",
+            format!("limit {n} is larger than {MAX_MATCHES}: page through fewer matches"),
+        )),
+        Some(n) => Ok(n),
+    }
 }
 
 /// The router over a service.
@@ -491,6 +517,7 @@ async fn post_documents<B: Bits>(
     ApiJson(req): ApiJson<DocumentsRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let k = s.check_k(req.k)?;
+    let limit = match_limit(req.limit, DEFAULT_DOCUMENT_MATCHES)?;
     if req.documents.len() > MAX_DOCUMENTS {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -592,12 +619,15 @@ async fn post_documents<B: Bits>(
         rx.await.map_err(|_| ServiceError::ShuttingDown)??
     };
     let mut results = Vec::with_capacity(ids.len());
-    for ((id, fp), o) in ids.into_iter().zip(fps).zip(outcomes) {
+    for ((id, fp), mut o) in ids.into_iter().zip(fps).zip(outcomes) {
+        let truncated = o.duplicates.len() > limit;
+        o.duplicates.truncate(limit);
         results.push(DocResult {
             id,
             simhash: s.hex(fp),
             stored: o.stored,
             duplicates: s.with_meta(o.duplicates)?,
+            truncated,
         });
     }
     Ok(Json(serde_json::json!({ "results": results })))
@@ -608,6 +638,7 @@ async fn post_query<B: Bits>(
     ApiJson(req): ApiJson<QueryRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let k = s.check_k(req.k)?;
+    let limit = match_limit(req.limit, MAX_MATCHES)?;
     let body = BodyIn {
         text: req.text,
         simhash: req.simhash,
@@ -622,10 +653,13 @@ async fn post_query<B: Bits>(
         Err(msg) => return Err(ApiError::bad_request("invalid_query", msg)),
     };
     let mut found = s.collection.query(fp, k);
-    if let Some(limit) = req.limit {
-        found.truncate(limit);
+    let truncated = found.len() > limit;
+    found.truncate(limit);
+    let mut out = serde_json::json!({ "matches": s.with_meta(found)? });
+    if truncated {
+        out["truncated"] = Value::Bool(true);
     }
-    Ok(Json(serde_json::json!({ "matches": s.with_meta(found)? })))
+    Ok(Json(out))
 }
 
 async fn get_document<B: Bits>(

@@ -309,6 +309,67 @@ async fn every_bad_request_is_a_json_4xx() {
     assert!(resp.status().is_client_error());
 }
 
+/// Against a large cluster of copies, answers are bounded: the nearest
+/// matches up to the limit, and a flag saying there were more.
+#[tokio::test]
+async fn matches_are_bounded_per_document_and_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = open(dir.path(), Options::default());
+    let r = &app.router;
+    let copies: Vec<Value> = (0..150)
+        .map(|i| json!({"id": format!("c{i:03}"), "text": PAGE}))
+        .collect();
+    let (s, b) = call(
+        r,
+        "POST",
+        "/v1/documents",
+        Some(json!({"documents": copies, "mode": "insert"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let check = |limit: Option<usize>| {
+        let mut req = json!({"documents": [{"id": "q", "text": PAGE}], "mode": "check"});
+        if let Some(l) = limit {
+            req["limit"] = json!(l);
+        }
+        call(r, "POST", "/v1/documents", Some(req))
+    };
+    // Default: 100 of the 150, nearest first, ties by id.
+    let (s, b) = check(None).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let dups = b["results"][0]["duplicates"].as_array().unwrap();
+    assert_eq!(dups.len(), 100);
+    assert_eq!(dups[0]["id"], "c000");
+    assert_eq!(dups[99]["id"], "c099");
+    assert_eq!(b["results"][0]["truncated"], true);
+    let (_, b) = check(Some(1000)).await;
+    assert_eq!(b["results"][0]["duplicates"].as_array().unwrap().len(), 150);
+    assert!(b["results"][0].get("truncated").is_none(), "{b}");
+    let (s, b) = check(Some(1001)).await;
+    assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "limit_too_large");
+    // Queries: every match up to 1000 by default, fewer when asked.
+    let (_, b) = call(r, "POST", "/v1/query", Some(json!({"text": PAGE}))).await;
+    assert_eq!(b["matches"].as_array().unwrap().len(), 150);
+    assert!(b.get("truncated").is_none(), "{b}");
+    let (_, b) = call(
+        r,
+        "POST",
+        "/v1/query",
+        Some(json!({"text": PAGE, "limit": 7})),
+    )
+    .await;
+    assert_eq!(b["matches"].as_array().unwrap().len(), 7);
+    assert_eq!(b["truncated"], true);
+    let (s, b) = call(
+        r,
+        "POST",
+        "/v1/query",
+        Some(json!({"text": PAGE, "limit": 5000})),
+    )
+    .await;
+    assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "limit_too_large");
+}
+
 #[tokio::test]
 async fn too_many_documents_in_one_request() {
     let dir = tempfile::tempdir().unwrap();
