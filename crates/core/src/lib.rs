@@ -40,6 +40,7 @@ pub mod normalize;
 pub mod python_simhash;
 pub mod rng;
 mod simhash;
+pub mod sketch;
 pub mod spill;
 pub mod tokenize;
 pub mod vector;

@@ -22,7 +22,9 @@ use crate::collection::{Collection, Found};
 use crate::error::{ApiError, ServiceError};
 use crate::metrics::Metrics;
 use crate::store::{Settings, Store};
-use crate::writer::{Job, JobSender, Mode, NewDoc, Outcome};
+use crate::writer::{Job, JobSender, Mode, NewDoc, Outcome, verify_found};
+use neardup_core::jaccard::shingles_for;
+use neardup_core::sketch::Sketch;
 
 /// The OpenAPI document, kept in the repository beside the code.
 pub const OPENAPI: &str = include_str!("../openapi.json");
@@ -122,6 +124,16 @@ pub struct DocumentsRequest {
     /// At most this many duplicates per document (default
     /// [`DEFAULT_DOCUMENT_MATCHES`], at most [`MAX_MATCHES`]).
     pub limit: Option<usize>,
+    /// Keep a match only when the texts' estimated Jaccard similarity reaches
+    /// this (default: the collection's, set at creation).
+    pub verify: Option<VerifyIn>,
+}
+
+/// `{"jaccard": T}`: verification of matches by estimated Jaccard similarity.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyIn {
+    pub jaccard: f64,
 }
 
 fn default_mode() -> Mode {
@@ -209,12 +221,16 @@ pub struct QueryRequest {
     pub features: Option<std::collections::BTreeMap<String, f64>>,
     pub k: Option<u32>,
     pub limit: Option<usize>,
+    pub verify: Option<VerifyIn>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct MatchOut {
     pub id: Arc<str>,
     pub distance: u32,
+    /// The texts' estimated Jaccard similarity, when the match was verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
 }
@@ -449,9 +465,25 @@ impl<B: Bits> Service<B> {
             .map(|(f, m)| MatchOut {
                 id: f.id,
                 distance: f.distance,
+                similarity: f.similarity.map(|j| (j * 1e4).round() / 1e4),
                 meta: m.and_then(|bytes| serde_json::from_slice(&bytes).ok()),
             })
             .collect())
+    }
+
+    /// The verification threshold of a request: its own, else the
+    /// collection's default, else none.
+    fn threshold(&self, asked: Option<VerifyIn>) -> Result<Option<f64>, ApiError> {
+        match asked {
+            None => Ok(self.settings.verify),
+            Some(VerifyIn { jaccard }) if jaccard > 0.0 && jaccard <= 1.0 => Ok(Some(jaccard)),
+            Some(VerifyIn { jaccard }) => Err(ApiError::bad_request(
+                "invalid_verify",
+                format!(
+                    "verify.jaccard {jaccard} is out of range: use a similarity in (0, 1], e.g. 0.8"
+                ),
+            )),
+        }
     }
 
     fn sender(&self) -> Result<JobSender<B>, ApiError> {
@@ -463,14 +495,15 @@ impl<B: Bits> Service<B> {
     }
 }
 
-/// Fingerprints of documents' contents, off the async threads when there is
-/// real work; a content the collection cannot fingerprint (a vector of another
-/// dimension, a text for a collection of vectors, a NaN) is a 400 naming it.
+/// Fingerprints of documents' contents, with a text's verification sketch,
+/// off the async threads when there is real work; a content the collection
+/// cannot fingerprint (a vector of another dimension, a text for a collection
+/// of vectors, a NaN) is a 400 naming it.
 async fn fingerprint_contents<B: Bits>(
     s: &Arc<Service<B>>,
     contents: Vec<(usize, Content)>,
     place: fn(usize) -> String,
-) -> Result<Vec<(usize, B)>, ApiError> {
+) -> Result<Vec<(usize, B, Option<Sketch>)>, ApiError> {
     let work: usize = contents
         .iter()
         .map(|(_, c)| match c {
@@ -492,9 +525,17 @@ async fn fingerprint_contents<B: Bits>(
                 let fp = s2.hasher.fingerprint_input(input).map_err(|e| {
                     ApiError::bad_request("invalid_document", format!("{}: {e}", place(i)))
                 })?;
+                let sketch = match &c {
+                    Content::Text(t) => {
+                        let normalize = &s2.hasher.config().normalize;
+                        Some(Sketch::of(&shingles_for(t, normalize)))
+                    }
+                    _ => None,
+                };
                 Ok((
                     i,
                     word_of::<B>(fp).expect("the hasher's width is the collection's"),
+                    sketch,
                 ))
             })
             .collect::<Result<Vec<_>, ApiError>>()
@@ -518,6 +559,7 @@ async fn post_documents<B: Bits>(
 ) -> Result<Json<Value>, ApiError> {
     let k = s.check_k(req.k)?;
     let limit = match_limit(req.limit, DEFAULT_DOCUMENT_MATCHES)?;
+    let verify = s.threshold(req.verify)?;
     if req.documents.len() > MAX_DOCUMENTS {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -548,6 +590,12 @@ async fn post_documents<B: Bits>(
         };
         match body.split() {
             Ok(Err(content)) => texts.push((i, content)),
+            Ok(Ok(_)) if req.verify.is_some() => {
+                return Err(ApiError::bad_request(
+                    "invalid_document",
+                    format!("{place}: \"verify\" compares texts; send the document's \"text\""),
+                ));
+            }
             Ok(Ok(h)) => {
                 fps[i] = Some(s.parse_simhash(&h).map_err(|mut e| {
                     e.message = format!("{place}: {}", e.message);
@@ -567,8 +615,10 @@ async fn post_documents<B: Bits>(
         );
         ids.push(d.id);
     }
-    for (i, fp) in fingerprint_contents(&s, texts, |i| format!("documents[{i}]")).await? {
+    let mut sketches: Vec<Option<Sketch>> = vec![None; fps.len()];
+    for (i, fp, sketch) in fingerprint_contents(&s, texts, |i| format!("documents[{i}]")).await? {
         fps[i] = Some(fp);
+        sketches[i] = sketch;
     }
     let fps: Vec<B> = fps
         .into_iter()
@@ -579,18 +629,26 @@ async fn post_documents<B: Bits>(
         let fps2 = fps.clone();
         let run = move || {
             fps2.iter()
-                .map(|&fp| Outcome {
-                    stored: false,
-                    duplicates: s2.collection.query(fp, k),
+                .zip(&sketches)
+                .map(|(&fp, sketch)| {
+                    let found = s2.collection.query(fp, k);
+                    let duplicates = match (verify, sketch) {
+                        (Some(t), Some(sk)) => verify_found(&s2.store, found, sk, t, |_| None)?,
+                        _ => found,
+                    };
+                    Ok(Outcome {
+                        stored: false,
+                        duplicates,
+                    })
                 })
-                .collect::<Vec<_>>()
+                .collect::<Result<Vec<_>, ServiceError>>()
         };
-        if fps.len() > 64 {
+        if fps.len() > 64 || verify.is_some() {
             tokio::task::spawn_blocking(run).await.map_err(|_| {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "interrupted")
-            })?
+            })??
         } else {
-            run()
+            run()?
         }
     } else {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -598,10 +656,12 @@ async fn post_documents<B: Bits>(
             .iter()
             .zip(&fps)
             .zip(metas)
-            .map(|((id, &fp), meta)| NewDoc {
+            .zip(sketches)
+            .map(|(((id, &fp), meta), sketch)| NewDoc {
                 id: id.clone(),
                 fp,
                 meta,
+                sketch,
             })
             .collect();
         let sender = s.sender()?;
@@ -609,6 +669,7 @@ async fn post_documents<B: Bits>(
             docs,
             mode: req.mode,
             k,
+            verify,
             reply: tx,
         };
         // The queue is bounded: wait for room off the async threads.
@@ -639,20 +700,40 @@ async fn post_query<B: Bits>(
 ) -> Result<Json<Value>, ApiError> {
     let k = s.check_k(req.k)?;
     let limit = match_limit(req.limit, MAX_MATCHES)?;
+    let verify = s.threshold(req.verify)?;
     let body = BodyIn {
         text: req.text,
         simhash: req.simhash,
         vector: req.vector,
         features: req.features,
     };
-    let fp = match body.split() {
+    let (fp, sketch) = match body.split() {
         Ok(Err(content)) => {
-            fingerprint_contents(&s, vec![(0, content)], |_| "the query".into()).await?[0].1
+            let (_, fp, sketch) =
+                fingerprint_contents(&s, vec![(0, content)], |_| "the query".into())
+                    .await?
+                    .remove(0);
+            (fp, sketch)
         }
-        Ok(Ok(h)) => s.parse_simhash(&h)?,
+        Ok(Ok(_)) if req.verify.is_some() => {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                "\"verify\" compares texts; query with \"text\"",
+            ));
+        }
+        Ok(Ok(h)) => (s.parse_simhash(&h)?, None),
         Err(msg) => return Err(ApiError::bad_request("invalid_query", msg)),
     };
     let mut found = s.collection.query(fp, k);
+    if let (Some(t), Some(sk)) = (verify, sketch) {
+        let s2 = Arc::clone(&s);
+        found =
+            tokio::task::spawn_blocking(move || verify_found(&s2.store, found, &sk, t, |_| None))
+                .await
+                .map_err(|_| {
+                    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "interrupted")
+                })??;
+    }
     let truncated = found.len() > limit;
     found.truncate(limit);
     let mut out = serde_json::json!({ "matches": s.with_meta(found)? });

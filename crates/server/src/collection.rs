@@ -22,10 +22,12 @@ use neardup_core::index::{Bits, Index};
 const RECENT_MAX: usize = 8192;
 
 /// A document found near a query.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Found {
     pub id: Arc<str>,
     pub distance: u32,
+    /// The estimated Jaccard similarity of the texts, when verified.
+    pub similarity: Option<f64>,
 }
 
 struct State<B: Bits> {
@@ -198,6 +200,7 @@ impl<B: Bits> Collection<B> {
                 found.push(Found {
                     id: Arc::from(id),
                     distance,
+                    similarity: None,
                 });
             }
         };

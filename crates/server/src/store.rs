@@ -12,12 +12,22 @@ use std::path::{Path, PathBuf};
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use neardup_core::sketch::Sketch;
 use neardup_core::{FingerprintConfig, TableDesign};
 
 use crate::error::ServiceError;
 
 const DOCS: TableDefinition<&str, &[u8]> = TableDefinition::new("docs");
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+/// Document id -> verification sketch ([`Sketch`], 256 bytes), for documents
+/// stored with their text (version 2 on).
+const SKETCHES: TableDefinition<&str, &[u8]> = TableDefinition::new("sketches");
+
+/// The store format this build writes: 2 keeps a verification sketch per
+/// document stored by text. Version 1 stores (no sketches) open as they are:
+/// their documents are matched by distance alone until stored again with their
+/// text, which writes the sketch.
+pub const STORE_VERSION: u32 = 2;
 const SETTINGS_KEY: &str = "settings";
 
 /// File name of the database inside the data folder.
@@ -35,6 +45,10 @@ pub struct Settings {
     pub design: TableDesign,
     /// Format version of the store.
     pub version: u32,
+    /// The verification a request gets when it asks for none: keep a match
+    /// when the estimated Jaccard similarity of the texts reaches this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<f64>,
 }
 
 /// One write of a batch.
@@ -44,6 +58,8 @@ pub enum Write<'a> {
         id: &'a str,
         fingerprint: &'a [u8],
         meta: Option<&'a [u8]>,
+        /// The text's sketch; None (a fingerprint given) removes a stale one.
+        sketch: Option<&'a Sketch>,
     },
     Delete {
         id: &'a str,
@@ -119,6 +135,15 @@ impl Store {
             s.config
                 .validate()
                 .map_err(|e| ServiceError::Storage(e.to_string()))?;
+            if s.version > STORE_VERSION {
+                return Err(ServiceError::Storage(format!(
+                    "{} is a version {} collection, newer than this neardup reads ({}): \
+                     upgrade neardup",
+                    path.display(),
+                    s.version,
+                    STORE_VERSION
+                )));
+            }
             s
         } else {
             let s = create()?;
@@ -128,6 +153,7 @@ impl Store {
                 let text = serde_json::to_string(&s).expect("settings serialise");
                 table.insert(SETTINGS_KEY, text.as_str()).map_err(storage)?;
                 tx.open_table(DOCS).map_err(storage)?;
+                tx.open_table(SKETCHES).map_err(storage)?;
             }
             tx.commit().map_err(storage)?;
             s
@@ -141,6 +167,7 @@ impl Store {
         let tx = self.db.begin_write().map_err(storage)?;
         {
             let mut table = tx.open_table(DOCS).map_err(storage)?;
+            let mut sketches = tx.open_table(SKETCHES).map_err(storage)?;
             let mut value = Vec::new();
             for w in writes {
                 match w {
@@ -148,14 +175,21 @@ impl Store {
                         id,
                         fingerprint,
                         meta,
+                        sketch,
                     } => {
                         value.clear();
                         value.extend_from_slice(fingerprint);
                         value.extend_from_slice(meta.unwrap_or_default());
                         table.insert(*id, value.as_slice()).map_err(storage)?;
+                        match sketch {
+                            Some(s) => sketches.insert(*id, s.0.as_slice()).map(drop),
+                            None => sketches.remove(*id).map(drop),
+                        }
+                        .map_err(storage)?;
                     }
                     Write::Delete { id } => {
                         table.remove(*id).map_err(storage)?;
+                        sketches.remove(*id).map_err(storage)?;
                     }
                 }
             }
@@ -183,6 +217,29 @@ impl Store {
                     .get(*id)
                     .map_err(storage)?
                     .and_then(|v| self.record(v.value()).meta))
+            })
+            .collect()
+    }
+
+    /// Several documents' verification sketches, in one read transaction:
+    /// None for a document stored without its text (or before sketches were
+    /// kept). A sketch of the wrong size is damage, refused.
+    pub fn sketches(&self, ids: &[&str]) -> Result<Vec<Option<Sketch>>, ServiceError> {
+        let tx = self.db.begin_read().map_err(storage)?;
+        let table = match tx.open_table(SKETCHES) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(vec![None; ids.len()]),
+            Err(e) => return Err(storage(e)),
+        };
+        ids.iter()
+            .map(|id| match table.get(*id).map_err(storage)? {
+                None => Ok(None),
+                Some(v) => Sketch::from_bytes(v.value()).map(Some).ok_or_else(|| {
+                    ServiceError::Storage(format!(
+                        "{}: document {id:?} has a damaged sketch",
+                        self.path.display()
+                    ))
+                }),
             })
             .collect()
     }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 
 use neardup_core::index::Bits;
+use neardup_core::sketch::Sketch;
 use tokio::sync::oneshot;
 
 use crate::collection::{Collection, Found};
@@ -38,6 +39,8 @@ pub struct NewDoc<B> {
     pub fp: B,
     /// The metadata, as JSON text.
     pub meta: Option<Vec<u8>>,
+    /// The text's verification sketch (None when a fingerprint was given).
+    pub sketch: Option<Sketch>,
 }
 
 /// What happened to one document.
@@ -53,6 +56,8 @@ pub enum Job<B> {
         docs: Vec<NewDoc<B>>,
         mode: Mode,
         k: u32,
+        /// Keep a match only when its estimated Jaccard similarity reaches this.
+        verify: Option<f64>,
         reply: oneshot::Sender<Result<Vec<Outcome>, ServiceError>>,
     },
     Delete {
@@ -92,52 +97,144 @@ pub fn run<B: Bits>(store: Arc<Store>, collection: Arc<Collection<B>>, rx: Recei
     }
 }
 
+/// The matches whose estimated Jaccard similarity to `sketch` reaches
+/// `threshold`, each with its similarity, in their order. A match whose own
+/// sketch is unknown (stored by fingerprint, or before sketches were kept) is
+/// kept by distance alone, without a similarity. `in_batch` gives the sketch
+/// of a document decided earlier in the same write batch (Some), or says to
+/// read it from the store (None).
+pub fn verify_found(
+    store: &Store,
+    found: Vec<Found>,
+    sketch: &Sketch,
+    threshold: f64,
+    in_batch: impl Fn(&str) -> Option<Option<Sketch>>,
+) -> Result<Vec<Found>, ServiceError> {
+    let from_store: Vec<&str> = found
+        .iter()
+        .filter(|f| in_batch(&f.id).is_none())
+        .map(|f| &*f.id)
+        .collect();
+    let mut stored = store.sketches(&from_store)?.into_iter();
+    let mut out = Vec::with_capacity(found.len());
+    for mut f in found {
+        let other = match in_batch(&f.id) {
+            Some(s) => s,
+            None => stored.next().expect("one sketch per id read"),
+        };
+        match other {
+            Some(o) => {
+                let j = sketch.jaccard(&o);
+                if j >= threshold {
+                    f.similarity = Some(j);
+                    out.push(f);
+                }
+            }
+            None => out.push(f),
+        }
+    }
+    Ok(out)
+}
+
+/// A write decided in this batch: the id, its fingerprint and sketch (None
+/// for a delete).
+type Pending<B> = (String, Option<(B, Option<Sketch>)>);
+
+/// How an upsert asks its documents to be decided.
+#[derive(Clone, Copy)]
+struct Ask {
+    mode: Mode,
+    k: u32,
+    verify: Option<f64>,
+}
+
+/// Decides one upsert's documents against the collection, the batch's earlier
+/// decisions (`pending`) and its own, in order; its writes go to `mine`.
+fn decide<B: Bits>(
+    (store, collection): (&Store, &Collection<B>),
+    pending: &[Pending<B>],
+    docs: &[NewDoc<B>],
+    Ask { mode, k, verify }: Ask,
+    mine: &mut Vec<Pending<B>>,
+) -> Result<Vec<Outcome>, ServiceError> {
+    let mut out = Vec::with_capacity(docs.len());
+    for d in docs {
+        let earlier = || pending.iter().chain(mine.iter());
+        let mut dups = collection.query(d.fp, k);
+        // Later decisions of this batch override the collection.
+        dups.retain(|f| !earlier().any(|(id, _)| **id == *f.id));
+        for (id, w) in earlier() {
+            if let Some((fp, _)) = w {
+                let dist = d.fp.distance(*fp);
+                if dist <= k {
+                    dups.push(Found {
+                        id: Arc::from(id.as_str()),
+                        distance: dist,
+                        similarity: None,
+                    });
+                }
+            }
+        }
+        dups.sort_unstable_by(|a, b| a.distance.cmp(&b.distance).then(a.id.cmp(&b.id)));
+        dups.dedup_by(|a, b| a.id == b.id);
+        if let (Some(t), Some(sketch)) = (verify, &d.sketch) {
+            let in_batch = |id: &str| {
+                earlier()
+                    .filter(|(p, _)| p == id)
+                    .last()
+                    .map(|(_, w)| w.as_ref().and_then(|(_, s)| s.clone()))
+            };
+            dups = verify_found(store, dups, sketch, t, in_batch)?;
+        }
+        let stored = match mode {
+            Mode::Insert => true,
+            Mode::InsertIfNew => dups.is_empty(),
+            Mode::Check => false,
+        };
+        if stored {
+            mine.push((d.id.clone(), Some((d.fp, d.sketch.clone()))));
+        }
+        out.push(Outcome {
+            stored,
+            duplicates: dups,
+        });
+    }
+    Ok(out)
+}
+
 fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Job<B>>) {
     // Decide every document against the collection and this batch's earlier
-    // decisions, in arrival order.
-    let mut pending: Vec<(String, Option<B>)> = Vec::new();
-    let mut outcomes: Vec<Option<Vec<Outcome>>> = Vec::with_capacity(jobs.len());
+    // decisions, in arrival order. A request whose verification cannot read
+    // the store fails whole, and none of its documents is written.
+    let mut pending: Vec<Pending<B>> = Vec::new();
+    let mut outcomes: Vec<Option<Result<Vec<Outcome>, ServiceError>>> =
+        Vec::with_capacity(jobs.len());
     let mut deleted: Vec<Option<bool>> = Vec::with_capacity(jobs.len());
     for job in jobs.iter() {
         match job {
-            Job::Upsert { docs, mode, k, .. } => {
-                let mut out = Vec::with_capacity(docs.len());
-                for d in docs {
-                    let mut dups = collection.query(d.fp, *k);
-                    // Later decisions of this batch override the collection.
-                    dups.retain(|f| !pending.iter().any(|(id, _)| **id == *f.id));
-                    for (id, fp) in &pending {
-                        if let Some(fp) = fp {
-                            let dist = d.fp.distance(*fp);
-                            if dist <= *k {
-                                dups.push(Found {
-                                    id: Arc::from(id.as_str()),
-                                    distance: dist,
-                                });
-                            }
-                        }
-                    }
-                    dups.sort_unstable_by(|a, b| a.distance.cmp(&b.distance).then(a.id.cmp(&b.id)));
-                    dups.dedup_by(|a, b| a.id == b.id);
-                    let stored = match mode {
-                        Mode::Insert => true,
-                        Mode::InsertIfNew => dups.is_empty(),
-                        Mode::Check => false,
-                    };
-                    if stored {
-                        pending.push((d.id.clone(), Some(d.fp)));
-                    }
-                    out.push(Outcome {
-                        stored,
-                        duplicates: dups,
-                    });
+            Job::Upsert {
+                docs,
+                mode,
+                k,
+                verify,
+                ..
+            } => {
+                let mut mine = Vec::new();
+                let ask = Ask {
+                    mode: *mode,
+                    k: *k,
+                    verify: *verify,
+                };
+                let out = decide((store, collection), &pending, docs, ask, &mut mine);
+                if out.is_ok() {
+                    pending.append(&mut mine);
                 }
                 outcomes.push(Some(out));
                 deleted.push(None);
             }
             Job::Delete { id, .. } => {
                 let exists = match pending.iter().rev().find(|(p, _)| p == id) {
-                    Some((_, fp)) => fp.is_some(),
+                    Some((_, w)) => w.is_some(),
                     None => collection.contains(id),
                 };
                 if exists {
@@ -152,15 +249,13 @@ fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Jo
     let mut fp_bytes: Vec<Vec<u8>> = Vec::new();
     let mut writes: Vec<Write<'_>> = Vec::new();
     {
-        let mut metas: Vec<Option<&[u8]>> = Vec::new();
         for (job, out) in jobs.iter().zip(&outcomes) {
-            if let (Job::Upsert { docs, .. }, Some(out)) = (job, out) {
+            if let (Job::Upsert { docs, .. }, Some(Ok(out))) = (job, out) {
                 for (d, o) in docs.iter().zip(out) {
                     if o.stored {
                         let mut b = Vec::with_capacity(16);
                         d.fp.write_le(&mut b);
                         fp_bytes.push(b);
-                        metas.push(d.meta.as_deref());
                     }
                 }
             }
@@ -168,13 +263,14 @@ fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Jo
         let mut fi = 0;
         for (job, out) in jobs.iter().zip(&outcomes) {
             match (job, out) {
-                (Job::Upsert { docs, .. }, Some(out)) => {
+                (Job::Upsert { docs, .. }, Some(Ok(out))) => {
                     for (d, o) in docs.iter().zip(out) {
                         if o.stored {
                             writes.push(Write::Put {
                                 id: &d.id,
                                 fingerprint: &fp_bytes[fi],
-                                meta: metas[fi],
+                                meta: d.meta.as_deref(),
+                                sketch: d.sketch.as_ref(),
                             });
                             fi += 1;
                         }
@@ -195,14 +291,19 @@ fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Jo
     }
     drop(writes);
     if committed.is_ok() {
-        collection.apply(pending.iter().map(|(id, fp)| (id.as_str(), *fp)));
+        collection.apply(
+            pending
+                .iter()
+                .map(|(id, w)| (id.as_str(), w.as_ref().map(|(fp, _)| *fp))),
+        );
     }
     for ((job, out), del) in jobs.drain(..).zip(outcomes).zip(deleted) {
         match job {
             Job::Upsert { reply, .. } => {
-                let _ = reply.send(match &committed {
-                    Ok(()) => Ok(out.expect("an upsert's outcomes")),
-                    Err(e) => Err(ServiceError::Storage(e.to_string())),
+                let _ = reply.send(match (&committed, out.expect("an upsert's outcomes")) {
+                    (_, Err(e)) => Err(e),
+                    (Ok(()), Ok(out)) => Ok(out),
+                    (Err(e), Ok(_)) => Err(ServiceError::Storage(e.to_string())),
                 });
             }
             Job::Delete { reply, .. } => {

@@ -24,7 +24,8 @@ fn settings(bits: u32, max_k: u32) -> Settings {
         config,
         max_k,
         design: p.options[p.chosen].design.clone(),
-        version: 1,
+        version: neardup_server::store::STORE_VERSION,
+        verify: None,
     }
 }
 
@@ -307,6 +308,167 @@ async fn every_bad_request_is_a_json_4xx() {
         .unwrap();
     let resp = r.clone().oneshot(req).await.unwrap();
     assert!(resp.status().is_client_error());
+}
+
+/// A collection of single-token fingerprints, where a text and the same words
+/// in another order are one fingerprint: only verification tells them apart.
+fn token_settings(verify: Option<f64>) -> Settings {
+    let config = FingerprintConfig {
+        features: "tokens".parse().unwrap(),
+        ..FingerprintConfig::default()
+    };
+    let p = plan(64, 6, 1e5, None).unwrap();
+    Settings {
+        config,
+        max_k: 6,
+        design: p.options[p.chosen].design.clone(),
+        version: neardup_server::store::STORE_VERSION,
+        verify,
+    }
+}
+
+const LONG: &str = "The harbour master opened the gates at dawn, and the fishing boats went out one by \
+    one into the grey morning sea, past the old lighthouse where the keeper was already painting \
+    the railings white again, as he did every spring before the summer visitors arrived on the \
+    ferry from the mainland with their bicycles, their dogs and their enormous picnic baskets.";
+
+fn reversed(text: &str) -> String {
+    text.split_whitespace().rev().collect::<Vec<_>>().join(" ")
+}
+
+#[tokio::test]
+async fn verification_tells_reordered_words_from_near_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path(), || Ok(token_settings(None)), Options::default()).unwrap();
+    let r = &app.router;
+    let post = |body: Value| call(r, "POST", "/v1/documents", Some(body));
+    let (s, b) = post(json!({"documents": [{"id": "page", "text": LONG}], "mode": "insert"})).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let verify = json!({"jaccard": 0.8});
+    // The same words reversed: distance 0, but few shingles in common.
+    let (_, b) = call(
+        r,
+        "POST",
+        "/v1/query",
+        Some(json!({"text": reversed(LONG)})),
+    )
+    .await;
+    assert_eq!(b["matches"][0]["distance"], 0, "{b}");
+    assert!(b["matches"][0].get("similarity").is_none(), "{b}");
+    let (_, b) = call(
+        r,
+        "POST",
+        "/v1/query",
+        Some(json!({"text": reversed(LONG), "verify": verify})),
+    )
+    .await;
+    assert_eq!(b["matches"], json!([]), "{b}");
+    // A near copy (one word changed) is kept, with its estimated similarity.
+    let near = LONG.replace("painting", "repainting");
+    let (_, b) = call(
+        r,
+        "POST",
+        "/v1/query",
+        Some(json!({"text": near, "verify": verify})),
+    )
+    .await;
+    let j = b["matches"][0]["similarity"].as_f64().unwrap();
+    assert!(
+        b["matches"][0]["id"] == "page" && (0.8..1.0).contains(&j),
+        "{b}"
+    );
+    // insert_if_new and check decide by the verified matches.
+    let (_, b) = post(json!({"documents": [{"id": "rev", "text": reversed(LONG)}],
+        "mode": "insert_if_new", "verify": verify}))
+    .await;
+    assert_eq!(b["results"][0]["stored"], true, "{b}");
+    let (_, b) = post(json!({"documents": [{"id": "near", "text": near}],
+        "mode": "insert_if_new", "verify": verify}))
+    .await;
+    assert_eq!(b["results"][0]["stored"], false, "{b}");
+    assert_eq!(b["results"][0]["duplicates"][0]["id"], "page", "{b}");
+    // Within one request, a later document is checked against an earlier one.
+    let (_, b) = post(json!({"documents": [{"id": "x1", "text": OTHER},
+        {"id": "x2", "text": OTHER}], "mode": "insert_if_new", "verify": verify}))
+    .await;
+    assert_eq!(b["results"][0]["stored"], true, "{b}");
+    assert_eq!(b["results"][1]["stored"], false, "{b}");
+    assert_eq!(b["results"][1]["duplicates"][0]["similarity"], 1.0, "{b}");
+    // A fingerprint cannot be verified; a threshold must be a similarity.
+    let (s, b) = post(
+        json!({"documents": [{"id": "h", "simhash": "0000000000000000"}],
+        "verify": verify}),
+    )
+    .await;
+    assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_document");
+    let (s, b) = call(
+        r,
+        "POST",
+        "/v1/query",
+        Some(json!({"text": LONG, "verify": {"jaccard": 1.5}})),
+    )
+    .await;
+    assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_verify");
+}
+
+#[tokio::test]
+async fn a_collection_default_verifies_and_fingerprints_match_by_distance() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(
+        dir.path(),
+        || Ok(token_settings(Some(0.8))),
+        Options::default(),
+    )
+    .unwrap();
+    let r = &app.router;
+    let (_, b) = call(
+        r,
+        "POST",
+        "/v1/documents",
+        Some(json!({"documents": [{"id": "page", "text": LONG}], "mode": "insert"})),
+    )
+    .await;
+    let fp = b["results"][0]["simhash"].as_str().unwrap().to_owned();
+    let (_, b) = call(
+        r,
+        "POST",
+        "/v1/query",
+        Some(json!({"text": reversed(LONG)})),
+    )
+    .await;
+    assert_eq!(b["matches"], json!([]), "{b}");
+    // Stored by fingerprint: no sketch, so matched by distance alone.
+    call(
+        r,
+        "POST",
+        "/v1/documents",
+        Some(json!({"documents": [{"id": "bare", "simhash": fp}], "mode": "insert"})),
+    )
+    .await;
+    let (_, b) = call(
+        r,
+        "POST",
+        "/v1/query",
+        Some(json!({"text": reversed(LONG)})),
+    )
+    .await;
+    assert_eq!(b["matches"].as_array().unwrap().len(), 1, "{b}");
+    assert_eq!(b["matches"][0]["id"], "bare", "{b}");
+    assert!(b["matches"][0].get("similarity").is_none(), "{b}");
+    // The sketches survive a restart.
+    drop(app);
+    let app = App::open(dir.path(), || unreachable!(), Options::default()).unwrap();
+    assert_eq!(app.settings.verify, Some(0.8));
+    let (_, b) = call(
+        &app.router,
+        "POST",
+        "/v1/query",
+        Some(json!({"text": LONG, "limit": 5})),
+    )
+    .await;
+    assert_eq!(b["matches"][0]["id"], "bare", "{b}");
+    assert_eq!(b["matches"][1]["id"], "page", "{b}");
+    assert_eq!(b["matches"][1]["similarity"], 1.0, "{b}");
 }
 
 /// Against a large cluster of copies, answers are bounded: the nearest

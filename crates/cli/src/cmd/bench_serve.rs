@@ -125,7 +125,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             config,
             max_k: 3,
             design: p.options[p.chosen].design.clone(),
-            version: 1,
+            version: neardup_server::store::STORE_VERSION,
+            verify: None,
         };
         // Bulk load through the store, as a long-running service would have.
         let started = Instant::now();
@@ -155,6 +156,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                         id,
                         fingerprint: fp,
                         meta: None,
+                        sketch: None,
                     })
                     .collect();
                 store.commit(&writes)?;

@@ -40,6 +40,14 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub max_k: Option<u32>,
 
+    /// At creation: verify matches of texts by default, keeping those whose
+    /// estimated Jaccard similarity (of the verification features, from a
+    /// 512-byte sketch stored per document) reaches T. Requests may set their
+    /// own ("verify": {"jaccard": T}). Good candidates need single-token
+    /// fingerprints and a wide k, e.g. --bits 128 --features tokens --max-k 15.
+    #[arg(long, value_name = "jaccard:T")]
+    pub verify: Option<neardup_core::jaccard::Verify>,
+
     /// At creation: how many documents the table design is planned for.
     #[arg(long, value_name = "N")]
     pub expected_documents: Option<f64>,
@@ -96,6 +104,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .with_target(false)
         .try_init();
     let creating_flags = args.max_k.is_some()
+        || args.verify.is_some()
         || args.expected_documents.is_some()
         || args.pipeline.config.is_some()
         || args.pipeline.profile.is_some()
@@ -122,7 +131,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             config,
             max_k,
             design: p.options[p.chosen].design.clone(),
-            version: 1,
+            version: neardup_server::store::STORE_VERSION,
+            verify: args.verify.map(|v| v.threshold),
         })
     };
     if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
@@ -149,10 +159,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
     if creating_flags && app.loaded > 0 {
         let wanted = create()?;
-        if wanted.config != app.settings.config || wanted.max_k != app.settings.max_k {
+        if wanted.config != app.settings.config
+            || wanted.max_k != app.settings.max_k
+            || (args.verify.is_some() && wanted.verify != app.settings.verify)
+        {
             bail!(
                 "the collection in {} was created with other settings (fixed at creation): \
-                 drop the pipeline and --max-k flags, or give an empty folder",
+                 drop the pipeline, --max-k and --verify flags, or give an empty folder",
                 args.data.display()
             );
         }
