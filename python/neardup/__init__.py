@@ -352,6 +352,9 @@ class Index:
                 raise NeardupError(f"bits={bits} contradicts the configuration's {config.bits} bits")
             fingerprints = globals()["fingerprints"](texts, config)
             bits = config.bits
+            if _is_arrow(texts):
+                texts = texts.to_pylist()
+            texts = ["" if t is None else t for t in texts]
         if vectors is not None:
             if fingerprints is not None:
                 raise TypeError("give fingerprints or vectors=, not both")
@@ -366,7 +369,10 @@ class Index:
         if bits is None:
             bits = config.bits if config is not None else (128 if isinstance(fingerprints, np.ndarray) and fingerprints.ndim == 2 else 64)
         data = _words(fingerprints, bits)
-        return cls(_rs._Index.build(data, bits, k, list(ids) if ids is not None else None, config))
+        built = cls(_rs._Index.build(data, bits, k, list(ids) if ids is not None else None, config))
+        if texts is not None:
+            built._inner.set_sketches(texts)
+        return built
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "Index":
@@ -407,11 +413,26 @@ class Index:
             return _rs.fingerprint_input(cfg, x)
         return int(x)
 
-    def query(self, x: Any, k: Optional[int] = None) -> List[Tuple[Id, int]]:
+    def query(self, x: Any, k: Optional[int] = None, verify: Optional[float] = None) -> List[Tuple[Any, ...]]:
         """``[(id, distance)]`` of every entry within ``k`` (default: the
         index's k) of a fingerprint, a text, or a vector (an index of
-        vectors), nearest first."""
-        return self._inner.query(self._fp(x), self.k if k is None else k)
+        vectors), nearest first.
+
+        ``verify=T`` (a text query, an index built from ``texts=``): only the
+        entries whose estimated Jaccard similarity to the text reaches T, as
+        ``[(id, distance, similarity)]``; the estimate comes from a 512-byte
+        sketch of each entry's verification features (standard error about
+        0.02 at 0.8), as the service's. Entries added by fingerprint are kept
+        by distance alone, with similarity None. Sketches are not saved in
+        index files."""
+        k = self.k if k is None else k
+        if verify is None:
+            return self._inner.query(self._fp(x), k)
+        if not isinstance(x, str):
+            raise TypeError("verify= compares texts: query with a str")
+        if not 0.0 < verify <= 1.0:
+            raise NeardupError(f"verify={verify} is out of range: use a similarity in (0, 1], e.g. 0.8")
+        return self._inner.query_verified(self._fp(x), x, k, float(verify))
 
     def query_batch(self, xs: Any, k: Optional[int] = None) -> List[List[Tuple[Id, int]]]:
         """:meth:`query` for many fingerprints (or texts), in parallel."""
@@ -426,8 +447,11 @@ class Index:
         return self._inner.query_batch(_words(xs, self.bits), self.k if k is None else k)
 
     def add(self, id: Id, x: Union[int, str]) -> None:
-        """Adds one entry (searchable at once)."""
+        """Adds one entry (searchable at once); a text is also kept as its
+        verification sketch, for ``query(..., verify=T)``."""
         self._inner.add(id, self._fp(x))
+        if isinstance(x, str):
+            self._inner.add_sketch(x)
 
     def delete(self, ids: Iterable[Id]) -> int:
         """Deletes every entry with one of ``ids``; returns how many."""

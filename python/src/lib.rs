@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, IdRef, IdTable, Index, IndexFile, TableDesign, plan, plan_join};
 use neardup_core::jaccard::{shingles_for, verified_jaccard};
+use neardup_core::sketch::Sketch;
 use neardup_core::{
     Features, Fingerprint, FingerprintConfig, HashFunction, Input, Profile, SimHasher, Tokenizer,
     Weights, Width,
@@ -359,6 +360,9 @@ struct PyIndex {
     index: AnyIndex,
     ids: IdTable,
     config: Option<FingerprintConfig>,
+    /// Verification sketches by entry, for entries added with their text
+    /// (not kept in index files).
+    sketches: Vec<Option<Sketch>>,
 }
 
 fn words_to<B: Bits>(data: &[u8]) -> PyResult<Vec<B>> {
@@ -428,6 +432,17 @@ fn matches_to_py(
     Ok(PyList::new(py, items?)?.unbind())
 }
 
+impl PyIndex {
+    /// The normalisation of the index's configuration, which verification
+    /// features share.
+    fn normalize(&self) -> PyResult<neardup_core::NormalizeConfig> {
+        self.config
+            .as_ref()
+            .map(|c| c.normalize)
+            .ok_or_else(|| err("this index has no configuration: give config= to compare texts"))
+    }
+}
+
 #[pymethods]
 impl PyIndex {
     /// Builds an index of `data` (fingerprint words as bytes) with `ids`
@@ -494,6 +509,7 @@ impl PyIndex {
             index,
             ids: table,
             config: config.map(|c| c.config.clone()),
+            sketches: Vec::new(),
         })
     }
 
@@ -511,7 +527,12 @@ impl PyIndex {
             64 => AnyIndex::W64(file.index::<u64>().map_err(err)?),
             _ => AnyIndex::W128(file.index::<u128>().map_err(err)?),
         };
-        Ok(PyIndex { index, ids, config })
+        Ok(PyIndex {
+            index,
+            ids,
+            config,
+            sketches: Vec::new(),
+        })
     }
 
     /// Writes the index file atomically (temporary file, then rename).
@@ -591,6 +612,88 @@ impl PyIndex {
             AnyIndex::W128(i) => i.add(entry, fp).map_err(err)?,
         }
         push_py_id(&mut self.ids, id)
+    }
+
+    /// Keeps the verification sketch of every entry's text (texts in entry
+    /// order, as the index was built).
+    fn set_sketches(&mut self, py: Python<'_>, texts: Vec<PyBackedStr>) -> PyResult<()> {
+        if texts.len() != self.ids.len() {
+            return Err(err(format!(
+                "{} texts for {} entries",
+                texts.len(),
+                self.ids.len()
+            )));
+        }
+        let normalize = self.normalize()?;
+        let texts: Vec<&str> = texts.iter().map(|t| &**t).collect();
+        self.sketches = py.detach(|| {
+            texts
+                .par_iter()
+                .map(|t| Some(Sketch::of(&shingles_for(t, &normalize))))
+                .collect()
+        });
+        Ok(())
+    }
+
+    /// Keeps the sketch of the text of the entry added last.
+    fn add_sketch(&mut self, text: &str) -> PyResult<()> {
+        let normalize = self.normalize()?;
+        let entry = self.ids.len() - 1;
+        self.sketches.resize(entry, None);
+        self.sketches
+            .push(Some(Sketch::of(&shingles_for(text, &normalize))));
+        Ok(())
+    }
+
+    /// Matches of a text's fingerprint whose estimated Jaccard similarity to
+    /// the text reaches `threshold`: [(id, distance, similarity)], nearest
+    /// first; an entry added without its text is kept by distance alone, with
+    /// similarity None.
+    fn query_verified(
+        &self,
+        py: Python<'_>,
+        fp: u128,
+        text: &str,
+        k: u32,
+        threshold: f64,
+    ) -> PyResult<Py<PyList>> {
+        if self.sketches.iter().all(Option::is_none) {
+            return Err(err(
+                "this index holds no verification sketches (loaded from a file, or built from \
+                 fingerprints): build it with Index.build(texts=..., config=...) to verify",
+            ));
+        }
+        let ms = match &self.index {
+            AnyIndex::W64(i) => {
+                let q = u64::try_from(fp)
+                    .map_err(|_| err("a 64-bit index takes 64-bit fingerprints"))?;
+                i.query(q, k).map_err(err)?
+            }
+            AnyIndex::W128(i) => i.query(fp, k).map_err(err)?,
+        };
+        let q = Sketch::of(&shingles_for(text, &self.normalize()?));
+        let mut items: Vec<Bound<'_, PyTuple>> = Vec::new();
+        for m in &ms {
+            let similarity = match self.sketches.get(m.id as usize).and_then(Option::as_ref) {
+                Some(s) => {
+                    let j = q.jaccard(s);
+                    if j < threshold {
+                        continue;
+                    }
+                    Some(j)
+                }
+                None => None,
+            };
+            items.push(PyTuple::new(
+                py,
+                [
+                    id_to_py(py, self.ids.get(m.id))?,
+                    m.distance.into_pyobject(py)?.into_any().unbind(),
+                    similarity.into_pyobject(py)?.into_any().unbind(),
+                ],
+            )?);
+        }
+        Ok(PyList::new(py, items)?.unbind())
     }
 
     /// Deletes every entry whose id is in `ids`; returns how many.

@@ -168,6 +168,34 @@ def test_index_built_from_texts_uses_its_configuration(tmp_path):
         neardup.Index.build(neardup.fingerprints(texts), texts=texts)
 
 
+def test_index_verifies_text_queries_like_the_service(tmp_path):
+    base = ("The harbour master opened the gates at dawn, and the fishing boats went out one by one "
+            "into the grey morning sea, past the old lighthouse where the keeper was painting the "
+            "railings white again, as he did every spring before the summer visitors arrived.")
+    reordered = " ".join(reversed(base.split()))
+    near = base.replace("painting", "repainting")
+    cfg = neardup.FingerprintConfig(features="tokens", bits=64)
+    idx = neardup.Index.build(texts=[base], ids=["base"], k=6, config=cfg)
+    # Same words in another order: one fingerprint, but not a near-duplicate.
+    assert idx.query(reordered) == [("base", 0)]
+    assert idx.query(reordered, verify=0.8) == []
+    [(i, d, j)] = idx.query(near, verify=0.8)
+    assert i == "base" and 0.8 <= j < 1.0
+    # Added by text: verified too; by fingerprint: kept by distance alone.
+    idx.add("again", base)
+    idx.add("bare", neardup.fingerprint(base, features="tokens"))
+    got = {i: j for i, _, j in idx.query(base, verify=0.8)}
+    assert got == {"base": 1.0, "again": 1.0, "bare": None}
+    with pytest.raises(TypeError):
+        idx.query(neardup.fingerprint(base, features="tokens"), verify=0.8)
+    with pytest.raises(neardup.NeardupError):
+        idx.query(base, verify=1.5)
+    # Index files keep no sketches: a loaded index says so.
+    idx.save(tmp_path / "v.ndx")
+    with pytest.raises(neardup.NeardupError, match="sketches"):
+        neardup.Index.load(tmp_path / "v.ndx").query(base, verify=0.8)
+
+
 def test_dedup_equals_the_cli(tmp_path):
     docs = sample_docs()
     texts, ids = [d["text"] for d in docs], [d["id"] for d in docs]
