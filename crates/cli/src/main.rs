@@ -14,6 +14,7 @@ mod output;
 mod parquet_io;
 mod pipeline_args;
 mod run;
+mod table_out;
 
 /// Near-duplicate detection with SimHash fingerprints (Charikar; Manku, Jain &
 /// Das Sarma, WWW 2007).

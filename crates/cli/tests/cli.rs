@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_neardup"))
@@ -2112,4 +2112,124 @@ fn folders_with_ordinary_json_files_are_fingerprinted() {
     assert_eq!(lines.len(), 4, "{}", stdout(&o));
     let ids: Vec<&str> = lines.iter().filter_map(|v| v["id"].as_str()).collect();
     assert!(ids.contains(&"c1") && ids.contains(&"c2"), "{ids:?}");
+}
+
+/// Every row of a Parquet file as JSON values, columns by name (ids as strings
+/// or integers, lists of them, numbers).
+fn parquet_rows(path: &Path) -> Vec<serde_json::Map<String, Value>> {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float64Type, Int64Type, UInt32Type, UInt64Type};
+    use arrow_schema::DataType;
+    fn cell(col: &dyn Array, i: usize) -> Value {
+        match col.data_type() {
+            DataType::Utf8 => json!(col.as_string::<i32>().value(i)),
+            DataType::Int64 => json!(col.as_primitive::<Int64Type>().value(i)),
+            DataType::UInt32 => json!(col.as_primitive::<UInt32Type>().value(i)),
+            DataType::UInt64 => json!(col.as_primitive::<UInt64Type>().value(i)),
+            // JSON Lines writes similarities to 4 decimals.
+            DataType::Float64 => {
+                json!((col.as_primitive::<Float64Type>().value(i) * 1e4).round() / 1e4)
+            }
+            DataType::List(_) => {
+                let list = col.as_list::<i32>().value(i);
+                Value::Array((0..list.len()).map(|j| cell(list.as_ref(), j)).collect())
+            }
+            t => panic!("unexpected column type {t}"),
+        }
+    }
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut rows = Vec::new();
+    for b in reader {
+        let b = b.unwrap();
+        for i in 0..b.num_rows() {
+            let mut row = serde_json::Map::new();
+            for (f, col) in b.schema().fields().iter().zip(b.columns()) {
+                row.insert(f.name().clone(), cell(col.as_ref(), i));
+            }
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+#[test]
+fn pairs_and_clusters_as_parquet_hold_the_json_lines_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample = sample();
+    let p = |name: &str| dir.path().join(name);
+    let s = |name: &str| p(name).to_str().unwrap().to_owned();
+    for (input, extra) in [
+        (sample.clone(), vec![]),
+        (sample.clone(), vec!["--no-verify"]),
+    ] {
+        let mut args = vec![
+            "dedup".to_owned(),
+            input.to_str().unwrap().to_owned(),
+            "-q".into(),
+        ];
+        args.extend(extra.iter().map(|e| e.to_string()));
+        let run_with = |more: &[String]| {
+            let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+            a.extend(more.iter().map(String::as_str));
+            let o = run(&a);
+            assert!(o.status.success(), "{}", stderr(&o));
+        };
+        run_with(&[
+            "--pairs".into(),
+            s("p.jsonl"),
+            "--clusters".into(),
+            s("c.jsonl"),
+        ]);
+        // By extension, and by --output-format whatever the name.
+        run_with(&[
+            "--pairs".into(),
+            s("p.parquet"),
+            "--clusters".into(),
+            s("c.parquet"),
+        ]);
+        run_with(&[
+            "--pairs".into(),
+            s("p.out"),
+            "--clusters".into(),
+            s("c.out"),
+            "--output-format".into(),
+            "parquet".into(),
+        ]);
+        for (jsonl, parquets) in [
+            ("p.jsonl", ["p.parquet", "p.out"]),
+            ("c.jsonl", ["c.parquet", "c.out"]),
+        ] {
+            let want: Vec<serde_json::Map<String, Value>> =
+                json_lines(&std::fs::read_to_string(p(jsonl)).unwrap())
+                    .into_iter()
+                    .map(|v| v.as_object().unwrap().clone())
+                    .collect();
+            assert!(!want.is_empty(), "{jsonl} {extra:?}");
+            for pq in parquets {
+                assert_eq!(parquet_rows(&p(pq)), want, "{pq} {extra:?}");
+            }
+        }
+    }
+    // Integer ids become an Int64 column.
+    let ints = write(
+        dir.path(),
+        "ints.jsonl",
+        b"{\"id\": 7, \"text\": \"one two three four five six seven eight\"}\n{\"id\": 9, \"text\": \"one two three four five six seven eight\"}\n",
+    );
+    let o = run(&[
+        "dedup",
+        ints.to_str().unwrap(),
+        "-q",
+        "--pairs",
+        &s("i.parquet"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = parquet_rows(&p("i.parquet"));
+    assert_eq!(rows.len(), 1);
+    assert_eq!((&rows[0]["a"], &rows[0]["b"]), (&json!(7), &json!(9)));
 }

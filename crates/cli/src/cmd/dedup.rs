@@ -20,6 +20,7 @@ use crate::input::Body;
 use crate::keep_by::KeepBy;
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
+use crate::table_out::{ClustersWriter, Format, PairsWriter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PolicyArg {
@@ -99,6 +100,12 @@ pub struct Args {
     /// Write each cluster of two or more: `{"representative": id, "size": n, "members": [ids]}`.
     #[arg(long, value_name = "FILE")]
     pub clusters: Option<PathBuf>,
+
+    /// Format of --pairs and --clusters (default: by extension, Parquet for
+    /// .parquet, else JSON Lines). --keep and --drop write records unchanged,
+    /// in the inputs' format.
+    #[arg(long, value_name = "FORMAT")]
+    pub output_format: Option<crate::table_out::Format>,
 
     /// Write the input records that survive, unchanged.
     #[arg(long, value_name = "FILE")]
@@ -752,26 +759,49 @@ fn write_outputs(
                 count as f64 * 60.0 / 1e9
             );
         }
-        let mut out = Output::create(Some(path))?;
-        dedup.for_each_scored_pair(|a, b, d, j| {
-            if (b as usize) < first {
-                return Ok(()); // two old documents
-            }
-            line.clear();
-            line.extend_from_slice(b"{\"a\":");
-            g.ids.write_json(a as usize, &mut line);
-            line.extend_from_slice(b",\"b\":");
-            g.ids.write_json(b as usize, &mut line);
-            write!(line, ",\"distance\":{d}")?;
-            if let Some(j) = j {
-                write!(line, ",\"{field}\":{j:.4}")?;
-            }
-            line.extend_from_slice(b"}\n");
-            out.write_all(&line)
-        })?;
-        out.finish()?;
+        if Format::of(path, args.output_format) == Format::Parquet {
+            let mut w = PairsWriter::create(path, &g.ids, check.map(Check::field))?;
+            dedup.for_each_scored_pair(|a, b, d, j| {
+                if (b as usize) >= first {
+                    w.push(a as usize, b as usize, d, j)?;
+                }
+                Ok::<(), anyhow::Error>(())
+            })?;
+            w.finish()?;
+        } else {
+            let mut out = Output::create(Some(path))?;
+            dedup.for_each_scored_pair(|a, b, d, j| {
+                if (b as usize) < first {
+                    return Ok(()); // two old documents
+                }
+                line.clear();
+                line.extend_from_slice(b"{\"a\":");
+                g.ids.write_json(a as usize, &mut line);
+                line.extend_from_slice(b",\"b\":");
+                g.ids.write_json(b as usize, &mut line);
+                write!(line, ",\"distance\":{d}")?;
+                if let Some(j) = j {
+                    write!(line, ",\"{field}\":{j:.4}")?;
+                }
+                line.extend_from_slice(b"}\n");
+                out.write_all(&line)
+            })?;
+            out.finish()?;
+        }
     }
-    if let Some(path) = &args.clusters {
+    if let Some(path) = args
+        .clusters
+        .as_ref()
+        .filter(|p| Format::of(p, args.output_format) == Format::Parquet)
+    {
+        let mut w = ClustersWriter::create(path, &g.ids)?;
+        for (rep, members) in clusters(reps) {
+            if members.last().is_some_and(|&m| (m as usize) >= first) {
+                w.push(rep as usize, &members)?;
+            }
+        }
+        w.finish()?;
+    } else if let Some(path) = &args.clusters {
         let mut out = Output::create(Some(path))?;
         for (rep, members) in clusters(reps) {
             if members.last().is_some_and(|&m| (m as usize) < first) {
