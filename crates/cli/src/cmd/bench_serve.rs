@@ -113,6 +113,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         args.seconds
     )?;
+    let (bare, sketched) = (store_bytes(&base, false)?, store_bytes(&base, true)?);
+    writeln!(
+        out,
+        "store: {bare:.0} bytes per document stored by fingerprint, {sketched:.0} stored by text \
+         (with its {}-byte verification sketch); {STORE_SAMPLE} documents each",
+        neardup_core::sketch::BINS
+    )?;
     for &n in &args.documents {
         let n = n as u64;
         let dir = base.join(format!("collection-{n}"));
@@ -228,6 +235,22 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             &lat,
             duration,
         )?;
+        // The same with verification: candidates' sketches read and compared.
+        let (count, lat) = drive(addr, args.insert_connections, duration, move |c, i| {
+            let mut r = SplitMix64(((c as u64) << 40) ^ i ^ 0x5eed);
+            let body = format!(
+                "{{\"documents\":[{{\"id\":\"v-{c}-{i}\",\"text\":\"{}\"}}],\"mode\":\"insert_if_new\",\"verify\":{{\"jaccard\":0.8}}}}",
+                text(&mut r, 60)
+            );
+            ("/v1/documents", body)
+        })?;
+        report(
+            &mut out,
+            "insert_if_new (text, verified)",
+            count,
+            &lat,
+            duration,
+        )?;
         let _ = stop_tx.send(());
         server
             .join()
@@ -235,6 +258,65 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         std::fs::remove_dir_all(&dir).ok();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Documents of the store size measurement.
+const STORE_SAMPLE: u64 = 100_000;
+
+/// Bytes of store file per document, for [`STORE_SAMPLE`] documents with ids
+/// like the bench's, stored by fingerprint or with a text's sketch too.
+fn store_bytes(base: &std::path::Path, sketches: bool) -> Result<f64> {
+    let dir = base.join(format!("store-size-{sketches}"));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    let p = plan(64, 3, STORE_SAMPLE as f64, None)?;
+    let settings = Settings {
+        config: FingerprintConfig::default(),
+        max_k: 3,
+        design: p.options[p.chosen].design.clone(),
+        version: neardup_server::store::STORE_VERSION,
+        verify: None,
+    };
+    let normalize = settings.config.normalize;
+    {
+        let (store, _) = Store::open_or_create(&dir, move || Ok(settings))?;
+        let mut rng = SplitMix64(7);
+        let mut done = 0;
+        while done < STORE_SAMPLE {
+            let m = (STORE_SAMPLE - done).min(20_000);
+            let docs: Vec<(String, [u8; 8], Option<neardup_core::sketch::Sketch>)> = (done..done
+                + m)
+                .map(|i| {
+                    let sketch = sketches.then(|| {
+                        let t = text(&mut rng, 60);
+                        neardup_core::sketch::Sketch::of(&neardup_core::jaccard::shingles_for(
+                            &t, &normalize,
+                        ))
+                    });
+                    (
+                        format!("https://example.com/{i}"),
+                        rng.next().to_le_bytes(),
+                        sketch,
+                    )
+                })
+                .collect();
+            let writes: Vec<StoreWrite<'_>> = docs
+                .iter()
+                .map(|(id, fp, sketch)| StoreWrite::Put {
+                    id,
+                    fingerprint: fp,
+                    meta: None,
+                    sketch: sketch.as_ref(),
+                })
+                .collect();
+            store.commit(&writes)?;
+            done += m;
+        }
+    }
+    let bytes = std::fs::metadata(dir.join(neardup_server::store::DB_FILE))?.len();
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(bytes as f64 / STORE_SAMPLE as f64)
 }
 
 fn already_created() -> Result<Settings, neardup_server::ServiceError> {
