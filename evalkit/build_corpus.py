@@ -15,7 +15,10 @@ Base documents are sections of documentation available offline:
 Near-duplicates are made from base documents the way real ones arise on the web
 (Manku et al. 2007, section 4): small word edits, an inserted advertisement or
 navigation block, changed timestamps and counters, re-wrapped lines, reordered
-paragraphs, truncation, and combinations of these. Hard negatives are pairs that
+paragraphs, truncation, and combinations of these; Chinese documents are also
+re-typeset (wrapped at a fixed width inside Latin words and joined again
+without a space; punctuation of the other width and CRLF line ends) and cut at
+their beginning. Hard negatives are pairs that
 look alike without being near-duplicates: neighbouring sections of one manual
 (same vocabulary, same style), two different documents inside one large page
 template, and over-edited copies whose similarity falls below the threshold.
