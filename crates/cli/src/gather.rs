@@ -13,9 +13,9 @@ use crate::cmd::dedup::VectorStore;
 use crate::fpfile::{self, IdList, Values};
 use crate::input::Body;
 use crate::input::InputArgs;
-use crate::keep_by::{KeepBy, SortKey};
 use crate::pipeline_args::{PipelineArgs, hasher_for};
 use crate::run::{for_each_batch, summary};
+use neardup_core::keep_by::{KeepBy, SortKey};
 
 /// Where fingerprints come from: documents, fingerprinted with the pipeline
 /// flags, or a ready fingerprint file.

@@ -8,7 +8,6 @@ mod cmd;
 mod fpfile;
 mod gather;
 mod input;
-mod keep_by;
 mod npy;
 mod output;
 mod parquet_io;

@@ -250,7 +250,7 @@ impl PipelineArgs {
     /// A ready hasher for these flags.
     pub fn hasher(&self) -> Result<SimHasher> {
         let (config, idf) = self.resolve()?;
-        let feature_digest = features_digest(&config);
+        let feature_digest = config.features_digest();
         Ok(match idf {
             Some(table) => {
                 if table.config_digest() != feature_digest {
@@ -267,21 +267,6 @@ impl PipelineArgs {
             None => SimHasher::new(config)?,
         })
     }
-}
-
-/// The digest of what decides the feature strings (not their weights or hashes):
-/// an IDF table records it, and is used only with configurations that match.
-pub fn features_digest(config: &FingerprintConfig) -> String {
-    FingerprintConfig {
-        weights: Weights::Tf,
-        idf: None,
-        top: None,
-        hash: HashFunction::Xxh3,
-        seed: 0,
-        bits: Width::W64,
-        ..config.clone()
-    }
-    .digest()
 }
 
 pub fn read_config(path: &Path) -> Result<FingerprintConfig> {

@@ -233,6 +233,22 @@ impl FingerprintConfig {
         format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&canonical))
     }
 
+    /// The digest of what decides the feature strings (not their weights or
+    /// hashes): an IDF table records it, and is used only with configurations
+    /// that match.
+    pub fn features_digest(&self) -> String {
+        FingerprintConfig {
+            weights: Weights::Tf,
+            idf: None,
+            top: None,
+            hash: HashFunction::Xxh3,
+            seed: 0,
+            bits: Width::W64,
+            ..self.clone()
+        }
+        .digest()
+    }
+
     /// The configuration with hints that do not change fingerprints removed.
     fn canonical(&self) -> FingerprintConfig {
         let mut c = self.clone();

@@ -36,6 +36,7 @@ pub mod hash;
 mod idf;
 pub mod index;
 pub mod jaccard;
+pub mod keep_by;
 pub mod normalize;
 pub mod python_simhash;
 pub mod rng;

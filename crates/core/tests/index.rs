@@ -1,7 +1,7 @@
 //! The index, the self-join and dedup against brute force, on random and
 //! adversarial sets, at 64 and 128 bits.
 
-use neardup_core::dedup::{Dedup, Policy, clusters};
+use neardup_core::dedup::{Dedup, Policy, clusters, representatives_of_pairs};
 use neardup_core::index::{Bits, Index, Match, TableDesign, self_join};
 use neardup_core::jaccard::jaccard;
 use proptest::prelude::*;
@@ -332,6 +332,20 @@ proptest! {
         let identity: Vec<u32> = (0..n as u32).collect();
         for policy in [Policy::Components, Policy::Incremental] {
             prop_assert_eq!(dd.representatives_by(policy, &identity), dd.representatives(policy));
+        }
+        // The same answers from the list of pairs alone (as the Spark job
+        // resolves them), in a shuffled order.
+        let mut listed: Vec<(u32, u32)> = brute_pairs(&fps, k).into_iter().map(|(a, b, _)| (b, a)).collect();
+        listed.reverse();
+        for policy in [Policy::Components, Policy::Incremental] {
+            prop_assert_eq!(
+                representatives_of_pairs(n, &listed, policy, Some(&preference)).unwrap(),
+                dd.representatives_by(policy, &preference)
+            );
+            prop_assert_eq!(
+                representatives_of_pairs(n, &listed, policy, None).unwrap(),
+                dd.representatives(policy)
+            );
         }
     }
 }

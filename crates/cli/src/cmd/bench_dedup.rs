@@ -64,6 +64,11 @@ pub struct DedupArgs {
     #[arg(long, value_name = "DIR")]
     pub tmp_dir: Option<PathBuf>,
 
+    /// Only generate the corpus (at --save-corpus), for other tools to time
+    /// (e.g. `python python/bench.py spark`).
+    #[arg(long, requires = "save_corpus", conflicts_with = "corpus")]
+    pub generate_only: bool,
+
     /// Seed of the generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -101,6 +106,9 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
             path
         }
     };
+    if args.generate_only {
+        return Ok(ExitCode::SUCCESS);
+    }
     let bytes = input_bytes(&corpus)?;
     let exe = std::env::current_exe().context("cannot find the neardup executable")?;
     println!(

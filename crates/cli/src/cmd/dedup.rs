@@ -17,10 +17,10 @@ use neardup_core::{FingerprintConfig, InputKind, Width};
 use crate::fpfile::{IdList, Values};
 use crate::gather::{Gathered, Keep, SourceArgs, gather};
 use crate::input::Body;
-use crate::keep_by::KeepBy;
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
 use crate::table_out::{ClustersWriter, Format, PairsWriter};
+use neardup_core::keep_by::KeepBy;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PolicyArg {

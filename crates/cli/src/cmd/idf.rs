@@ -10,7 +10,7 @@ use neardup_core::{IdfBuilder, SimHasher, Weights};
 
 use crate::input::InputArgs;
 use crate::output::Output;
-use crate::pipeline_args::{PipelineArgs, features_digest};
+use crate::pipeline_args::PipelineArgs;
 use crate::run::{RunArgs, for_each_batch, init_threads, summary};
 
 #[derive(clap::Subcommand, Debug)]
@@ -56,7 +56,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
     // Count raw features: weights do not change which features there are.
     config.weights = Weights::Tf;
     config.top = None;
-    let digest = features_digest(&config);
+    let digest = config.features_digest();
     let hasher = SimHasher::new(config)?;
     let started = Instant::now();
     let mut builder = IdfBuilder::new();

@@ -1,4 +1,5 @@
-//! `--keep-by`: which copy of a cluster survives.
+//! Which copy of a cluster survives: `neardup dedup --keep-by` and the Spark
+//! job's `--keep-by`.
 
 use std::cmp::Ordering;
 use std::fmt;
