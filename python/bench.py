@@ -8,7 +8,14 @@
 2. The Spark job's wall time on the test corpus (20,300 documents), with the
    time of each stage.
 
+`python python/bench.py spark --gb 1`: the Spark job (`local[2]`, driver
+memory 4g) against `neardup dedup` on one generated corpus of real English
+and Chinese text with planted near-duplicates (`neardup bench dedup`'s), both
+writing pairs, clusters and kept records: wall time, peak resident memory of
+the largest process, their ratio, and whether the kept records agree.
+
 Usage: python python/bench.py [--docs N] [--no-spark] [--neardup target/release/neardup]
+       python python/bench.py spark [--gb 1] [--corpus FILE] [--neardup ...]
 """
 
 import argparse
@@ -43,7 +50,59 @@ def best_of(f, runs=3):
     return best
 
 
+def timed(cmd):
+    """Wall time, peak RSS (MB) of the largest process of the tree, stderr."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    if status != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{err}")
+    return wall, usage.ru_maxrss / 1024, err
+
+
+def spark_bench(argv):
+    ap = argparse.ArgumentParser(prog="bench.py spark")
+    ap.add_argument("--gb", type=float, default=1.0)
+    ap.add_argument("--corpus", help="a JSON Lines corpus instead of a generated one")
+    ap.add_argument("--neardup", default=str(ROOT / "target/release/neardup"))
+    ap.add_argument("--tmp-dir", default=None)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    with tempfile.TemporaryDirectory(dir=args.tmp_dir) as tmp:
+        tmp = Path(tmp)
+        corpus = Path(args.corpus) if args.corpus else tmp / "corpus.jsonl"
+        if not args.corpus:
+            r = subprocess.run([args.neardup, "bench", "dedup", "--gb", str(args.gb), "--save-corpus", str(corpus), "--generate-only"],
+                               capture_output=True, text=True, check=True)
+            print(r.stdout.strip())
+        mb = corpus.stat().st_size / 1e6
+        cli_out = tmp / "cli"
+        cli_out.mkdir()
+        cli = [args.neardup, "dedup", str(corpus), "--pairs", str(cli_out / "pairs.jsonl"), "--clusters", str(cli_out / "clusters.jsonl"),
+               "--keep", str(cli_out / "keep.jsonl")]
+        t_cli, m_cli, err = timed(cli)
+        print(f"neardup dedup (CLI, all cores)      {t_cli:7.1f} s  {mb / t_cli:6.1f} MB/s  peak {m_cli:6.0f} MB")
+        spark_out = tmp / "spark"
+        job = [sys.executable, "-m", "neardup.spark", "dedup", "--input", str(corpus), "--output", str(spark_out), "--format", "jsonl",
+               "--master", "local[2]", "--driver-memory", "4g"]
+        t_spark, m_spark, err = timed(job)
+        print(f"Spark job (local[2], driver 4g)     {t_spark:7.1f} s  {mb / t_spark:6.1f} MB/s  peak {m_spark:6.0f} MB (largest process)")
+        stages = re.search(r"done in .*", err)
+        print(f"  {stages.group(0) if stages else err.strip()}")
+        kept_cli = (cli_out / "keep.jsonl").read_text().splitlines()
+        kept_spark = [l for f in sorted((spark_out / "deduped").glob("part-*")) for l in f.read_text().splitlines()]
+        same = sorted(kept_cli) == sorted(kept_spark)
+        print(f"Spark / CLI wall time: {t_spark / t_cli:.2f}x; kept records: {len(kept_spark)} (Spark), {len(kept_cli)} (CLI), "
+              f"{'identical' if same else 'DIFFERENT'}")
+        if not same:
+            sys.exit(1)
+
+
 def main():
+    if sys.argv[1:2] == ["spark"]:
+        return spark_bench(sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=20000)
     ap.add_argument("--no-spark", action="store_true")

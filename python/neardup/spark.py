@@ -1,6 +1,6 @@
 """Corpus-scale dedup on Apache Spark, with the same answers as ``neardup dedup``.
 
-Command line::
+Command line (every option of ``neardup dedup``'s pipeline; ``--help``)::
 
     python -m neardup.spark dedup --input corpus.jsonl --output out/ [--format parquet|jsonl]
 
@@ -10,32 +10,41 @@ From your own PySpark code::
     result = dedup(spark, df, id_col="id", text_col="text")
     result.pairs, result.clusters, result.deduped      # DataFrames
 
-How it runs (each step distributed):
+How it runs:
 
-1. Fingerprints in the executors with the Rust core, through ``mapInArrow``
-   (and, with verification, each document's exact feature set).
-2. One key per table of the join design: the fingerprint's permuted prefix
-   (paper section 3.1). Rows are shuffled by key and each key group is
-   compared in Rust; a pair is reported only by the first table whose prefix
-   both share, so each pair comes out once.
-3. Skew: a key group larger than ``max_group`` (a giant cluster of copies) is
-   split into blocks of ``max_group`` rows; each pair of blocks is its own
-   group, so no task compares more than ``max_group``² pairs. A group of m
-   rows becomes ceil(m / max_group)² / 2 tasks and each row is copied
-   ceil(m / max_group) times.
-4. Verification (default, as ``neardup dedup``): each candidate pair is joined
-   with both documents' feature sets and kept when their Jaccard similarity
-   reaches the threshold.
-5. Clusters: connected components of the pairs by the large-star/small-star
-   algorithm (Kiveris et al., SoCC 2014), iterated in Spark until nothing
-   changes; each cluster is represented by its first document in input order,
-   as ``neardup dedup --policy components`` does.
+1. Fingerprints (one pass over the input, in the executors): whole Arrow
+   batches go to Rust (``mapInArrow``), which parses the JSON Lines records,
+   and returns each document's fingerprint, id, keep-by key and, with
+   verification, an 84-byte summary of its feature set (count, digest,
+   64-byte MinHash sketch). Each row's position in input order is computed in
+   the same worker from its file and byte offset (:class:`Positions`), so
+   every pass finds the same numbers without a pass of its own.
+2. Candidates (driver): the fingerprints and summaries, about 110 bytes per
+   document, are joined as ``neardup dedup`` joins them, and each candidate
+   pair is screened by its summaries: empty sets and unreachable sizes are
+   dropped, equal digests kept at 1.0, pairs whose sketches rule the
+   threshold out dropped, the same decisions ``neardup dedup`` makes.
+3. Exact check (executors): the undecided pairs' documents are read again,
+   only those leave the Python workers, and each goes to the bucket of its
+   pairs (a connected group of pairs is one bucket; a group of more than
+   20,000 documents is spread, a document copied to each bucket of its
+   pairs); each bucket's pairs are measured in Rust.
+4. Clusters (driver): components or the incremental policy, with keep-by and
+   ``against``'s preference, over the verified pairs.
+5. Outputs: pairs and clusters from the driver; the kept records in one more
+   pass over the input, unchanged (JSON Lines lines or Parquet rows).
+
+Above ``driver_documents`` (20 million) documents the fully distributed path
+runs instead: one key per table of the join design (paper section 3.1),
+shuffled, each key group compared in Rust (a key group larger than
+``max_group`` split into block pairs), candidates verified by joining their
+feature sets, components by large-star/small-star (Kiveris et al., SoCC
+2014); it takes column input, the components policy and keep-by first.
 
 Outputs under ``--output DIR``: ``DIR/pairs`` (columns ``a``, ``b``,
 ``distance``, and ``jaccard`` when verified), ``DIR/clusters``
 (``representative``, ``size``, ``members``) and ``DIR/deduped`` (the
 surviving input records, unchanged), Parquet by default or JSON Lines.
-Input order is the order Spark reads (one file: its line order).
 """
 
 from __future__ import annotations
@@ -61,6 +70,8 @@ class SparkDedupResult:
     clusters: Any
     deduped: Any
     stages: dict
+    #: ``deduped`` holds JSON Lines records (one string column), written as text.
+    json_records: bool = False
 
 
 def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict):
@@ -71,7 +82,7 @@ def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict):
     return cfg, k, threshold
 
 
-def dedup(
+def _dedup_distributed(
     spark: Any,
     df: Any,
     *,
@@ -85,12 +96,9 @@ def dedup(
     min_similarity: Optional[float] = None,
     **kwargs: Any,
 ) -> SparkDedupResult:
-    """Near-duplicate pairs, clusters and the deduplicated records of ``df``.
-
-    Same defaults as ``neardup dedup`` (and :func:`neardup.dedup`): verification
-    at Jaccard 0.8 over candidates from 128-bit token fingerprints within
-    k = 15; ``verify=False`` for fingerprints alone (k = 3 at 64 bits).
-    """
+    """The fully distributed path: vectors, and texts whose fingerprints do
+    not fit the driver (more than ``driver_documents``). Components policy,
+    keep-by first, no ``against``."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -275,11 +283,626 @@ def dedup(
     return SparkDedupResult(out_pairs, clusters, deduped, stages)
 
 
+# Fingerprints of at most this many documents are joined on the driver (about
+# 110 bytes each there: 16 of fingerprint, 84 of verification summary, 8 of
+# position); above it the fully distributed path runs.
+DRIVER_DOCUMENTS = 20_000_000
+
+_POS_SHIFT = 40  # _pos = file rank << 40 | byte offset (or row) in the file
+
+
+_CONFIGS: dict = {}
+
+
+def _worker_config(key: str, base_json: str, idf: Any) -> Any:
+    """The job's configuration in a Python worker, made once per worker
+    process (an IDF table is parsed once, not per batch); ``key`` is the full
+    configuration's JSON, which names the table by its digest."""
+    if key not in _CONFIGS:
+        c = neardup.FingerprintConfig.from_json(base_json)
+        _CONFIGS[key] = _rs.config_with_idf(c, idf.value) if idf is not None else c
+    return _CONFIGS[key]
+
+
+def _log(quiet: bool, message: str) -> None:
+    if not quiet:
+        print(f"neardup.spark: {message}", file=sys.stderr, flush=True)
+
+
+def _to_arrow(frame: Any) -> Any:
+    """A DataFrame's rows on the driver as one pyarrow Table."""
+    import pyarrow as pa
+
+    if hasattr(frame, "toArrow"):
+        return frame.toArrow()
+    return pa.Table.from_batches(frame._collect_as_arrow(), schema=None)  # pyspark 3.5
+
+
+def _arrow_buffers(arr: Any) -> tuple:
+    import pyarrow as pa
+
+    if pa.types.is_large_string(arr.type):
+        large = True
+    elif pa.types.is_string(arr.type):
+        large = False
+    else:
+        raise neardup.NeardupError(f"the text column holds {arr.type}, not strings")
+    validity, offsets, data = arr.buffers()
+    return (
+        offsets.to_pybytes() if offsets is not None else b"",
+        data.to_pybytes() if data is not None else b"",
+        arr.offset,
+        len(arr),
+        large,
+        validity.to_pybytes() if validity is not None and arr.null_count else None,
+    )
+
+
+def _file_key(path: str) -> str:
+    """A file's path as Spark names it in ``inputFiles()`` and ``_metadata``."""
+    from urllib.parse import unquote, urlparse
+
+    u = urlparse(path)
+    return unquote(u.path) if u.scheme in ("", "file") else path
+
+
+class Positions:
+    """Input order of rows read from files: ``file rank << 40 | byte offset``
+    of a JSON Lines record in its (uncompressed) file, or ``| row`` of a
+    Parquet row. It depends only on the files, not on how Spark splits them,
+    so every pass over the input finds the same positions; it is computed
+    in the Python worker of each pass, from the rows' ``_file`` and ``_start``
+    (split start) or ``_row`` columns, with no pass of its own."""
+
+    def __init__(self, ranks: dict, parquet: bool):
+        self.ranks = ranks
+        self.parquet = parquet
+
+    def __call__(self, b: Any, state: dict) -> Any:
+        """Positions of batch ``b``; ``state`` carries a split's running
+        offset from one batch of a partition to the next."""
+        if "_pos" in b.schema.names:
+            return b.column("_pos").to_numpy()
+        files = b.column("_file").dictionary_encode()
+        rank = np.array([self.ranks[_file_key(f)] for f in files.dictionary.to_pylist()], dtype=np.int64)
+        rank = rank[files.indices.to_numpy()] << _POS_SHIFT
+        if self.parquet:
+            return rank | b.column("_row").to_numpy().astype(np.int64)
+        values = b.column("value")
+        offs = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset : values.offset + len(values) + 1]
+        lengths = np.diff(offs).astype(np.int64) + 1  # the line and its newline
+        starts = b.column("_start").to_numpy()
+        split = rank | starts  # distinct per split (a start is below 2^40)
+        pos = np.empty(len(values), dtype=np.int64)
+        cuts = np.flatnonzero(np.r_[True, split[1:] != split[:-1], True])
+        for x, y in zip(cuts[:-1], cuts[1:]):
+            # A run of rows of one split: offsets from where the split stands.
+            key = int(split[x])
+            at = state[1] if state.get(0) == key else int(starts[x])
+            run = np.cumsum(lengths[x:y]) - lengths[x:y] + at
+            pos[x:y] = rank[x] | run
+            state[0], state[1] = key, int(run[-1] + lengths[y - 1])
+        return pos
+
+
+def read_records(spark: Any, paths: list, fmt: str, against: Optional[list] = None) -> tuple:
+    """The input as the command line reads it: one row per JSON Lines record
+    (``value``, the line unchanged) or per Parquet row, with ``_new`` (false
+    for ``against``'s documents, which come first) and what :class:`Positions`
+    needs to number them in input order (files in the order given, folders'
+    files by name, then line or row order). Returns (DataFrame, Positions)."""
+    from pyspark.sql import functions as F
+
+    frames, ranks = [], {}
+    for new, group in [(False, against or []), (True, paths)]:
+        if not group:
+            continue
+        frame = spark.read.parquet(*group) if fmt == "parquet" else spark.read.text(group)
+        files = sorted(frame.inputFiles(), key=_file_key) if len(group) == 1 else _ordered(frame.inputFiles(), group)
+        for f in files:
+            ranks.setdefault(_file_key(f), len(ranks))
+        if fmt == "parquet":
+            frame = frame.select("*", F.col("_metadata.file_path").alias("_file"), F.col("_metadata.row_index").alias("_row"))
+        else:
+            frame = frame.select("value", F.col("_metadata.file_path").alias("_file"), F.col("_metadata.file_block_start").alias("_start"))
+        frames.append(frame.withColumn("_new", F.lit(new)))
+    if len(ranks) >= 1 << (63 - _POS_SHIFT):
+        raise neardup.NeardupError(f"{len(ranks)} input files: at most {1 << (63 - _POS_SHIFT)}")
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out, Positions(ranks, fmt == "parquet")
+
+
+def _ordered(files: list, given: list) -> list:
+    """Input files in the command line's order: each argument in turn, a
+    folder's files by name."""
+    keyed = [(_file_key(f), f) for f in files]
+    out = []
+    for g in given:
+        root = _file_key(g if "://" in g else "file://" + __import__("os").path.abspath(g)).rstrip("/")
+        mine = sorted(f for f in keyed if f[0] == root or f[0].startswith(root + "/"))
+        out += [f for _, f in mine if f not in out]
+    out += sorted((f for _, f in keyed if f not in out), key=_file_key)
+    return out
+
+
+def dedup(
+    spark: Any,
+    df: Any,
+    *,
+    id_col: str = "id",
+    text_col: str = "text",
+    json_col: Optional[str] = None,
+    order_col: Optional[str] = None,
+    k: Optional[int] = None,
+    verify: Any = True,
+    policy: str = "components",
+    keep_by: str = "first",
+    against: Any = None,
+    config: Any = None,
+    idf: Optional[str] = None,
+    skip_invalid: bool = False,
+    max_group: int = 4096,
+    vector_col: Optional[str] = None,
+    min_similarity: Optional[float] = None,
+    driver_documents: int = DRIVER_DOCUMENTS,
+    quiet: bool = True,
+    positions: Optional[Positions] = None,
+    **kwargs: Any,
+) -> SparkDedupResult:
+    """Near-duplicate pairs, clusters and the deduplicated records of ``df``,
+    as ``neardup dedup`` finds them with the same options.
+
+    ``df`` holds texts in ``text_col`` and ids in ``id_col``, or JSON Lines
+    records, one per row, in ``json_col`` (their ``text_col`` and ``id_col``
+    fields are read, and ``deduped`` keeps the lines unchanged). Input order
+    (the first of a cluster is kept) is ``order_col``'s, else the order Spark
+    reads ``df`` (which must then read the same way twice: files do).
+    ``against``: a DataFrame like ``df`` of documents already clean, preferred
+    to every new one and never removed.
+
+    Same defaults as ``neardup dedup`` (and :func:`neardup.dedup`): verification
+    at Jaccard 0.8 over candidates from 128-bit token fingerprints within
+    k = 15; ``verify=False`` for fingerprints alone (k = 3 at 64 bits).
+    ``policy``: components or incremental; ``keep_by``: first, longest or
+    field:NAME[:asc|desc]; ``idf``: an IDF table file (``neardup idf build``)
+    for ``weights="tfidf"``, read on the driver and shipped to the executors.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if vector_col is not None:
+        if against is not None or policy != "components" or keep_by != "first" or json_col is not None:
+            raise neardup.NeardupError("vectors are deduplicated with policy components and keep_by first, without against")
+        return _dedup_distributed(spark, df, id_col=id_col, text_col=text_col, k=k, verify=verify, config=config,
+                                  max_group=max_group, vector_col=vector_col, min_similarity=min_similarity, **kwargs)
+    if policy not in ("components", "incremental"):
+        raise neardup.NeardupError(f"policy {policy!r}: use components or incremental")
+    if idf is not None:
+        # The table sets weights tfidf once the rest of the configuration is made.
+        if kwargs.pop("weights", "tfidf") != "tfidf":
+            raise neardup.NeardupError("an IDF table goes with weights='tfidf' (or leave weights out)")
+    cfg, k, threshold = _settings(verify, k, config, kwargs)
+    idf_bytes = None
+    base_json = cfg.to_json()  # what executors rebuild (with the table, if any)
+    if idf is not None:
+        with open(idf, "rb") as f:
+            idf_bytes = f.read()
+        cfg = _rs.config_with_idf(cfg, idf_bytes)
+    if keep_by != "first" and json_col is None and keep_by != "longest":
+        field = keep_by.split(":")[1] if keep_by.startswith("field:") else None
+        if field is None or field not in df.columns:
+            raise neardup.NeardupError(f"keep_by {keep_by!r}: use first, longest or field:NAME[:asc|desc] with a column of df")
+    bits = cfg.bits
+    cfg_json = cfg.to_json()
+    idf_b = spark.sparkContext.broadcast(idf_bytes) if idf_bytes is not None else None
+    stages = {}
+    t0 = time.time()
+
+    def positioned(frame, new):
+        if "_pos" in frame.columns and "_new" in frame.columns:
+            return frame
+        pos = F.col(order_col).cast("long") if order_col else F.monotonically_increasing_id()
+        return frame.withColumn("_pos", pos).withColumn("_new", F.lit(new))
+
+    if positions is not None:
+        records = df  # from read_records: numbered in each pass
+        meta = ["_file", "_row"] if positions.parquet else ["_file", "_start"]
+    else:
+        records = positioned(df, True)
+        if against is not None:
+            records = positioned(against, False).unionByName(records)
+        positions = Positions({}, False)
+        meta = ["_pos"]
+    pos_of = positions
+    where_file = {r: f for f, r in positions.ranks.items()}
+    body = json_col or text_col
+    for col in [body] + ([] if json_col else [id_col]):
+        if col not in records.columns:
+            raise neardup.NeardupError(f"the input has no {col!r} column (columns: {[c for c in df.columns]})")
+    rule = keep_by if keep_by != "first" else None
+    key_field = keep_by.split(":")[1] if (json_col is None and keep_by.startswith("field:")) else None
+    skip = skip_invalid
+
+    def rows_of(b, p, summaries, features):
+        c = _worker_config(cfg_json, base_json, idf_b)
+        r = _rs.spark_rows(c, *_arrow_buffers(b.column(body)), json_col is not None, text_col, id_col,
+                           keep_by=rule if (json_col is not None or keep_by == "longest") else None,
+                           summaries=summaries, features=features)
+        if r["errors"] and not skip:
+            row, msg = r["errors"][0]
+            at = int(p[row])
+            place = f"the record at position {at}"
+            if where_file:
+                what = "row" if positions.parquet else "the line at byte offset"
+                place = f"{where_file[at >> _POS_SHIFT]}: {what} {at & ((1 << _POS_SHIFT) - 1)}"
+            raise neardup.NeardupError(f"{place}: {msg}; fix the record, or pass --skip-invalid to skip such records")
+        return r, np.frombuffer(r["rows"], dtype=np.uint32)
+
+    out_fields = [
+        T.StructField("_pos", T.LongType(), False),
+        T.StructField("_new", T.BooleanType(), False),
+        T.StructField("_bad", T.BooleanType(), False),
+        T.StructField("fp_hi", T.LongType(), False),
+        T.StructField("fp_lo", T.LongType(), False),
+        T.StructField("_id", T.StringType() if json_col else df.schema[id_col].dataType, True),
+    ]
+    if threshold is not None:
+        out_fields.append(T.StructField("summary", T.BinaryType(), False))
+    if rule is not None:
+        out_fields += [T.StructField("key_kind", T.ByteType(), False), T.StructField("key_num", T.DoubleType(), False), T.StructField("key_str", T.StringType(), True)]
+    fp_schema = T.StructType(out_fields)
+    def fingerprint_batches(batches):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        state = {}
+        for b in batches:
+            p = pa.array(pos_of(b, state))
+            r, rows = rows_of(b, p, threshold is not None, False)
+            take = pa.array(rows.astype(np.int64))
+            fp = np.frombuffer(r["fp"], dtype="<u8").reshape(-1, 2)
+            if r["errors"]:
+                # Skipped records (--skip-invalid): one row each, marked bad,
+                # so that they are counted and left out of the kept records.
+                bad = pc.take(p, pa.array([row for row, _ in r["errors"]], type=pa.int64()))
+                m = len(bad)
+                filler = {"_pos": bad, "_new": pa.array(np.zeros(m, dtype=bool)), "_bad": pa.array(np.ones(m, dtype=bool))}
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        filler[f.name] if f.name in filler else pa.nulls(m, f.type) if f.name == "_id" else pa.array([_zero(f.type)] * m, type=f.type)
+                        for f in arrow_schema
+                    ],
+                    schema=arrow_schema,
+                )
+            cols = [
+                pc.take(p, take),
+                pc.take(b.column("_new"), take),
+                pa.array(np.zeros(len(rows), dtype=bool)),
+                pa.array(fp[:, 0].view(np.int64)),
+                pa.array(fp[:, 1].view(np.int64)),
+                pa.array(r["ids"], type=pa.string()) if json_col else pc.take(b.column(id_col), take),
+            ]
+            if threshold is not None:
+                sums = r["summaries"]
+                w = len(sums) // max(len(rows), 1)
+                offs = np.arange(0, (len(rows) + 1) * w, w if w else 1, dtype=np.int32)[: len(rows) + 1]
+                cols.append(pa.Array.from_buffers(pa.binary(), len(rows), [None, pa.py_buffer(offs.tobytes()), pa.py_buffer(sums)]))
+            if rule is not None:
+                if key_field is not None:
+                    kc = pc.take(b.column(key_field), take)
+                    if pa.types.is_string(kc.type) or pa.types.is_large_string(kc.type):
+                        kind = np.where(pc.is_null(kc).to_numpy(zero_copy_only=False), 2, 1)
+                        cols += [pa.array(kind.astype(np.int8)), pa.array(np.zeros(len(rows))), kc.cast(pa.string())]
+                    else:
+                        nums = kc.cast(pa.float64())
+                        kind = np.where(pc.is_null(nums).to_numpy(zero_copy_only=False), 2, 0)
+                        cols += [pa.array(kind.astype(np.int8)), pc.fill_null(nums, 0.0), pa.nulls(len(rows), pa.string())]
+                else:
+                    cols += [
+                        pa.array(np.frombuffer(r["key_kind"], dtype=np.int8)),
+                        pa.array(np.frombuffer(r["key_num"], dtype=np.float64)),
+                        pa.array(r["key_str"], type=pa.string()),
+                    ]
+            yield pa.RecordBatch.from_arrays(cols, schema=arrow_schema)
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(fp_schema)
+    fps = records.select(*{c: None for c in meta + ["_new", body] + ([] if json_col else [id_col]) + ([key_field] if key_field else [])}).mapInArrow(fingerprint_batches, fp_schema)
+    fps = fps.localCheckpoint()
+    bad_pos = np.array([r[0] for r in fps.where(F.col("_bad")).select("_pos").collect()], dtype=np.int64)
+    skipped = len(bad_pos)
+    fps = fps.where(~F.col("_bad"))
+    n = fps.count()
+    stages["fingerprint"] = time.time() - t0
+    _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
+    if n > driver_documents:
+        if against is not None or policy != "components" or keep_by != "first" or json_col is not None:
+            raise neardup.NeardupError(
+                f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path "
+                "takes column input, policy components, keep_by first and no against"
+            )
+        return _dedup_distributed(spark, df, id_col=id_col, text_col=text_col, k=k, verify=verify, config=config,
+                                  max_group=max_group, **kwargs)
+
+    # Candidates: every fingerprint on the driver, joined as `neardup dedup` joins them.
+    t1 = time.time()
+    cols = ["_pos", "_new", "fp_hi", "fp_lo"] + (["summary"] if threshold is not None else []) + (["key_kind", "key_num", "key_str"] if rule else [])
+    table = _to_arrow(fps.select(*cols))
+    new_flag = table.column("_new").to_numpy(zero_copy_only=False).astype(bool)
+    order = np.lexsort((table.column("_pos").to_numpy(), new_flag))
+    pos = table.column("_pos").to_numpy()[order]
+    n_old = int((~new_flag).sum())
+    words = np.empty((n, 2), dtype="<u8")
+    words[:, 0] = table.column("fp_hi").to_numpy().view(np.uint64)[order]
+    words[:, 1] = table.column("fp_lo").to_numpy().view(np.uint64)[order]
+    sums = None
+    if threshold is not None:
+        arr = table.column("summary").take(order).combine_chunks()
+        offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+        sums = arr.buffers()[2].to_pybytes()[offs[0] : offs[-1]]
+    keys = None
+    if rule:
+        new_order = order[n_old:]
+        keys = (
+            table.column("key_kind").to_numpy().astype(np.uint8)[new_order].tobytes(),
+            table.column("key_num").to_numpy().astype(np.float64)[new_order].tobytes(),
+            table.column("key_str").take(new_order).to_pylist(),
+        )
+    del table
+    kept, scores, undecided = _rs.spark_join(words.tobytes(), bits, k, sums, threshold)
+    del words, sums
+    kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
+    scores = np.frombuffer(scores, dtype="<f8")
+    undecided = np.frombuffer(undecided, dtype="<i8").reshape(-1, 3)
+    stages["candidates"] = time.time() - t1
+    _log(quiet, f"candidates: {len(kept) + len(undecided):,} pairs within k = {k}"
+         f"{f', {len(undecided):,} left to the exact check' if threshold is not None else ''} in {stages['candidates']:.1f} s")
+
+    t2 = time.time()
+    if len(undecided):
+        kept, scores = _exact_check(spark, records.select(*{c: None for c in meta + [body]}), body, pos_of, rows_of, pos, undecided, threshold, kept, scores)
+    stages["verify"] = time.time() - t2
+    if threshold is not None:
+        _log(quiet, f"verify: {len(kept):,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
+
+    t3 = time.time()
+    a32, b32 = kept[:, 0].astype(np.uint32), kept[:, 1].astype(np.uint32)
+    reps = np.frombuffer(
+        _rs.resolve_pairs(n, a32.tobytes(), b32.tobytes(), policy, rule, *(keys or (None, None, None)), old=n_old),
+        dtype=np.uint32,
+    ).astype(np.int64)
+    stages["components"] = time.time() - t3
+    moved = np.nonzero(reps != np.arange(n))[0]
+    in_cluster = np.unique(np.concatenate([moved, reps[moved]]))
+    _log(quiet, f"{policy}: {len(moved[moved >= n_old]):,} documents removed in {stages['components']:.2f} s")
+
+    import pyarrow as pa
+
+    first_new = n_old
+    keep_pairs = kept[:, 1] >= first_new  # pairs of two old documents are not reported
+    pairs_ab = kept[keep_pairs]
+    pair_order = np.lexsort((pairs_ab[:, 1], pairs_ab[:, 0]))
+    pairs_ab, pair_scores = pairs_ab[pair_order], scores[keep_pairs][pair_order]
+    # Clusters with a new member (against's own clusters are not reported).
+    has_new = np.zeros(n, dtype=bool)
+    has_new[reps[first_new:]] = True
+    members = in_cluster[has_new[reps[in_cluster]]]
+    members = members[np.lexsort((members, reps[members]))]
+    # The ids the outputs name, fetched to the driver (only these).
+    named = np.unique(np.concatenate([pairs_ab[:, 0], pairs_ab[:, 1], members]))
+    id_rows = _to_arrow(fps.select("_pos", "_id").join(F.broadcast(_local(spark, {"_pos": pos[named]})), "_pos", "left_semi"))
+    id_pos = id_rows.column("_pos").to_numpy()
+    by_pos = np.argsort(id_pos)
+    id_pos = id_pos[by_pos]
+    id_col_values = id_rows.column("_id").take(pa.array(by_pos)).combine_chunks()
+    if json_col is not None:
+        # Ids as the records hold them: integers if every one is, else strings.
+        texts = id_col_values.to_pylist()
+        values = [json.loads(x) for x in texts]
+        ints = all(not x.startswith('"') for x in texts)
+        id_col_values = pa.array(values, type=pa.int64()) if ints else pa.array([str(v) for v in values], type=pa.string())
+    del id_rows
+
+    def id_of(docs):
+        return id_col_values.take(pa.array(np.searchsorted(id_pos, pos[docs])))
+
+    pair_cols = {"a": id_of(pairs_ab[:, 0]), "b": id_of(pairs_ab[:, 1]), "distance": pa.array(pairs_ab[:, 2])}
+    if threshold is not None:
+        pair_cols["jaccard"] = pa.array(pair_scores)
+    out_pairs = _frame(spark, pa.table(pair_cols))
+    starts = np.flatnonzero(np.r_[True, reps[members][1:] != reps[members][:-1]]) if len(members) else np.array([], dtype=np.int64)
+    offsets = np.r_[starts, len(members)].astype(np.int32)
+    clusters = _frame(spark, pa.table({
+        "representative": id_of(reps[members[starts]]) if len(members) else id_col_values.slice(0, 0),
+        "size": pa.array(np.diff(offsets).astype(np.int64)),
+        "members": pa.ListArray.from_arrays(pa.array(offsets), id_of(members)),
+    }))
+    dropped = moved[moved >= first_new]
+    drop_df = _local(spark, {"_pos": np.concatenate([pos[dropped], bad_pos])})
+    survivors = records.where(F.col("_new"))
+    blank = "^[ \\t\\n\\r\\f]*$"  # blank lines are not records (as `neardup dedup` reads them)
+    if meta == ["_pos"]:
+        if json_col is not None:
+            survivors = survivors.where(~F.col(json_col).rlike(blank))
+        survivors = survivors.join(F.broadcast(drop_df), "_pos", "left_anti")
+        deduped = survivors.select(json_col) if json_col else survivors.drop("_pos", "_new")
+    else:
+        # Numbered and filtered in one pass, the records unchanged.
+        gone = spark.sparkContext.broadcast(np.sort(np.concatenate([pos[dropped], bad_pos])))
+        data = [json_col] if json_col else [c for c in records.columns if c not in ("_file", "_start", "_row", "_new")]
+        keep_schema = T.StructType([records.schema[c] for c in data])
+
+        def keep_batches(batches):
+            state = {}
+            import pyarrow.compute as pc
+
+            for b in batches:
+                keep = ~np.isin(pos_of(b, state), gone.value)
+                if json_col is not None:
+                    keep &= ~pc.match_substring_regex(b.column(json_col), blank).to_numpy(zero_copy_only=False)
+                yield pa.RecordBatch.from_arrays([b.column(c).filter(pa.array(keep)) for c in data], names=data)
+
+        deduped = survivors.mapInArrow(keep_batches, keep_schema)
+    return SparkDedupResult(out_pairs, clusters, deduped, stages, json_col is not None)
+
+
+# Fingerprints of at most this many documents are joined on the driver (about
+# 110 bytes each there: 16 of fingerprint, 84 of verification summary, 8 of
+# position); above it the fully distributed path runs.
+def _buckets(n_docs: int, undecided: Any, cap: int = 20_000) -> tuple:
+    """Routes the exact check: each undecided pair to a bucket, and each of
+    its documents to the buckets of its pairs. Pairs of one connected
+    component share a bucket (each document travels once); a component of
+    more than ``cap`` documents is spread by document, and a pair goes to its
+    first document's bucket (its second is copied there).
+
+    Returns (pair buckets, (document, bucket) routes, bucket count)."""
+    docs, inv = np.unique(undecided[:, :2], return_inverse=True)
+    inv = inv.reshape(-1, 2)
+    m = len(docs)
+    reps = np.frombuffer(
+        _rs.resolve_pairs(m, inv[:, 0].astype(np.uint32).tobytes(), inv[:, 1].astype(np.uint32).tobytes(), "components"),
+        dtype=np.uint32,
+    ).astype(np.int64)
+    size = np.bincount(reps, minlength=m)
+    buckets = max(1, -(-m // cap))
+    key = np.where(size[reps] > cap, np.arange(m), reps).astype(np.uint64)
+    doc_bucket = ((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)).astype(np.int64) % buckets
+    pair_bucket = doc_bucket[inv[:, 0]]
+    routes = np.unique(np.concatenate([np.column_stack([inv[:, 0], pair_bucket]), np.column_stack([inv[:, 1], pair_bucket])]), axis=0)
+    return pair_bucket, docs[routes[:, 0]], routes[:, 1], buckets
+
+
+def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshold, kept, scores):
+    """The exact Jaccard check of the pairs the summaries could not decide:
+    their documents read again (only these texts move), each sent to the
+    buckets of its pairs, and each bucket's pairs measured in Rust."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    pair_bucket, route_doc, route_bucket, buckets = _buckets(len(pos), undecided)
+    order = np.argsort(pair_bucket, kind="stable")
+    plan = {
+        "bucket": pair_bucket[order],
+        "pa": pos[undecided[order, 0]],
+        "pb": pos[undecided[order, 1]],
+        "i": undecided[order, 0],
+        "j": undecided[order, 1],
+        "d": undecided[order, 2],
+    }
+    shared = spark.sparkContext.broadcast(plan)
+    routes = _local(spark, {"_pos": pos[route_doc], "bucket": route_bucket})
+    parts = max(spark.sparkContext.defaultParallelism, min(buckets, 4 * spark.sparkContext.defaultParallelism))
+    needed = spark.sparkContext.broadcast(np.unique(pos[route_doc]))
+    text_schema = T.StructType([T.StructField("_pos", T.LongType(), False), records.schema[body]])
+
+    def needed_rows(batches):
+        # Numbered in the worker; only the documents to check go back.
+        state = {}
+        for b in batches:
+            p = pos_of(b, state)
+            mine = np.isin(p, needed.value)
+            if mine.any():
+                yield pa.RecordBatch.from_arrays([pa.array(p[mine]), b.column(body).filter(pa.array(mine))], names=["_pos", body])
+
+    texts = records.mapInArrow(needed_rows, text_schema)
+    routed = texts.join(F.broadcast(routes), "_pos").repartition(parts, "bucket")
+    t = threshold
+    schema = T.StructType([T.StructField(c, T.LongType(), False) for c in "ijd"] + [T.StructField("score", T.DoubleType(), False)])
+
+    def check(batches):
+        got = [b for b in batches]
+        if not got:
+            return
+        table = pa.Table.from_batches(got)
+        p = shared.value
+        mine = np.unique(table.column("bucket").to_numpy())
+        lo, hi = np.searchsorted(p["bucket"], mine), np.searchsorted(p["bucket"], mine, side="right")
+        sel = np.concatenate([np.arange(x, y) for x, y in zip(lo, hi)]) if len(mine) else np.array([], dtype=np.int64)
+        # Each document once, however many buckets of this partition hold it.
+        ps = table.column("_pos").to_numpy()
+        _, first = np.unique(ps, return_index=True)
+        one = table.take(pa.array(first))
+        sets = []
+        for batch in one.to_batches(max_chunksize=32768):
+            r, rows = rows_of(batch, batch.column("_pos").to_numpy(), False, True)
+            sets += r["features"]
+        held = one.column("_pos").to_numpy()  # sorted: np.unique's order
+        a = np.searchsorted(held, p["pa"][sel]).astype(np.uint32)
+        b = np.searchsorted(held, p["pb"][sel]).astype(np.uint32)
+        js = np.array(_rs.exact_indexed(sets, a.tobytes(), b.tobytes(), t))
+        keep = js >= t
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(p[c][sel][keep]) for c in "ijd"] + [pa.array(js[keep])], names=["i", "j", "d", "score"]
+        )
+
+    exact = _to_arrow(routed.mapInArrow(check, schema))
+    shared.unpersist()
+    needed.unpersist()
+    if exact.num_rows:
+        ijd = np.column_stack([exact.column(c).to_numpy() for c in "ijd"])
+        kept = np.concatenate([kept, ijd])
+        scores = np.concatenate([scores, exact.column("score").to_numpy()])
+    return kept, scores
+
+
+def _frame(spark: Any, table: Any) -> Any:
+    """A DataFrame of a driver-side pyarrow Table."""
+    try:
+        return spark.createDataFrame(table)  # pyspark 4
+    except TypeError:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+        return spark.createDataFrame(table.to_pandas(), schema=from_arrow_schema(table.schema))
+
+
+def _zero(t: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_binary(t):
+        return b""
+    if pa.types.is_string(t):
+        return ""
+    if pa.types.is_boolean(t):
+        return False
+    return 0
+
+
+def _local(spark: Any, columns: dict) -> Any:
+    """A DataFrame of driver-side numpy columns (int64 or float64), by Arrow."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    table = pa.table({name: pa.array(np.asarray(v)) for name, v in columns.items()})
+    if table.num_rows == 0:
+        types = {pa.int64(): T.LongType(), pa.float64(): T.DoubleType()}
+        schema = T.StructType([T.StructField(f.name, types[f.type]) for f in table.schema])
+        return spark.createDataFrame([], schema)
+    try:
+        return spark.createDataFrame(table)  # pyspark 4
+    except TypeError:
+        spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+        return spark.createDataFrame(table.to_pandas())
+
+
 def _arrow_type(t: Any) -> Any:
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    return {T.LongType: pa.int64(), T.BinaryType: pa.binary(), T.DoubleType: pa.float64()}[type(t)]
+    return {
+        T.LongType: pa.int64(),
+        T.BinaryType: pa.binary(),
+        T.DoubleType: pa.float64(),
+        T.BooleanType: pa.bool_(),
+        T.StringType: pa.string(),
+        T.ByteType: pa.int8(),
+        T.IntegerType: pa.int32(),
+    }[type(t)]
 
 
 def _components(spark: Any, edges: Any, max_rounds: int = 64) -> Any:
@@ -316,38 +939,78 @@ def _components(spark: Any, edges: Any, max_rounds: int = 64) -> Any:
     return nodes.union(roots).distinct().localCheckpoint()
 
 
-def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> None:
-    """Writes DIR/pairs, DIR/clusters and DIR/deduped."""
+def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
+    """Writes DIR/pairs, DIR/clusters and DIR/deduped (JSON Lines records stay
+    the lines they were with ``jsonl``; with ``parquet`` they become columns).
+    Returns the seconds each took."""
+    if fmt not in ("parquet", "jsonl"):
+        raise ValueError(f"format {fmt!r}: use parquet or jsonl")
+    took = {}
     for name, frame in [("pairs", result.pairs), ("clusters", result.clusters), ("deduped", result.deduped)]:
+        t = time.time()
+        if name == "deduped" and result.json_records:
+            if fmt == "jsonl":
+                frame.write.mode("overwrite").text(f"{output}/{name}")
+                took[name] = time.time() - t
+                continue
+            frame = _parse_json(frame)
         w = frame.write.mode("overwrite")
         if fmt == "parquet":
             w.parquet(f"{output}/{name}")
-        elif fmt == "jsonl":
-            w.json(f"{output}/{name}")
         else:
-            raise ValueError(f"format {fmt!r}: use parquet or jsonl")
+            w.json(f"{output}/{name}")
+        took[name] = time.time() - t
+    return took
 
 
-def _session(master: Optional[str]) -> Any:
+def _parse_json(lines: Any) -> Any:
+    """JSON Lines records (one string column) as a DataFrame of their fields."""
+    from pyspark.sql import DataFrame
+
+    spark = lines.sparkSession
+    col = lines.columns[0]
+    try:
+        jvm = spark._jvm
+        strings = getattr(lines.select(col)._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
+        return DataFrame(spark._jsparkSession.read().json(strings), spark)
+    except Exception:  # Spark Connect: no JVM handle
+        return spark.read.json(lines.rdd.map(lambda r: r[0]))
+
+
+def _session(master: Optional[str], driver_memory: Optional[str] = None) -> Any:
     import os
 
     from pyspark.sql import SparkSession
 
     b = SparkSession.builder.appName("neardup dedup")
+    if driver_memory:
+        b = b.config("spark.driver.memory", driver_memory)
     if master:
         b = b.master(master)
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
             b = b.config("spark.ui.enabled", "false")
-    return b.getOrCreate()
+    b = b.config("spark.sql.execution.arrow.pyspark.enabled", "true").config("spark.ui.showConsoleProgress", "false")
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _error_message(e: BaseException) -> str:
+    """The neardup message inside a Spark task failure, else the error."""
+    import re
+
+    text = str(e)
+    m = re.search(r"NeardupError: (.*)", text)
+    return m.group(1).strip() if m else text.splitlines()[0] if text else type(e).__name__
 
 
 def main(argv: Optional[list] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m neardup.spark", description="Near-duplicate detection on Apache Spark.")
+    ap = argparse.ArgumentParser(prog="python -m neardup.spark", description="Near-duplicate detection on Apache Spark, with the answers of `neardup dedup`.")
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("dedup", help="pairs, clusters and deduplicated records of a corpus")
-    d.add_argument("--input", required=True, nargs="+", help="JSON Lines or Parquet files or folders")
+    d.add_argument("--input", required=True, nargs="+", help="JSON Lines (.gz too) or Parquet files or folders")
     d.add_argument("--output", required=True, help="output folder: pairs/, clusters/, deduped/")
     d.add_argument("--input-format", choices=["auto", "jsonl", "parquet"], default="auto")
     d.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="output format")
@@ -356,40 +1019,98 @@ def main(argv: Optional[list] = None) -> int:
     d.add_argument("--k", type=int)
     d.add_argument("--verify", default="jaccard:0.8", help="jaccard:T (default jaccard:0.8)")
     d.add_argument("--no-verify", action="store_true", help="decide by Hamming distance alone")
+    d.add_argument("--policy", choices=["components", "incremental"], default="components")
+    d.add_argument("--keep-by", default="first", help="first, longest or field:NAME[:asc|desc]")
+    d.add_argument("--against", nargs="+", help="documents already clean: pairs with them are reported, they are never removed")
+    d.add_argument("--config", help="a configuration file (neardup config)")
+    d.add_argument("--profile", choices=["native", "python-simhash"])
     d.add_argument("--bits", type=int, choices=[64, 128])
     d.add_argument("--features", help="tokens, shingles:W or ngrams:N")
     d.add_argument("--tokenizer", choices=["auto", "words", "jieba", "chars"])
-    d.add_argument("--weights", choices=["tf", "binary"])
-    d.add_argument("--max-group", type=int, default=4096, help="split key groups larger than this (skew)")
+    d.add_argument("--weights", choices=["tf", "binary", "tfidf", "textrank"])
+    d.add_argument("--idf", help="an IDF table from `neardup idf build` (implies --weights tfidf), shipped to the executors")
+    d.add_argument("--top", type=int)
+    d.add_argument("--hash", choices=["xxh3", "fnv1a", "md5", "siphash"])
+    d.add_argument("--seed", type=int)
+    d.add_argument("--stopwords", action="store_true")
+    d.add_argument("--html", action="store_true")
+    d.add_argument("--skip-invalid", action="store_true", help="skip malformed records and count them, instead of failing")
+    d.add_argument("--max-group", type=int, default=4096, help="distributed path: split key groups larger than this (skew)")
     d.add_argument("--vector-column", help="dedup dense vectors (an array of numbers) in this column instead of texts")
     d.add_argument("--min-similarity", type=float, help="with --vector-column: the cosine threshold (default 0.95)")
-    d.add_argument("--seed", type=int, help="with --vector-column: the hyperplanes' seed (default 0)")
     d.add_argument("--master", help="Spark master, e.g. local[2] (default: from spark-submit)")
+    d.add_argument("--driver-memory", help="e.g. 4g (local mode; under spark-submit use its own flag)")
+    d.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     args = ap.parse_args(argv)
-    spark = _session(args.master)
+    quiet = args.quiet
+
+    def fail(msg):
+        print(f"neardup.spark: error: {msg}", file=sys.stderr)
+        return 2
+
+    import os
+
+    for path in args.input + (args.against or []):
+        if "://" not in path and not os.path.exists(path):
+            return fail(f"{path}: no such file or folder")
     fmt = args.input_format
     if fmt == "auto":
         fmt = "parquet" if all(p.rstrip("/").endswith(".parquet") for p in args.input) else "jsonl"
-    df = spark.read.parquet(*args.input) if fmt == "parquet" else spark.read.json(args.input)
-    for col in (args.id_field, args.vector_column or args.text_field):
-        if col not in df.columns:
-            print(f"neardup.spark: error: the input has no {col!r} column (columns: {df.columns}); use --id-field/--text-field/--vector-column", file=sys.stderr)
-            return 2
-    kwargs = {k: v for k, v in [("bits", args.bits), ("features", args.features), ("tokenizer", args.tokenizer), ("weights", args.weights), ("seed", args.seed)] if v is not None}
-    if args.vector_column:
-        kwargs["vector_col"] = args.vector_column
-        kwargs["min_similarity"] = args.min_similarity
+    if args.vector_column and (args.against or args.policy != "components" or args.keep_by != "first"):
+        return fail("--vector-column takes --policy components and --keep-by first, without --against")
+    kwargs = {
+        k: v
+        for k, v in [
+            ("bits", args.bits), ("features", args.features), ("tokenizer", args.tokenizer), ("weights", args.weights),
+            ("seed", args.seed), ("top", args.top), ("hash", args.hash), ("profile", args.profile),
+            ("stopwords", True if args.stopwords else None), ("html", True if args.html else None),
+        ]
+        if v is not None
+    }
+    config = None
+    if args.config:
+        try:
+            with open(args.config) as f:
+                config = neardup.FingerprintConfig.from_json(f.read())
+        except (OSError, ValueError) as e:
+            return fail(f"{args.config}: {e}")
+        if kwargs:
+            return fail("--config fixes the pipeline: give no other pipeline flag with it")
+    spark = _session(args.master, args.driver_memory)
     started = time.time()
-    result = dedup(
-        spark, df, id_col=args.id_field, text_col=args.text_field, k=args.k,
-        verify=False if args.no_verify else args.verify, max_group=args.max_group, **kwargs,
-    )
-    t = time.time()
-    write(result, args.output, args.format)
-    result.stages["write"] = time.time() - t
+    try:
+        if args.vector_column:
+            df = spark.read.parquet(*args.input) if fmt == "parquet" else spark.read.json(args.input)
+            for col in (args.id_field, args.vector_column):
+                if col not in df.columns:
+                    return fail(f"the input has no {col!r} column (columns: {df.columns}); use --id-field/--vector-column")
+            kw = {k: v for k, v in kwargs.items() if k in ("bits", "seed")}
+            result = dedup(spark, df, id_col=args.id_field, k=args.k, verify=False if args.no_verify else args.verify,
+                           max_group=args.max_group, vector_col=args.vector_column, min_similarity=args.min_similarity, **kw)
+        else:
+            records, positions = read_records(spark, args.input, fmt, args.against)
+            if fmt == "parquet":
+                for col in (args.id_field, args.text_field):
+                    if col not in records.columns:
+                        return fail(f"the input has no {col!r} column (columns: {[c for c in records.columns if not c.startswith('_')]}); use --id-field/--text-field")
+            result = dedup(
+                spark, records, id_col=args.id_field, text_col=args.text_field,
+                json_col="value" if fmt == "jsonl" else None, k=args.k,
+                verify=False if args.no_verify else args.verify, policy=args.policy, keep_by=args.keep_by,
+                config=config, idf=args.idf, skip_invalid=args.skip_invalid, max_group=args.max_group,
+                quiet=quiet, positions=positions, **kwargs,
+            )
+        took = write(result, args.output, args.format)
+        result.stages["write"] = sum(took.values())
+    except Exception as e:  # noqa: BLE001 - one clear line, not a JVM trace
+        if isinstance(e, (neardup.NeardupError, OSError, ValueError)) or "NeardupError" in str(e) or "AnalysisException" in type(e).__name__:
+            return fail(_error_message(e))
+        raise
+    _log(quiet, f"write: {args.output} in {result.stages['write']:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in took.items())})")
     total = time.time() - started
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.stages.items())
-    print(f"neardup.spark: done in {total:.1f} s ({stages}); output in {args.output}", file=sys.stderr)
+    if not quiet:
+        print(f"neardup.spark: done in {total:.1f} s ({stages}); output in {args.output}", file=sys.stderr)
     return 0
 
 

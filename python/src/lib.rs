@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+mod spark;
+
 use pyo3::exceptions::{PyIOError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
@@ -1171,6 +1173,13 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(join_design, m)?)?;
     m.add_function(wrap_pyfunction!(table_keys, m)?)?;
     m.add_function(wrap_pyfunction!(sorted_group_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::spark_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::config_with_idf, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::spark_join, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::screen_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::exact_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::exact_indexed, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::resolve_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(vector_config, m)?)?;
     m.add_function(wrap_pyfunction!(features_config, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprints_vectors, m)?)?;

@@ -73,30 +73,154 @@ def cli_dedup(corpus, tmp_path, flags):
     return p, c
 
 
+def read_parts(folder):
+    return [json.loads(l) for f in sorted(folder.glob("part-*")) for l in f.read_text().splitlines()]
+
+
+def cli_outputs(corpus, tmp_path, flags):
+    """Pairs (with the score rounded as the CLI prints it), clusters and the
+    kept records of `neardup dedup`."""
+    pairs, clusters, keep = tmp_path / "cli-pairs.jsonl", tmp_path / "cli-clusters.jsonl", tmp_path / "cli-keep.jsonl"
+    subprocess.run(
+        [neardup_bin(), "dedup", *map(str, corpus), "--pairs", str(pairs), "--clusters", str(clusters), "--keep", str(keep), "-q", *flags],
+        check=True,
+    )
+    return outputs(map(json.loads, pairs.read_text().splitlines()), map(json.loads, clusters.read_text().splitlines()), keep.read_text().splitlines())
+
+
+def outputs(pairs, clusters, kept):
+    p = sorted((d["a"], d["b"], d["distance"], round(d["jaccard"], 4) if "jaccard" in d else None) for d in pairs)
+    c = sorted((d["representative"], d["size"], tuple(d["members"])) for d in clusters)
+    return p, c, list(kept)
+
+
+def spark_outputs(out):
+    kept = [l for f in sorted((out / "deduped").glob("part-*")) for l in f.read_text().splitlines()]
+    return outputs(read_parts(out / "pairs"), read_parts(out / "clusters"), kept)
+
+
 @pytest.mark.parametrize("verify", [True, False])
 def test_spark_equals_cli(spark, tmp_path, verify):
+    """The command line on JSON Lines: the same pairs, clusters and kept
+    records (the lines unchanged, in input order) as `neardup dedup`."""
+    from neardup.spark import main
+
+    corpus = tmp_path / "corpus.jsonl"
+    make_corpus(corpus)
+    flags = [] if verify else ["--no-verify"]
+    want = cli_outputs([corpus], tmp_path, flags)
+    assert len(want[0]) > 1000 and len(want[1]) > 500
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", *flags]) == 0
+    got = spark_outputs(out)
+    assert got[0] == want[0]
+    assert got[1] == want[1]
+    assert got[2] == want[2]
+
+
+def test_distributed_path_equals_cli(spark, tmp_path):
+    """Above the driver's limit the join is distributed (keys per table,
+    skewed groups split into blocks): the same pairs and clusters."""
     from neardup.spark import dedup, write
 
     corpus = tmp_path / "corpus.jsonl"
     n = make_corpus(corpus)
-    assert n >= 20_000
-    flags = [] if verify else ["--no-verify"]
-    want_pairs, want_clusters = cli_dedup(corpus, tmp_path, flags)
-    assert len(want_pairs) > 1000 and len(want_clusters) > 500
-
+    want_pairs, want_clusters = cli_dedup(corpus, tmp_path, [])
     df = spark.read.json(str(corpus))
-    result = dedup(spark, df, verify=verify, max_group=64)
+    result = dedup(spark, df, max_group=64, driver_documents=0)
     out = tmp_path / "out"
     write(result, str(out), "parquet")
     pairs = spark.read.parquet(str(out / "pairs"))
     assert pairs.columns[:3] == ["a", "b", "distance"]
-    got_pairs = sorted((r.a, r.b, r.distance) for r in pairs.collect())
-    assert got_pairs == want_pairs
+    assert sorted((r.a, r.b, r.distance) for r in pairs.collect()) == want_pairs
     got_clusters = sorted((r.representative, r.size, tuple(r.members)) for r in spark.read.parquet(str(out / "clusters")).collect())
     assert got_clusters == want_clusters
     deduped = spark.read.parquet(str(out / "deduped"))
     assert deduped.count() == n - sum(size - 1 for _, size, _ in want_clusters)
     assert set(deduped.columns) == {"id", "text", "lang"}
+
+
+def make_mixed(path, seed=3, n=2500, ids="str"):
+    """English-like and Chinese records with planted near-copies of varied
+    length, a numeric quality field, and blank lines."""
+    rng = random.Random(seed)
+    han = [chr(0x4E00 + i) for i in range(0, 3000, 7)]
+    docs = []
+    for i in range(n):
+        if i % 4 == 0:
+            words = "".join(rng.choice(han) for _ in range(rng.randrange(80, 300)))
+            text = "。".join(words[x : x + 20] for x in range(0, len(words), 20))
+        else:
+            text = " ".join(f"w{rng.randrange(2000)}" for _ in range(rng.randrange(50, 160)))
+        docs.append({"id": f"d{i}" if ids == "str" else i, "text": text, "quality": rng.randrange(100)})
+        if i % 3 == 0:
+            cut = text[: int(len(text) * rng.choice([0.9, 0.95, 1.0]))] + rng.choice(["", " extra", "附加"])
+            docs.append({"id": f"c{i}" if ids == "str" else 10**6 + i, "text": cut, "quality": rng.randrange(100)})
+    rng.shuffle(docs)
+    with open(path, "w") as f:
+        for x, d in enumerate(docs):
+            f.write(json.dumps(d, ensure_ascii=x % 2 == 0) + "\n")
+            if x % 500 == 0:
+                f.write("\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--keep-by", "longest", "--policy", "incremental"],
+        ["--keep-by", "field:quality:desc"],
+        ["--bits", "64", "--features", "shingles:2", "--no-verify", "--k", "4"],
+        ["--weights", "tfidf", "--idf", "IDF"],
+        ["--against", "OLD"],
+    ],
+    ids=["longest-incremental", "field-desc", "shingles-64-unverified", "tfidf-learned", "against"],
+)
+def test_options_equal_cli(spark, tmp_path, flags):
+    """Every option set gives the CLI's pairs, clusters and kept records."""
+    from neardup.spark import main
+
+    corpus = make_mixed(tmp_path / "mixed.jsonl", ids="int" if "--against" in flags else "str")
+    inputs = [corpus]
+    flags = list(flags)
+    if "IDF" in flags:
+        idf = tmp_path / "idf.tsv"
+        # Learned from the features verification's candidates use (single tokens).
+        subprocess.run([neardup_bin(), "idf", "build", str(corpus), "--features", "tokens", "-o", str(idf), "-q"], check=True)
+        flags[flags.index("IDF")] = str(idf)
+    if "OLD" in flags:
+        lines = corpus.read_text().splitlines(keepends=True)
+        old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+        old.write_text("".join(lines[: len(lines) // 2]))
+        new.write_text("".join(lines[len(lines) // 2 :]))
+        flags[flags.index("OLD")] = str(old)
+        inputs = [new]
+    want = cli_outputs(inputs, tmp_path, flags)
+    assert len(want[1]) > 50
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", *map(str, inputs), "--output", str(out), "--format", "jsonl", "-q", *flags]) == 0
+    got = spark_outputs(out)
+    assert got[0] == want[0]
+    assert got[1] == want[1]
+    assert got[2] == want[2]
+
+
+def test_bad_input_is_a_clear_error(spark, tmp_path, capsys):
+    """A malformed record fails the job with its place and the fix;
+    --skip-invalid skips and counts it; a missing file is named."""
+    from neardup.spark import main
+
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text('{"id": 1, "text": "one two three"}\n{"id": 2, "text": \n{"id": 3, "text": "four five six"}\n')
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "malformed JSON line" in err and "--skip-invalid" in err and "Traceback" not in err
+    assert not (out / "deduped").exists()
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "--skip-invalid", "-q"]) == 0
+    assert sorted(json.loads(l)["id"] for f in (out / "deduped").glob("part-*") for l in f.read_text().splitlines()) == [1, 3]
+    assert main(["dedup", "--input", str(tmp_path / "missing.jsonl"), "--output", str(out)]) == 2
+    assert "missing.jsonl: no such file" in capsys.readouterr().err
 
 
 def test_command_line_on_parquet_with_jsonl_output(spark, tmp_path):
@@ -164,3 +288,98 @@ def test_spark_vectors_equal_cli(spark, tmp_path):
     assert all(d["cosine"] >= 0.96 for d in pairs)
     clusters = [json.loads(l) for f in sorted((out / "clusters").glob("part-*")) for l in f.read_text().splitlines()]
     assert sorted((c["representative"], c["size"], tuple(c["members"])) for c in clusters) == want_clusters
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_standalone_cluster_equals_cli(tmp_path):
+    """A standalone master and one worker on 127.0.0.1 (started with
+    spark-class, as the pip package ships no start scripts), the job sent
+    with spark-submit and the built wheel (``NEARDUP_WHEEL``, else built
+    here): the driver imports the package from the unpacked wheel, the
+    executor from the wheel shipped with ``--archives``. The CLI's pairs,
+    clusters and kept records. Both daemons are stopped by process id."""
+    import glob
+    import shutil
+    import socket
+    import sys
+    import time
+    import zipfile
+
+    import pyspark
+
+    home = os.path.dirname(pyspark.__file__)
+    wheel = os.environ.get("NEARDUP_WHEEL")
+    if not wheel:
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "dist"), root],
+                       check=True, timeout=1800)
+        (wheel,) = glob.glob(str(tmp_path / "dist" / "neardup-*.whl"))
+    # Spark unpacks archives by their extension: the wheel is a zip.
+    shipped = tmp_path / "neardup-wheel.zip"
+    shutil.copy(wheel, shipped)
+    unpacked = tmp_path / "driver-wheel"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(unpacked)
+    script = unpacked / "neardup" / "spark.py"
+
+    corpus = make_mixed(tmp_path / "mixed.jsonl", seed=8, n=1500)
+    want = cli_outputs([corpus], tmp_path, [])
+    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_WORKER_DIR": str(tmp_path / "work"), "SPARK_LOG_DIR": str(tmp_path / "logs"),
+           "PYTHONPATH": str(unpacked)}
+    port = free_port()
+    cls = os.path.join(home, "bin", "spark-class")
+    logs = open(tmp_path / "daemons.log", "w")
+    master = subprocess.Popen([cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                               "--webui-port", str(free_port())], env=env, stdout=logs, stderr=logs)
+    worker = None
+    try:
+        for _ in range(120):  # bounded: at most a minute for the master to listen
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the standalone master did not start: " + (tmp_path / "daemons.log").read_text()[-2000:])
+        worker = subprocess.Popen([cls, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
+                                   "--webui-port", str(free_port()), f"spark://127.0.0.1:{port}"], env=env, stdout=logs, stderr=logs)
+        out = tmp_path / "out"
+        r = subprocess.run(
+            [os.path.join(home, "bin", "spark-submit"), "--master", f"spark://127.0.0.1:{port}",
+             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.ui.enabled=false",
+             "--executor-memory", "1g", "--archives", f"{shipped}#neardup_wheel", "--conf", "spark.executorEnv.PYTHONPATH=neardup_wheel",
+             str(script), "dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl"],
+            env=env, capture_output=True, text=True, timeout=600,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        # Quiet: the log is at WARN from the session's start (only the JVM's
+        # start-up says INFO), one line per stage and the summary.
+        assert r.stderr.count(" INFO ") < 150, r.stderr.count(" INFO ")
+        said = r.stdout + r.stderr  # spark-submit passes the driver's stderr on to its stdout
+        assert "neardup.spark: done in" in said and "neardup.spark: verify:" in said
+        got = spark_outputs(out)
+        assert got[0] == want[0]
+        assert got[1] == want[1]
+        assert got[2] == want[2]
+        # The executor had the wheel, unpacked in its working directory.
+        assert glob.glob(str(tmp_path / "work" / "app-*" / "*" / "neardup_wheel" / "neardup" / "_neardup*.so")), \
+            sorted(glob.glob(str(tmp_path / "work" / "**"), recursive=True))[:40]
+    finally:
+        for p in (worker, master):
+            if p is not None:
+                p.terminate()
+        for p in (worker, master):
+            if p is not None:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        logs.close()

@@ -1,0 +1,651 @@
+//! The Spark job's per-batch work (python/neardup/spark.py): whole Arrow
+//! batches of records in, columns out, so that no Python code runs per row.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use rayon::prelude::*;
+use serde::Deserializer;
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+
+use neardup_core::dedup::{Dedup, Policy, representatives_of_pairs};
+use neardup_core::index::{Bits, plan_join};
+use neardup_core::jaccard::{jaccard_at_least, shingles_for};
+use neardup_core::keep_by::{KeepBy, SortKey};
+use neardup_core::spill::Summary;
+use neardup_core::{Fingerprint, IdfTable, SimHasher, Weights};
+
+use crate::{PyConfig, bytemuck_bytes, err, parse_policy, u64s};
+
+/// Bytes of a document's verification summary: its feature count (u32), the
+/// set's digest (u128) and its 64-byte MinHash sketch, little-endian.
+const SUMMARY_BYTES: usize = 4 + 16 + neardup_core::spill::SKETCH_BINS;
+
+fn summary_bytes(set: &[u64], out: &mut Vec<u8>) {
+    let s = Summary::of(set);
+    out.extend_from_slice(&(set.len().min(u32::MAX as usize) as u32).to_le_bytes());
+    out.extend_from_slice(&s.digest.to_le_bytes());
+    out.extend_from_slice(&s.sketch.0);
+}
+
+struct SummaryRef<'a>(&'a [u8]);
+
+impl SummaryRef<'_> {
+    fn len(&self) -> u32 {
+        u32::from_le_bytes(self.0[..4].try_into().expect("4 bytes"))
+    }
+    fn digest(&self) -> &[u8] {
+        &self.0[4..20]
+    }
+    fn sketch(&self) -> neardup_core::spill::Sketch {
+        neardup_core::spill::Sketch(self.0[20..SUMMARY_BYTES].try_into().expect("64 bytes"))
+    }
+}
+
+/// What the summaries of a candidate pair say: `Some(score)` when they decide
+/// it (a score below `threshold` drops it), `None` when only the features can.
+/// The same decisions as `neardup dedup`'s verification (`Spill::jaccard_with`
+/// and the collapsing of documents with one digest).
+fn screen(a: SummaryRef<'_>, b: SummaryRef<'_>, threshold: f64) -> Option<f64> {
+    let (la, lb) = (a.len(), b.len());
+    if la == 0 || lb == 0 {
+        return Some(0.0);
+    }
+    if a.digest() == b.digest() {
+        return Some(1.0);
+    }
+    let bound = la.min(lb) as f64 / la.max(lb) as f64;
+    if bound < threshold {
+        return Some(bound);
+    }
+    if !a.sketch().may_reach(&b.sketch(), threshold) {
+        return Some(-1.0);
+    }
+    None
+}
+
+/// The string spans of an Arrow string array's rows; `None` for nulls.
+fn spans(
+    offsets: &[u8],
+    data_len: usize,
+    offset: usize,
+    length: usize,
+    large: bool,
+    validity: Option<&[u8]>,
+) -> PyResult<Vec<Option<(usize, usize)>>> {
+    let at = |i: usize| -> Option<usize> {
+        if large {
+            let b = offsets.get(i * 8..i * 8 + 8)?;
+            usize::try_from(i64::from_le_bytes(b.try_into().ok()?)).ok()
+        } else {
+            let b = offsets.get(i * 4..i * 4 + 4)?;
+            usize::try_from(i32::from_le_bytes(b.try_into().ok()?)).ok()
+        }
+    };
+    let bad = || err("arrow offsets point outside the data buffer");
+    (offset..offset + length)
+        .map(|i| {
+            let valid =
+                validity.is_none_or(|v| v.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1));
+            let (s, e) = (at(i).ok_or_else(bad)?, at(i + 1).ok_or_else(bad)?);
+            if s > e || e > data_len {
+                return Err(bad());
+            }
+            Ok(valid.then_some((s, e)))
+        })
+        .collect()
+}
+
+/// A JSON Lines record's text, id (as JSON text) and keep-by key.
+struct Record<'a> {
+    text: Cow<'a, str>,
+    id: String,
+    key: SortKey,
+}
+
+/// The fields of a record the job reads: text and id (and the keep-by field).
+#[derive(Clone, Copy)]
+struct Fields<'f> {
+    text: &'f str,
+    id: &'f str,
+    keep_by: Option<&'f KeepBy>,
+}
+
+enum IdValue {
+    Json(String),
+    Bad(String),
+}
+
+impl<'de> DeserializeSeed<'de> for Fields<'_> {
+    type Value = (Option<Cow<'de, str>>, Option<IdValue>, SortKey);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Fields<'_> {
+    type Value = (Option<Cow<'de, str>>, Option<IdValue>, SortKey);
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut text, mut id, mut key) = (None, None, SortKey::Missing);
+        let field = self.keep_by.and_then(KeepBy::field);
+        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+            if name == self.text {
+                text = Some(map.next_value::<CowStr<'de>>()?.0);
+            } else if name == self.id {
+                id = Some(match map.next_value::<serde_json::Value>()? {
+                    serde_json::Value::String(s) => {
+                        IdValue::Json(serde_json::to_string(&s).expect("a string serialises"))
+                    }
+                    serde_json::Value::Number(n) if n.as_i64().is_some() => {
+                        IdValue::Json(n.to_string())
+                    }
+                    other => IdValue::Bad(format!(
+                        "id {other} is neither a string nor an integer that fits in 64 bits"
+                    )),
+                });
+            } else if Some(&*name) == field {
+                key = match map.next_value::<serde_json::Value>()? {
+                    serde_json::Value::Null => SortKey::Missing,
+                    serde_json::Value::Number(n) => SortKey::Num(n.as_f64().unwrap_or(f64::NAN)),
+                    serde_json::Value::String(s) => SortKey::Str(s.into()),
+                    _ => {
+                        return Err(serde::de::Error::custom(format!(
+                            "the --keep-by field {name:?} must be a number or a string"
+                        )));
+                    }
+                };
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok((text, id, key))
+    }
+}
+
+/// A string borrowed from the line when it has no escapes.
+struct CowStr<'de>(Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for CowStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CowStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// One JSON Lines record; `Ok(None)` for a blank line (skipped, as
+/// `neardup dedup` skips it).
+fn parse_line<'a>(line: &'a str, fields: Fields<'_>) -> Result<Option<Record<'a>>, String> {
+    if line.bytes().all(|b| b.is_ascii_whitespace()) {
+        return Ok(None);
+    }
+    let mut de = serde_json::Deserializer::from_str(line);
+    let (text, id, key) = fields
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| format!("malformed JSON line: {e}"))?;
+    let text = text.ok_or_else(|| {
+        format!(
+            "no {:?} field (choose the field with --text-field)",
+            fields.text
+        )
+    })?;
+    let id = match id {
+        Some(IdValue::Json(j)) => j,
+        Some(IdValue::Bad(msg)) => return Err(msg),
+        None => {
+            return Err(format!(
+                "no {:?} field (the Spark job needs an id in every record: choose it with --id-field)",
+                fields.id
+            ));
+        }
+    };
+    let key = match fields.keep_by {
+        Some(KeepBy::Longest) => SortKey::Num(text.len() as f64),
+        _ => key,
+    };
+    Ok(Some(Record { text, id, key }))
+}
+
+/// What one row gives: its fingerprint, id, key, and verification data.
+struct Row {
+    fp: Fingerprint,
+    id: String,
+    key: SortKey,
+    set: Option<Vec<u64>>,
+}
+
+/// Fingerprints (and ids, keep-by keys, verification summaries or feature
+/// sets) of a batch of rows of an Arrow string column: JSON Lines records
+/// (`json`) or bare texts (ids and keys then come from other columns).
+///
+/// Returns a dict: `rows` (u32 indices of the documents, blank lines left
+/// out), `fp` (two u64 per document: high and low words; high 0 at 64 bits),
+/// `ids` (JSON text of each id, JSON Lines only), `key_kind`/`key_num`/
+/// `key_str` (with `keep_by`), `summaries` (SUMMARY_BYTES each), `features`
+/// (a list of bytes, sorted u64 hashes), `errors` ((row, message) of invalid
+/// records; the caller fails or skips them).
+#[pyfunction]
+#[pyo3(signature = (config, offsets, data, offset, length, large, validity, json, text_field, id_field, keep_by=None, summaries=false, features=false))]
+#[allow(clippy::too_many_arguments)]
+pub fn spark_rows<'py>(
+    py: Python<'py>,
+    config: &PyConfig,
+    offsets: &[u8],
+    data: &[u8],
+    offset: usize,
+    length: usize,
+    large: bool,
+    validity: Option<&[u8]>,
+    json: bool,
+    text_field: &str,
+    id_field: &str,
+    keep_by: Option<&str>,
+    summaries: bool,
+    features: bool,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let keep_by: Option<KeepBy> = keep_by
+        .map(|k| k.parse::<KeepBy>())
+        .transpose()
+        .map_err(err)?
+        .filter(|k| *k != KeepBy::First);
+    let fields = Fields {
+        text: text_field,
+        id: id_field,
+        keep_by: keep_by.as_ref(),
+    };
+    let spans = spans(offsets, data.len(), offset, length, large, validity)?;
+    let normalize = config.config.normalize;
+    let hasher: &SimHasher = &config.hasher;
+    let results: Vec<Result<Option<Row>, String>> = py.detach(|| {
+        spans
+            .par_iter()
+            .with_min_len(32)
+            .map(|span| {
+                let Some((s, e)) = *span else {
+                    return Err(if json {
+                        "the line is null".to_owned()
+                    } else {
+                        "the text is null".to_owned()
+                    });
+                };
+                let line = simdutf8::compat::from_utf8(&data[s..e]).map_err(|e| {
+                    format!("invalid UTF-8 at byte {} of the record", e.valid_up_to())
+                })?;
+                let rec = if json {
+                    match parse_line(line, fields)? {
+                        Some(r) => r,
+                        None => return Ok(None),
+                    }
+                } else {
+                    Record {
+                        text: Cow::Borrowed(line),
+                        id: String::new(),
+                        key: match &keep_by {
+                            Some(KeepBy::Longest) => SortKey::Num(line.len() as f64),
+                            _ => SortKey::Missing,
+                        },
+                    }
+                };
+                let set = (summaries || features).then(|| shingles_for(&rec.text, &normalize));
+                Ok(Some(Row {
+                    fp: hasher.fingerprint(&rec.text),
+                    id: rec.id,
+                    key: rec.key,
+                    set,
+                }))
+            })
+            .collect()
+    });
+    let out = pyo3::types::PyDict::new(py);
+    let mut rows: Vec<u32> = Vec::new();
+    let mut fps: Vec<u64> = Vec::new();
+    let mut ids: Vec<String> = Vec::new();
+    let (mut kinds, mut nums, mut strs): (Vec<u8>, Vec<f64>, Vec<Option<String>>) =
+        Default::default();
+    let mut sums: Vec<u8> = Vec::new();
+    let mut sets: Vec<Bound<'py, PyBytes>> = Vec::new();
+    let mut errors: Vec<(usize, String)> = Vec::new();
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Err(msg) => errors.push((i, msg)),
+            Ok(None) => {}
+            Ok(Some(row)) => {
+                rows.push(i as u32);
+                let v = row.fp.value();
+                fps.extend([(v >> 64) as u64, v as u64]);
+                if json {
+                    ids.push(row.id);
+                }
+                if keep_by.is_some() {
+                    let (k, n, s) = match row.key {
+                        SortKey::Num(x) => (0, x, None),
+                        SortKey::Str(s) => (1, 0.0, Some(s.into())),
+                        SortKey::Missing => (2, 0.0, None),
+                    };
+                    kinds.push(k);
+                    nums.push(n);
+                    strs.push(s);
+                }
+                if let Some(set) = &row.set {
+                    if summaries {
+                        summary_bytes(set, &mut sums);
+                    }
+                    if features {
+                        sets.push(PyBytes::new(py, bytemuck_bytes(set)));
+                    }
+                }
+            }
+        }
+    }
+    out.set_item("rows", PyBytes::new(py, bytemuck::cast_slice(&rows)))?;
+    out.set_item("fp", PyBytes::new(py, bytemuck_bytes(&fps)))?;
+    if json {
+        out.set_item("ids", ids)?;
+    }
+    if keep_by.is_some() {
+        out.set_item("key_kind", PyBytes::new(py, &kinds))?;
+        out.set_item("key_num", PyBytes::new(py, bytemuck::cast_slice(&nums)))?;
+        out.set_item("key_str", strs)?;
+    }
+    if summaries {
+        out.set_item("summaries", PyBytes::new(py, &sums))?;
+    }
+    if features {
+        out.set_item("features", sets)?;
+    }
+    out.set_item("errors", errors)?;
+    Ok(out)
+}
+
+/// The configuration `config` with the IDF table `table` (the bytes of a
+/// `neardup idf build` file): weights tfidf, checked against the features
+/// the table was learned from, as `neardup dedup --idf` does.
+#[pyfunction]
+pub fn config_with_idf(config: &PyConfig, table: &[u8]) -> PyResult<PyConfig> {
+    let table = IdfTable::read(table).map_err(err)?;
+    let mut c = config.config.clone();
+    if table.config_digest() != c.features_digest() {
+        return Err(err(format!(
+            "the IDF table was learned from features made with another configuration ({} \
+             here, {} in the table): use the same tokenizer, features, stopwords and \
+             normalisation as `neardup idf build` did",
+            c.features_digest(),
+            table.config_digest()
+        )));
+    }
+    if let Some(r) = &c.idf
+        && r.digest != table.digest()
+    {
+        return Err(err(format!(
+            "this IDF table ({}) is not the one the configuration names ({})",
+            table.digest(),
+            r.digest
+        )));
+    }
+    c.weights = Weights::TfIdf;
+    c.idf = Some(neardup_core::config::IdfRef {
+        path: None,
+        digest: table.digest().to_owned(),
+    });
+    c.validate().map_err(err)?;
+    let hasher = SimHasher::with_idf(c.clone(), table).map_err(err)?;
+    Ok(PyConfig { config: c, hasher })
+}
+
+/// Candidate pairs of documents `0..n` (fingerprint words as `fp`: two u64
+/// each, high then low), found on one machine as `neardup dedup` finds them,
+/// and screened by the documents' summaries when `threshold` is given.
+///
+/// Returns (`kept`, `undecided`): `kept` as rows of (a, b, distance) i64 and
+/// a matching f64 score column (-1 without verification); `undecided` as (a,
+/// b, distance) rows, the pairs only the features can decide.
+#[pyfunction]
+#[pyo3(signature = (fp, bits, k, summaries=None, threshold=None))]
+#[allow(clippy::type_complexity)]
+pub fn spark_join<'py>(
+    py: Python<'py>,
+    fp: &[u8],
+    bits: u32,
+    k: u32,
+    summaries: Option<&[u8]>,
+    threshold: Option<f64>,
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+)> {
+    let words = u64s(fp);
+    let n = words.len() / 2;
+    if let Some(s) = summaries
+        && s.len() != n * SUMMARY_BYTES
+    {
+        return Err(err("spark_join: one summary per fingerprint is needed"));
+    }
+    fn run<B: Bits>(
+        fps: Vec<B>,
+        k: u32,
+        verify: Option<(&[u8], f64)>,
+    ) -> Result<(Vec<i64>, Vec<f64>, Vec<i64>), neardup_core::Error> {
+        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        let d = Dedup::from_vec(fps, k, &design)?;
+        let (mut kept, mut scores, mut undecided) = (Vec::new(), Vec::new(), Vec::new());
+        d.for_each_pair(|a, b, dist| {
+            let row = [i64::from(a), i64::from(b), i64::from(dist)];
+            match verify {
+                None => {
+                    kept.extend(row);
+                    scores.push(-1.0);
+                }
+                Some((s, t)) => {
+                    let sum = |x: u32| {
+                        SummaryRef(&s[x as usize * SUMMARY_BYTES..(x as usize + 1) * SUMMARY_BYTES])
+                    };
+                    match screen(sum(a), sum(b), t) {
+                        Some(j) if j >= t => {
+                            kept.extend(row);
+                            scores.push(j);
+                        }
+                        Some(_) => {}
+                        None => undecided.extend(row),
+                    }
+                }
+            }
+            Ok::<(), ()>(())
+        })
+        .expect("collecting");
+        Ok((kept, scores, undecided))
+    }
+    let verify = match (summaries, threshold) {
+        (Some(s), Some(t)) => Some((s, t)),
+        (None, None) => None,
+        _ => {
+            return Err(err(
+                "spark_join: give both summaries and a threshold, or neither",
+            ));
+        }
+    };
+    let out = py.detach(|| match bits {
+        64 => run::<u64>(words.chunks_exact(2).map(|w| w[1]).collect(), k, verify),
+        128 => run::<u128>(
+            words
+                .chunks_exact(2)
+                .map(|w| (u128::from(w[0]) << 64) | u128::from(w[1]))
+                .collect(),
+            k,
+            verify,
+        ),
+        b => Err(neardup_core::Error::InvalidConfig(format!(
+            "fingerprint width {b}: use 64 or 128"
+        ))),
+    });
+    let (kept, scores, undecided) = out.map_err(err)?;
+    Ok((
+        PyBytes::new(py, bytemuck::cast_slice(&kept)),
+        PyBytes::new(py, bytemuck::cast_slice(&scores)),
+        PyBytes::new(py, bytemuck::cast_slice(&undecided)),
+    ))
+}
+
+/// The summaries' decision for pairs whose summaries are given side by side
+/// (the distributed path): the score, or NaN when only the features decide.
+#[pyfunction]
+pub fn screen_pairs(
+    py: Python<'_>,
+    a: Vec<Vec<u8>>,
+    b: Vec<Vec<u8>>,
+    threshold: f64,
+) -> PyResult<Vec<f64>> {
+    if a.len() != b.len() || a.iter().chain(&b).any(|s| s.len() != SUMMARY_BYTES) {
+        return Err(err("screen_pairs: two equal lists of summaries are needed"));
+    }
+    Ok(py.detach(|| {
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| screen(SummaryRef(x), SummaryRef(y), threshold).unwrap_or(f64::NAN))
+            .collect()
+    }))
+}
+
+/// Exact Jaccard similarity of feature-set pairs where it reaches `threshold`
+/// (else a value below it), as `neardup dedup` verifies.
+#[pyfunction]
+pub fn exact_pairs(
+    py: Python<'_>,
+    a: Vec<Vec<u8>>,
+    b: Vec<Vec<u8>>,
+    threshold: f64,
+) -> PyResult<Vec<f64>> {
+    if a.len() != b.len() {
+        return Err(err("exact_pairs: the two lists differ in length"));
+    }
+    Ok(py.detach(|| {
+        a.par_iter()
+            .zip(b.par_iter())
+            .map(|(x, y)| jaccard_at_least(&u64s(x), &u64s(y), threshold))
+            .collect()
+    }))
+}
+
+/// Exact Jaccard similarity (where it reaches `threshold`, else a value
+/// below it) of pairs of feature sets given by index: pair x is
+/// `sets[a[x]]` and `sets[b[x]]` (`a`, `b`: u32 bytes; `sets`: sorted u64
+/// hashes as bytes, not copied).
+#[pyfunction]
+pub fn exact_indexed(
+    py: Python<'_>,
+    sets: Vec<pyo3::pybacked::PyBackedBytes>,
+    a: &[u8],
+    b: &[u8],
+    threshold: f64,
+) -> PyResult<Vec<f64>> {
+    let (a, b): (&[u32], &[u32]) = (
+        bytemuck::try_cast_slice(a).map_err(err)?,
+        bytemuck::try_cast_slice(b).map_err(err)?,
+    );
+    if a.len() != b.len() || a.iter().chain(b).any(|&x| x as usize >= sets.len()) {
+        return Err(err("exact_indexed: pair indices outside the sets"));
+    }
+    // The hashes in place when aligned (CPython's bytes usually are), else copied.
+    let words: Vec<Cow<'_, [u64]>> = sets
+        .iter()
+        .map(|s| match bytemuck::try_cast_slice::<u8, u64>(s) {
+            Ok(w) => Cow::Borrowed(w),
+            Err(_) => Cow::Owned(u64s(s)),
+        })
+        .collect();
+    Ok(py.detach(|| {
+        a.par_iter()
+            .zip(b.par_iter())
+            .with_min_len(64)
+            .map(|(&x, &y)| jaccard_at_least(&words[x as usize], &words[y as usize], threshold))
+            .collect()
+    }))
+}
+
+/// Each document's representative (u32 bytes) from the pairs among
+/// documents `0..n` (`a`, `b`: u32 bytes), as `neardup dedup --policy P
+/// --keep-by R` resolves them. Documents `0..old` came from `--against`: they
+/// are preferred to every new one, in input order; the new ones by `keep_by`
+/// over their keys (`key_kind` 0 number, 1 string, 2 missing).
+#[pyfunction]
+#[pyo3(signature = (n, a, b, policy, keep_by=None, key_kind=None, key_num=None, key_str=None, old=0))]
+#[allow(clippy::too_many_arguments)]
+pub fn resolve_pairs<'py>(
+    py: Python<'py>,
+    n: usize,
+    a: &[u8],
+    b: &[u8],
+    policy: &str,
+    keep_by: Option<&str>,
+    key_kind: Option<&[u8]>,
+    key_num: Option<&[u8]>,
+    key_str: Option<Vec<Option<String>>>,
+    old: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let policy: Policy = parse_policy(policy)?;
+    let (a, b): (&[u32], &[u32]) = (
+        bytemuck::try_cast_slice(a).map_err(err)?,
+        bytemuck::try_cast_slice(b).map_err(err)?,
+    );
+    if a.len() != b.len() || old > n {
+        return Err(err("resolve_pairs: mismatched inputs"));
+    }
+    let rule: KeepBy = keep_by.unwrap_or("first").parse().map_err(err)?;
+    let preference = match (&rule, key_kind, key_num, key_str) {
+        (KeepBy::First, ..) => None,
+        (_, Some(kinds), Some(nums), Some(strs)) => {
+            let nums: Vec<f64> = nums
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            let m = n - old;
+            if kinds.len() != m || nums.len() != m || strs.len() != m {
+                return Err(err("resolve_pairs: one key per new document is needed"));
+            }
+            let keys: Vec<SortKey> = (0..m)
+                .map(|i| match kinds[i] {
+                    0 => SortKey::Num(nums[i]),
+                    1 => SortKey::Str(strs[i].clone().unwrap_or_default().into()),
+                    _ => SortKey::Missing,
+                })
+                .collect();
+            let mut order: Vec<u32> = (0..old as u32).collect();
+            order.extend(
+                rule.preference(&keys)
+                    .expect("not first")
+                    .into_iter()
+                    .map(|d| d + old as u32),
+            );
+            Some(order)
+        }
+        _ => return Err(err("resolve_pairs: --keep-by needs the documents' keys")),
+    };
+    let pairs: Vec<(u32, u32)> = a.iter().copied().zip(b.iter().copied()).collect();
+    let reps = py
+        .detach(|| representatives_of_pairs(n, &pairs, policy, preference.as_deref()))
+        .map_err(err)?;
+    Ok(PyBytes::new(py, bytemuck::cast_slice(&reps)))
+}
