@@ -38,7 +38,8 @@ Above ``driver_documents`` (20 million) documents the fully distributed path
 runs instead: one key per table of the join design (paper section 3.1),
 shuffled, each key group compared in Rust (a key group larger than
 ``max_group`` split into block pairs), candidates verified by joining their
-feature sets, components by large-star/small-star (Kiveris et al., SoCC
+2014); it takes the components policy and keep-by first (ids of JSON Lines
+records read as integers when every one is, else as strings).
 2014); it takes column input, the components policy and keep-by first.
 
 Outputs under ``--output DIR``: ``DIR/pairs`` (columns ``a``, ``b``,
@@ -94,11 +95,14 @@ def _dedup_distributed(
     max_group: int = 4096,
     vector_col: Optional[str] = None,
     min_similarity: Optional[float] = None,
+    json_ids: Optional[str] = None,
     **kwargs: Any,
 ) -> SparkDedupResult:
     """The fully distributed path: vectors, and texts whose fingerprints do
     not fit the driver (more than ``driver_documents``). Components policy,
-    keep-by first, no ``against``."""
+    keep-by first, no ``against``. ``json_ids``: a column of the ids read as
+    integers, used instead of ``id_col`` when every id is one (as ``neardup
+    dedup`` reads JSON ids)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -126,11 +130,17 @@ def _dedup_distributed(
     stages = {}
     t0 = time.time()
 
-    # Input order: positions 0..n-1 in the order Spark reads.
-    indexed = df.rdd.zipWithIndex().map(lambda rv: (rv[1],) + tuple(rv[0]))
-    with_pos = spark.createDataFrame(indexed, T.StructType([T.StructField("_pos", T.LongType(), False)] + df.schema.fields))
+    if "_pos" in df.columns:
+        with_pos = df  # numbered by the caller in input order
+    else:
+        # Input order: positions 0..n-1 in the order Spark reads.
+        indexed = df.rdd.zipWithIndex().map(lambda rv: (rv[1],) + tuple(rv[0]))
+        with_pos = spark.createDataFrame(indexed, T.StructType([T.StructField("_pos", T.LongType(), False)] + df.schema.fields))
     with_pos = with_pos.localCheckpoint()
     n = with_pos.count()
+    if json_ids is not None:
+        if with_pos.where(F.col(json_ids).isNull() & F.col(id_col).isNotNull()).limit(1).count() == 0:
+            id_col = json_ids
     design = _rs.join_design(bits, k, float(max(n, 1)))
 
     fp_schema = T.StructType(
@@ -469,6 +479,7 @@ def dedup(
     field:NAME[:asc|desc]; ``idf``: an IDF table file (``neardup idf build``)
     for ``weights="tfidf"``, read on the driver and shipped to the executors.
     """
+    import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -619,13 +630,53 @@ def dedup(
     stages["fingerprint"] = time.time() - t0
     _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
     if n > driver_documents:
-        if against is not None or policy != "components" or keep_by != "first" or json_col is not None:
+        if against is not None or policy != "components" or keep_by != "first" or idf is not None:
             raise neardup.NeardupError(
                 f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path "
-                "takes column input, policy components, keep_by first and no against"
+                "takes policy components, keep_by first, no against and no IDF table (or raise driver_documents, "
+                "about 110 bytes of driver memory per document)"
             )
-        return _dedup_distributed(spark, df, id_col=id_col, text_col=text_col, k=k, verify=verify, config=config,
-                                  max_group=max_group, **kwargs)
+        _log(quiet, f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path runs")
+        # Rows numbered in input order as the fingerprint pass numbered them
+        # (blank lines count), with only the data columns.
+        data = [json_col] if json_col else [c for c in records.columns if c not in ("_pos", "_file", "_start", "_row", "_new")]
+        if "_pos" in records.columns:
+            numbered = records.select("_pos", *data)
+        else:
+            def number(batches):
+                state: dict = {}
+                for b in batches:
+                    yield pa.RecordBatch.from_arrays([pa.array(pos_of(b, state), pa.int64())] + [b.column(c) for c in data],
+                                                     names=["_pos"] + data)
+
+            schema = T.StructType([T.StructField("_pos", T.LongType(), False)] + [records.schema[c] for c in data])
+            numbered = records.select(*meta, *data).mapInArrow(number, schema)
+        if json_col is None:
+            return _dedup_distributed(spark, numbered, id_col=id_col, text_col=text_col, k=k, verify=verify, config=config,
+                                      max_group=max_group, **kwargs)
+        # JSON Lines: the id and text fields as columns (the records were
+        # checked by the fingerprint pass; skipped ones have no text here).
+        fields = T.StructType([T.StructField(id_col, T.StringType()), T.StructField(text_col, T.StringType())])
+        nums = T.StructType([T.StructField(id_col, T.LongType())])
+        blank = "^[ \\t\\n\\r\\f]*$"
+        rows = numbered.where(~F.col(json_col).rlike(blank)).select(
+            "_pos",
+            json_col,
+            F.from_json(json_col, fields).alias("_f"),
+            F.from_json(json_col, nums).alias("_n"),
+        )
+        rows = rows.select(
+            "_pos",
+            json_col,
+            F.col("_f").getField(id_col).alias("_id"),
+            F.col("_n").getField(id_col).alias("_id_num"),
+            F.col("_f").getField(text_col).alias("_text"),
+        ).where(F.col("_text").isNotNull())
+        result = _dedup_distributed(spark, rows, id_col="_id", text_col="_text", k=k, verify=verify, config=config,
+                                    max_group=max_group, json_ids="_id_num", **kwargs)
+        result.deduped = result.deduped.select(json_col)
+        result.json_records = True
+        return result
 
     # Candidates: every fingerprint on the driver, joined as `neardup dedup` joins them.
     t1 = time.time()
@@ -678,8 +729,6 @@ def dedup(
     moved = np.nonzero(reps != np.arange(n))[0]
     in_cluster = np.unique(np.concatenate([moved, reps[moved]]))
     _log(quiet, f"{policy}: {len(moved[moved >= n_old]):,} documents removed in {stages['components']:.2f} s")
-
-    import pyarrow as pa
 
     first_new = n_old
     keep_pairs = kept[:, 1] >= first_new  # pairs of two old documents are not reported
@@ -1035,6 +1084,8 @@ def main(argv: Optional[list] = None) -> int:
     d.add_argument("--stopwords", action="store_true")
     d.add_argument("--html", action="store_true")
     d.add_argument("--skip-invalid", action="store_true", help="skip malformed records and count them, instead of failing")
+    d.add_argument("--driver-documents", type=int, default=DRIVER_DOCUMENTS,
+                   help="join on the driver up to this many documents (about 110 bytes of driver memory each), else distribute")
     d.add_argument("--max-group", type=int, default=4096, help="distributed path: split key groups larger than this (skew)")
     d.add_argument("--vector-column", help="dedup dense vectors (an array of numbers) in this column instead of texts")
     d.add_argument("--min-similarity", type=float, help="with --vector-column: the cosine threshold (default 0.95)")
@@ -1098,7 +1149,7 @@ def main(argv: Optional[list] = None) -> int:
                 json_col="value" if fmt == "jsonl" else None, k=args.k,
                 verify=False if args.no_verify else args.verify, policy=args.policy, keep_by=args.keep_by,
                 config=config, idf=args.idf, skip_invalid=args.skip_invalid, max_group=args.max_group,
-                quiet=quiet, positions=positions, **kwargs,
+                driver_documents=args.driver_documents, quiet=quiet, positions=positions, **kwargs,
             )
         took = write(result, args.output, args.format)
         result.stages["write"] = sum(took.values())
