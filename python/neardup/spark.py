@@ -38,9 +38,9 @@ Above ``driver_documents`` (20 million) documents the fully distributed path
 runs instead: one key per table of the join design (paper section 3.1),
 shuffled, each key group compared in Rust (a key group larger than
 ``max_group`` split into block pairs), candidates verified by joining their
+feature sets, components by large-star/small-star (Kiveris et al., SoCC
 2014); it takes the components policy and keep-by first (ids of JSON Lines
 records read as integers when every one is, else as strings).
-2014); it takes column input, the components policy and keep-by first.
 
 Outputs under ``--output DIR``: ``DIR/pairs`` (columns ``a``, ``b``,
 ``distance``, and ``jaccard`` when verified), ``DIR/clusters``
