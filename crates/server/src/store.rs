@@ -1,11 +1,23 @@
 //! The durable store: one redb database file, the source of truth.
 //!
 //! Table `docs`: document id -> record (fingerprint, little-endian, 8 or 16
-//! bytes; then the metadata as JSON text, possibly empty). Table `meta`: the
-//! collection's settings, fixed at creation. Every write batch is one redb
-//! transaction committed with immediate durability (fsync) before any of its
-//! writes is acknowledged: after a crash the database holds every acknowledged
-//! batch whole and nothing of a batch that was not committed.
+//! bytes; one byte, 1 if the document has a sketch; the metadata as JSON
+//! text, possibly empty; an 8-byte checksum). Table `sketches`: id -> verification sketch and its checksum.
+//! Table `meta`: the collection's settings, fixed at creation, and the count
+//! and combined checksum of the `docs` records.
+//!
+//! Every write batch is one redb transaction committed with immediate
+//! durability (fsync) before any of its writes is acknowledged: after a crash
+//! the database holds every acknowledged batch whole and nothing of a batch
+//! that was not committed.
+//!
+//! Damage is refused, never served: each record's checksum covers its id and
+//! value, so a changed byte in a record is found when it is read (every
+//! `docs` record at open, a sketch when a request reads it); the combined
+//! checksum finds records lost or duplicated by damage to the tree; a panic of
+//! the storage engine on a damaged page becomes a storage error. A damaged
+//! collection does not open: restore its folder from a backup (a copy of
+//! `neardup.redb` taken while the service is stopped).
 
 use std::path::{Path, PathBuf};
 
@@ -24,11 +36,96 @@ const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const SKETCHES: TableDefinition<&str, &[u8]> = TableDefinition::new("sketches");
 
 /// The store format this build writes: 2 keeps a verification sketch per
-/// document stored by text. Version 1 stores (no sketches) open as they are:
-/// their documents are matched by distance alone until stored again with their
+/// document stored by text; 3 adds the checksums. Older stores are upgraded
+/// when opened (one transaction: all of it or none). Version 1 documents have
+/// no sketch: they are matched by distance alone until stored again with their
 /// text, which writes the sketch.
-pub const STORE_VERSION: u32 = 2;
+pub const STORE_VERSION: u32 = 3;
 const SETTINGS_KEY: &str = "settings";
+/// `count xor` of the `docs` records' checksums (hexadecimal).
+const DIGEST_KEY: &str = "docs_digest";
+/// Bytes of checksum at the end of every record.
+const CHECK: usize = 8;
+
+/// The checksum of one record: its table, id and value.
+fn checksum(table: u8, id: &str, value: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&[table]);
+    h.update(&(id.len() as u64).to_le_bytes());
+    h.update(id.as_bytes());
+    h.update(value);
+    h.digest()
+}
+const DOCS_TAG: u8 = 1;
+const SKETCHES_TAG: u8 = 2;
+
+/// `value` with its checksum appended.
+fn sealed(table: u8, id: &str, value: &[u8], out: &mut Vec<u8>) -> u64 {
+    let c = checksum(table, id, value);
+    out.clear();
+    out.extend_from_slice(value);
+    out.extend_from_slice(&c.to_le_bytes());
+    c
+}
+
+/// The value of a sealed record and its checksum, if they agree.
+fn unsealed<'v>(table: u8, id: &str, stored: &'v [u8]) -> Option<(&'v [u8], u64)> {
+    let (value, check) = stored.split_at(stored.len().checked_sub(CHECK)?);
+    let c = u64::from_le_bytes(check.try_into().ok()?);
+    (checksum(table, id, value) == c).then_some((value, c))
+}
+
+/// The stored checksum of a sealed record, whatever its state (to take it
+/// out of the combined checksum when the record is replaced).
+fn stored_check(stored: &[u8]) -> u64 {
+    stored.len().checked_sub(CHECK).map_or(0, |at| {
+        u64::from_le_bytes(stored[at..].try_into().expect("8 bytes"))
+    })
+}
+
+/// Count and XOR of the checksums of the `docs` records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Digest {
+    count: u64,
+    xor: u64,
+}
+
+impl Digest {
+    fn add(&mut self, c: u64) {
+        self.count += 1;
+        self.xor ^= c;
+    }
+
+    fn remove(&mut self, c: u64) {
+        self.count = self.count.wrapping_sub(1);
+        self.xor ^= c;
+    }
+
+    fn text(&self) -> String {
+        format!("{} {:016x}", self.count, self.xor)
+    }
+
+    fn parse(text: &str) -> Option<Digest> {
+        let (count, xor) = text.split_once(' ')?;
+        Some(Digest {
+            count: count.parse().ok()?,
+            xor: u64::from_str_radix(xor, 16).ok()?,
+        })
+    }
+}
+
+/// Runs a storage call, turning a panic of the engine (on a damaged page)
+/// into an error.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T, ServiceError>) -> Result<T, ServiceError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(ServiceError::Storage(format!(
+            "{}: the storage engine failed reading it: the file is damaged; {RESTORE}",
+            path.display()
+        )))
+    })
+}
+
+const RESTORE: &str = "restore the data folder from a backup (a copy of neardup.redb taken while the service was stopped)";
 
 /// File name of the database inside the data folder.
 pub const DB_FILE: &str = "neardup.redb";
@@ -74,9 +171,30 @@ pub struct Record {
 }
 
 pub struct Store {
-    db: Database,
+    db: Db,
     path: PathBuf,
     fp_bytes: usize,
+}
+
+/// The database, closed without a panic escaping when its file is damaged.
+struct Db(Option<Database>);
+
+impl std::ops::Deref for Db {
+    type Target = Database;
+    fn deref(&self) -> &Database {
+        self.0.as_ref().expect("the database is open until dropped")
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(db)));
+            if closed.is_err() {
+                tracing::error!("closing the store failed: its file is damaged");
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -103,8 +221,15 @@ impl Store {
             ))
         })?;
         let path = dir.join(DB_FILE);
+        guarded(&path.clone(), || Self::open_at(path, create))
+    }
+
+    fn open_at(
+        path: PathBuf,
+        create: impl FnOnce() -> Result<Settings, ServiceError>,
+    ) -> Result<(Store, Settings), ServiceError> {
         let exists = path.exists();
-        let db = Database::create(&path).map_err(|e| {
+        let db = Db(Some(Database::create(&path).map_err(|e| {
             let text = e.to_string();
             let hint = if text.contains("lock") || text.contains("already open") {
                 "is another neardup serve using this folder?"
@@ -112,7 +237,7 @@ impl Store {
                 "it is not a readable neardup collection: give an empty folder to create one"
             };
             ServiceError::Storage(format!("cannot open {}: {text} ({hint})", path.display()))
-        })?;
+        })?));
         let settings = if exists {
             let tx = db.begin_read().map_err(storage)?;
             let table = tx.open_table(META).map_err(|e| {
@@ -144,14 +269,24 @@ impl Store {
                     STORE_VERSION
                 )));
             }
-            s
+            drop(table);
+            drop(tx);
+            if s.version < STORE_VERSION {
+                upgrade(&db, &path, s)?
+            } else {
+                s
+            }
         } else {
-            let s = create()?;
+            let mut s = create()?;
+            s.version = STORE_VERSION;
             let tx = db.begin_write().map_err(storage)?;
             {
                 let mut table = tx.open_table(META).map_err(storage)?;
                 let text = serde_json::to_string(&s).expect("settings serialise");
                 table.insert(SETTINGS_KEY, text.as_str()).map_err(storage)?;
+                table
+                    .insert(DIGEST_KEY, Digest::default().text().as_str())
+                    .map_err(storage)?;
                 tx.open_table(DOCS).map_err(storage)?;
                 tx.open_table(SKETCHES).map_err(storage)?;
             }
@@ -162,13 +297,27 @@ impl Store {
         Ok((Store { db, path, fp_bytes }, settings))
     }
 
+    fn damaged(&self, what: String) -> ServiceError {
+        ServiceError::Storage(format!("{}: {what}; {RESTORE}", self.path.display()))
+    }
+
     /// Commits `writes` as one durable transaction.
     pub fn commit(&self, writes: &[Write<'_>]) -> Result<(), ServiceError> {
+        guarded(&self.path, || self.commit_inner(writes))
+    }
+
+    fn commit_inner(&self, writes: &[Write<'_>]) -> Result<(), ServiceError> {
         let tx = self.db.begin_write().map_err(storage)?;
         {
+            let mut meta = tx.open_table(META).map_err(storage)?;
+            let mut digest = match meta.get(DIGEST_KEY).map_err(storage)? {
+                Some(v) => Digest::parse(v.value())
+                    .ok_or_else(|| self.damaged("the records' checksum is unreadable".into()))?,
+                None => return Err(self.damaged("the records' checksum is missing".into())),
+            };
             let mut table = tx.open_table(DOCS).map_err(storage)?;
             let mut sketches = tx.open_table(SKETCHES).map_err(storage)?;
-            let mut value = Vec::new();
+            let (mut value, mut out) = (Vec::new(), Vec::new());
             for w in writes {
                 match w {
                     Write::Put {
@@ -179,107 +328,460 @@ impl Store {
                     } => {
                         value.clear();
                         value.extend_from_slice(fingerprint);
+                        value.push(u8::from(sketch.is_some()));
                         value.extend_from_slice(meta.unwrap_or_default());
-                        table.insert(*id, value.as_slice()).map_err(storage)?;
+                        let c = sealed(DOCS_TAG, id, &value, &mut out);
+                        if let Some(old) = table.insert(*id, out.as_slice()).map_err(storage)? {
+                            digest.remove(stored_check(old.value()));
+                        }
+                        digest.add(c);
                         match sketch {
-                            Some(s) => sketches.insert(*id, s.0.as_slice()).map(drop),
+                            Some(s) => {
+                                sealed(SKETCHES_TAG, id, &s.0, &mut out);
+                                sketches.insert(*id, out.as_slice()).map(drop)
+                            }
                             None => sketches.remove(*id).map(drop),
                         }
                         .map_err(storage)?;
                     }
                     Write::Delete { id } => {
-                        table.remove(*id).map_err(storage)?;
+                        if let Some(old) = table.remove(*id).map_err(storage)? {
+                            digest.remove(stored_check(old.value()));
+                        }
                         sketches.remove(*id).map_err(storage)?;
                     }
                 }
             }
+            meta.insert(DIGEST_KEY, digest.text().as_str())
+                .map_err(storage)?;
         }
         tx.commit().map_err(storage)
     }
 
     /// One document.
     pub fn get(&self, id: &str) -> Result<Option<Record>, ServiceError> {
-        let tx = self.db.begin_read().map_err(storage)?;
-        let table = tx.open_table(DOCS).map_err(storage)?;
-        Ok(table
-            .get(id)
-            .map_err(storage)?
-            .map(|v| self.record(v.value())))
+        guarded(&self.path, || {
+            let tx = self.db.begin_read().map_err(storage)?;
+            let table = tx.open_table(DOCS).map_err(storage)?;
+            match table.get(id).map_err(storage)? {
+                Some(v) => self.record(id, v.value()).map(Some),
+                None => Ok(None),
+            }
+        })
     }
 
     /// Several documents' metadata, in one read transaction.
     pub fn metas(&self, ids: &[&str]) -> Result<Vec<Option<Vec<u8>>>, ServiceError> {
-        let tx = self.db.begin_read().map_err(storage)?;
-        let table = tx.open_table(DOCS).map_err(storage)?;
-        ids.iter()
-            .map(|id| {
-                Ok(table
-                    .get(*id)
-                    .map_err(storage)?
-                    .and_then(|v| self.record(v.value()).meta))
-            })
-            .collect()
+        guarded(&self.path, || {
+            let tx = self.db.begin_read().map_err(storage)?;
+            let table = tx.open_table(DOCS).map_err(storage)?;
+            ids.iter()
+                .map(|id| match table.get(*id).map_err(storage)? {
+                    Some(v) => Ok(self.record(id, v.value())?.meta),
+                    None => Ok(None),
+                })
+                .collect()
+        })
     }
 
     /// Several documents' verification sketches, in one read transaction:
     /// None for a document stored without its text (or before sketches were
-    /// kept). A sketch of the wrong size is damage, refused.
+    /// kept). A sketch whose checksum disagrees is damage, refused.
     pub fn sketches(&self, ids: &[&str]) -> Result<Vec<Option<Sketch>>, ServiceError> {
-        let tx = self.db.begin_read().map_err(storage)?;
-        let table = match tx.open_table(SKETCHES) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(vec![None; ids.len()]),
-            Err(e) => return Err(storage(e)),
-        };
-        ids.iter()
-            .map(|id| match table.get(*id).map_err(storage)? {
-                None => Ok(None),
-                Some(v) => Sketch::from_bytes(v.value()).map(Some).ok_or_else(|| {
-                    ServiceError::Storage(format!(
-                        "{}: document {id:?} has a damaged sketch",
-                        self.path.display()
-                    ))
-                }),
-            })
-            .collect()
+        guarded(&self.path, || {
+            let tx = self.db.begin_read().map_err(storage)?;
+            let table = match tx.open_table(SKETCHES) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(vec![None; ids.len()]),
+                Err(e) => return Err(storage(e)),
+            };
+            let docs = tx.open_table(DOCS).map_err(storage)?;
+            ids.iter()
+                .map(|id| match table.get(*id).map_err(storage)? {
+                    // No sketch: the document must say it has none.
+                    None => match docs.get(*id).map_err(storage)? {
+                        Some(d) if self.checked(id, d.value())?[self.fp_bytes] == 1 => {
+                            Err(self.damaged(format!("document {id:?} has lost its sketch")))
+                        }
+                        _ => Ok(None),
+                    },
+                    Some(v) => unsealed(SKETCHES_TAG, id, v.value())
+                        .and_then(|(bytes, _)| Sketch::from_bytes(bytes))
+                        .map(Some)
+                        .ok_or_else(|| {
+                            self.damaged(format!("document {id:?} has a damaged sketch"))
+                        }),
+                })
+                .collect()
+        })
     }
 
-    fn record(&self, bytes: &[u8]) -> Record {
-        let (fp, meta) = bytes.split_at(self.fp_bytes.min(bytes.len()));
-        Record {
+    /// A `docs` record, checked.
+    fn record(&self, id: &str, stored: &[u8]) -> Result<Record, ServiceError> {
+        let value = self.checked(id, stored)?;
+        let (fp, rest) = value.split_at(self.fp_bytes);
+        let meta = &rest[1..];
+        Ok(Record {
             fingerprint: fp.to_vec(),
             meta: (!meta.is_empty()).then(|| meta.to_vec()),
-        }
+        })
     }
 
-    /// Calls `f(id, fingerprint bytes)` for every document, in id order.
+    /// The value of a `docs` record whose checksum and shape are right.
+    fn checked<'v>(&self, id: &str, stored: &'v [u8]) -> Result<&'v [u8], ServiceError> {
+        unsealed(DOCS_TAG, id, stored)
+            .map(|(v, _)| v)
+            .filter(|v| v.len() > self.fp_bytes && v[self.fp_bytes] <= 1)
+            .ok_or_else(|| self.damaged(format!("document {id:?} has a damaged record")))
+    }
+
+    /// Calls `f(id, fingerprint bytes)` for every document, in id order,
+    /// checking every record and, at the end, that none was lost or added.
     pub fn for_each(&self, mut f: impl FnMut(&str, &[u8])) -> Result<(), ServiceError> {
-        let tx = self.db.begin_read().map_err(storage)?;
-        let table = tx.open_table(DOCS).map_err(storage)?;
-        for entry in table.iter().map_err(storage)? {
-            let (k, v) = entry.map_err(storage)?;
-            let v = v.value();
-            if v.len() < self.fp_bytes {
-                return Err(ServiceError::Storage(format!(
-                    "{}: document {:?} has a truncated record",
-                    self.path.display(),
-                    k.value()
+        guarded(&self.path, || {
+            let tx = self.db.begin_read().map_err(storage)?;
+            let meta = tx.open_table(META).map_err(storage)?;
+            let want = meta
+                .get(DIGEST_KEY)
+                .map_err(storage)?
+                .and_then(|v| Digest::parse(v.value()))
+                .ok_or_else(|| {
+                    self.damaged("the records' checksum is missing or unreadable".into())
+                })?;
+            let table = tx.open_table(DOCS).map_err(storage)?;
+            let mut got = Digest::default();
+            for entry in table.iter().map_err(storage)? {
+                let (k, v) = entry.map_err(storage)?;
+                let id = k.value();
+                let value = self.checked(id, v.value())?;
+                got.add(stored_check(v.value()));
+                f(id, &value[..self.fp_bytes]);
+            }
+            if got != want {
+                return Err(self.damaged(format!(
+                    "records were lost or changed ({} found where {} were written)",
+                    got.count, want.count
                 )));
             }
-            f(k.value(), &v[..self.fp_bytes]);
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Documents stored.
     pub fn document_count(&self) -> Result<u64, ServiceError> {
-        let tx = self.db.begin_read().map_err(storage)?;
-        let table = tx.open_table(DOCS).map_err(storage)?;
-        table.len().map_err(storage)
+        guarded(&self.path, || {
+            let tx = self.db.begin_read().map_err(storage)?;
+            let table = tx.open_table(DOCS).map_err(storage)?;
+            table.len().map_err(storage)
+        })
     }
 
     /// Size of the database file in bytes.
     pub fn disk_bytes(&self) -> u64 {
         std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+/// Rewrites a store of an older version with this version's checksums, in one
+/// transaction, and returns its settings at this version.
+fn upgrade(db: &Database, path: &Path, mut settings: Settings) -> Result<Settings, ServiceError> {
+    const CHUNK: usize = 10_000;
+    let from = settings.version;
+    let fp_bytes = settings.config.bits.bits() as usize / 8;
+    let tx = db.begin_write().map_err(storage)?;
+    let mut digest = Digest::default();
+    {
+        let mut out = Vec::new();
+        // Sketches first, then the documents, each told whether it has one.
+        let mut value = Vec::new();
+        for (def, tag) in [(SKETCHES, SKETCHES_TAG), (DOCS, DOCS_TAG)] {
+            let sketches = (tag == DOCS_TAG)
+                .then(|| tx.open_table(SKETCHES))
+                .transpose()
+                .map_err(storage)?;
+            let mut table = tx.open_table(def).map_err(storage)?;
+            let mut after: Option<String> = None;
+            loop {
+                let chunk: Vec<(String, Vec<u8>)> = {
+                    let range = match &after {
+                        Some(a) => table.range::<&str>((
+                            std::ops::Bound::Excluded(a.as_str()),
+                            std::ops::Bound::Unbounded,
+                        )),
+                        None => table.range::<&str>(..),
+                    }
+                    .map_err(storage)?;
+                    range
+                        .take(CHUNK)
+                        .map(|e| {
+                            e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec()))
+                                .map_err(storage)
+                        })
+                        .collect::<Result<_, _>>()?
+                };
+                let Some((last, _)) = chunk.last() else { break };
+                after = Some(last.clone());
+                for (id, old) in &chunk {
+                    value.clear();
+                    match &sketches {
+                        Some(sk) if old.len() >= fp_bytes => {
+                            let has = sk.get(id.as_str()).map_err(storage)?.is_some();
+                            value.extend_from_slice(&old[..fp_bytes]);
+                            value.push(u8::from(has));
+                            value.extend_from_slice(&old[fp_bytes..]);
+                        }
+                        Some(_) => {
+                            return Err(ServiceError::Storage(format!(
+                                "{}: document {id:?} has a truncated record; {RESTORE}",
+                                path.display()
+                            )));
+                        }
+                        None => value.extend_from_slice(old),
+                    }
+                    let c = sealed(tag, id, &value, &mut out);
+                    if tag == DOCS_TAG {
+                        digest.add(c);
+                    }
+                    table.insert(id.as_str(), out.as_slice()).map_err(storage)?;
+                }
+            }
+        }
+        settings.version = STORE_VERSION;
+        let mut meta = tx.open_table(META).map_err(storage)?;
+        let text = serde_json::to_string(&settings).expect("settings serialise");
+        meta.insert(SETTINGS_KEY, text.as_str()).map_err(storage)?;
+        meta.insert(DIGEST_KEY, digest.text().as_str())
+            .map_err(storage)?;
+    }
+    tx.commit().map_err(storage)?;
+    tracing::info!(
+        "{}: upgraded from store version {from} to {STORE_VERSION} ({} documents)",
+        path.display(),
+        digest.count
+    );
+    Ok(settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neardup_core::index::plan;
+
+    fn settings(version: u32) -> Settings {
+        let config = FingerprintConfig {
+            bits: neardup_core::Width::W128,
+            ..FingerprintConfig::default()
+        };
+        let p = plan(128, 15, 1e6, None).unwrap();
+        Settings {
+            config,
+            max_k: 15,
+            design: p.options[p.chosen].design.clone(),
+            version,
+            verify: Some(0.8),
+        }
+    }
+
+    fn refuse() -> Result<Settings, ServiceError> {
+        Err(ServiceError::Config(
+            "an existing store is not created anew".into(),
+        ))
+    }
+
+    type Dump = (
+        Vec<(String, Vec<u8>)>,
+        Vec<Option<Record>>,
+        Vec<Option<Vec<u8>>>,
+    );
+
+    /// Everything a service reads: the fingerprints scanned at open, each
+    /// record and each sketch.
+    fn dump(store: &Store, ids: &[String]) -> Result<Dump, ServiceError> {
+        let mut fps = Vec::new();
+        store.for_each(|id, fp| fps.push((id.to_owned(), fp.to_vec())))?;
+        let records = ids
+            .iter()
+            .map(|id| store.get(id))
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let sketches = store.sketches(&refs)?;
+        Ok((
+            fps,
+            records,
+            sketches
+                .into_iter()
+                .map(|s| s.map(|s| s.0.to_vec()))
+                .collect(),
+        ))
+    }
+
+    fn fingerprint(i: u64) -> [u8; 16] {
+        let h = xxhash_rust::xxh3::xxh3_128(&i.to_le_bytes());
+        h.to_le_bytes()
+    }
+
+    fn sketch(i: usize) -> Sketch {
+        Sketch(std::array::from_fn(|j| (i * 7 + j) as u8))
+    }
+
+    /// 300 documents written in batches, 40 replaced and 20 deleted; the ids
+    /// to read back (with one never stored).
+    fn fill(dir: &Path) -> Vec<String> {
+        let (store, _) = Store::open_or_create(dir, || Ok(settings(STORE_VERSION))).unwrap();
+        let ids: Vec<String> = (0..300).map(|i| format!("doc-{i:04}")).collect();
+        let metas: Vec<String> = (0..300).map(|i| format!(r#"{{"n":{i}}}"#)).collect();
+        let fps: Vec<[u8; 16]> = (0..300).map(fingerprint).collect();
+        let sketches: Vec<Sketch> = (0..300).map(sketch).collect();
+        for batch in (0..300).collect::<Vec<usize>>().chunks(50) {
+            let writes: Vec<Write> = batch
+                .iter()
+                .map(|&i| Write::Put {
+                    id: &ids[i],
+                    fingerprint: &fps[i],
+                    meta: (i % 2 == 0).then(|| metas[i].as_bytes()),
+                    sketch: (i % 3 != 0).then_some(&sketches[i]),
+                })
+                .collect();
+            store.commit(&writes).unwrap();
+        }
+        let again: Vec<[u8; 16]> = (1000..1040).map(fingerprint).collect();
+        let mut writes: Vec<Write> = (0..40)
+            .map(|i| Write::Put {
+                id: &ids[i],
+                fingerprint: &again[i],
+                meta: None,
+                sketch: None,
+            })
+            .collect();
+        writes.extend((40..60).map(|i| Write::Delete { id: &ids[i] }));
+        store.commit(&writes).unwrap();
+        let mut all = ids.clone();
+        all.push("never-stored".into());
+        all
+    }
+
+    #[test]
+    fn every_flipped_byte_is_refused_or_harmless() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = fill(dir.path());
+        let (store, _) = Store::open_or_create(dir.path(), refuse).unwrap();
+        let want = dump(&store, &ids).unwrap();
+        assert_eq!(want.0.len(), 280);
+        drop(store);
+        let bytes = std::fs::read(dir.path().join(DB_FILE)).unwrap();
+        // Every byte of the first page (headers), then a stride over the rest.
+        let stride = (bytes.len() / 300).max(1);
+        let positions: Vec<usize> = (0..bytes.len().min(4096))
+            .step_by(13)
+            .chain((4096..bytes.len()).step_by(stride))
+            .collect();
+        let (mut refused, mut harmless) = (0, 0);
+        let scratch = tempfile::tempdir().unwrap();
+        for (n, &p) in positions.iter().enumerate() {
+            let mut damaged = bytes.clone();
+            damaged[p] ^= 1 << (n % 8);
+            let dir = scratch.path().join(n.to_string());
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join(DB_FILE), &damaged).unwrap();
+            let read = Store::open_or_create(&dir, refuse).and_then(|(s, _)| dump(&s, &ids));
+            match read {
+                Err(e) => {
+                    let text = e.to_string();
+                    assert!(!text.is_empty());
+                    refused += 1;
+                }
+                Ok(got) => {
+                    assert!(
+                        got == want,
+                        "a flip at byte {p} was served as data: scan {}, records {}, sketches {}",
+                        got.0 == want.0,
+                        got.1 == want.1,
+                        got.2 == want.2
+                    );
+                    harmless += 1;
+                }
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        // Both outcomes happen: damage to live pages is found, flips in
+        // free space change nothing.
+        eprintln!(
+            "{} positions: {refused} refused, {harmless} harmless",
+            positions.len()
+        );
+        assert!(refused > 20, "{refused} refused, {harmless} harmless");
+        assert!(harmless > 0, "{refused} refused, {harmless} harmless");
+    }
+
+    #[test]
+    fn a_damaged_record_names_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = fill(dir.path());
+        // Rewrite one record's value behind the store's back (its checksum
+        // left as it was), as damage would.
+        {
+            let db = Database::create(dir.path().join(DB_FILE)).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(DOCS).unwrap();
+                let mut v = t.get(ids[100].as_str()).unwrap().unwrap().value().to_vec();
+                v[3] ^= 0x10;
+                t.insert(ids[100].as_str(), v.as_slice()).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let (store, _) = Store::open_or_create(dir.path(), refuse).unwrap();
+        let e = store.for_each(|_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("doc-0100") && e.contains("restore"), "{e}");
+        let e = store.get(&ids[100]).unwrap_err().to_string();
+        assert!(e.contains("damaged record"), "{e}");
+        assert!(store.get(&ids[101]).unwrap().is_some());
+    }
+
+    #[test]
+    fn older_stores_are_upgraded_with_their_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids: Vec<String> = (0..25_000).map(|i| format!("d{i}")).collect();
+        {
+            // A version 2 store as the previous release wrote it.
+            let db = Database::create(dir.path().join(DB_FILE)).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut meta = tx.open_table(META).unwrap();
+                let text = serde_json::to_string(&settings(2)).unwrap();
+                meta.insert(SETTINGS_KEY, text.as_str()).unwrap();
+                let mut docs = tx.open_table(DOCS).unwrap();
+                let mut sketches = tx.open_table(SKETCHES).unwrap();
+                for (i, id) in ids.iter().enumerate() {
+                    let mut v = fingerprint(i as u64).to_vec();
+                    if i % 2 == 0 {
+                        v.extend_from_slice(b"{\"x\":1}");
+                    }
+                    docs.insert(id.as_str(), v.as_slice()).unwrap();
+                    if i % 5 == 0 {
+                        sketches
+                            .insert(id.as_str(), sketch(i).0.as_slice())
+                            .unwrap();
+                    }
+                }
+            }
+            tx.commit().unwrap();
+        }
+        let (store, s) = Store::open_or_create(dir.path(), refuse).unwrap();
+        assert_eq!(s.version, STORE_VERSION);
+        assert_eq!(s.verify, Some(0.8));
+        let got = dump(&store, &ids).unwrap();
+        assert_eq!(got.0.len(), ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            let r = got.1[i].as_ref().unwrap();
+            assert_eq!(r.fingerprint, fingerprint(i as u64), "{id}");
+            assert_eq!(r.meta.is_some(), i % 2 == 0, "{id}");
+            assert_eq!(got.2[i], (i % 5 == 0).then(|| sketch(i).0.to_vec()), "{id}");
+        }
+        drop(store);
+        // Opened again: already at this version, the same data.
+        let (store, s) = Store::open_or_create(dir.path(), refuse).unwrap();
+        assert_eq!(s.version, STORE_VERSION);
+        assert!(dump(&store, &ids).unwrap() == got);
     }
 }
