@@ -272,7 +272,8 @@ pub fn router<B: Bits>(
         )
         .route("/v1/query", post(post_query::<B>))
         .route("/v1/stats", get(stats::<B>))
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(healthz::<B>))
+        .route("/readyz", get(readyz::<B>))
         .route("/metrics", get(metrics::<B>))
         .route("/openapi.json", get(openapi))
         .method_not_allowed_fallback(method_not_allowed)
@@ -382,7 +383,7 @@ async fn authorise<B: Bits>(
         || (req.method() == axum::http::Method::POST && path == "/v1/documents");
     let needed = match s.protect {
         Protect::Writes => is_write,
-        Protect::All => path != "/healthz",
+        Protect::All => path != "/healthz" && path != "/readyz",
     };
     if needed {
         let given = req
@@ -809,8 +810,33 @@ async fn stats<B: Bits>(State(s): State<Arc<Service<B>>>) -> Json<Value> {
     }))
 }
 
-async fn healthz() -> Json<Value> {
-    Json(serde_json::json!({"status": "ok"}))
+/// Liveness: always 200 while the process answers; `"writes": "failing"`
+/// (status `degraded`) from a failed commit until one succeeds.
+async fn healthz<B: Bits>(State(s): State<Arc<Service<B>>>) -> Json<Value> {
+    Json(health(&s.store))
+}
+
+/// Readiness: 503 while writes are failing (the disk full, say); the next
+/// write reopens the store and, if the disk has room again, clears it.
+async fn readyz<B: Bits>(State(s): State<Arc<Service<B>>>) -> Response {
+    let body = health(&s.store);
+    let status = if body["writes"] == "ok" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+fn health(store: &crate::store::Store) -> Value {
+    match store.write_failure() {
+        None => serde_json::json!({"status": "ok", "writes": "ok"}),
+        Some(_) => serde_json::json!({
+            "status": "degraded",
+            "writes": "failing",
+            "message": "the last commit failed (the server's log says why); the next write retries",
+        }),
+    }
 }
 
 async fn metrics<B: Bits>(State(s): State<Arc<Service<B>>>) -> Response {

@@ -46,6 +46,9 @@ pub struct Options {
     pub max_body: usize,
     /// Time a request has to send its body once its headers are in (408).
     pub body_timeout: Duration,
+    /// How the store's database file is opened (and reopened after a failed
+    /// commit).
+    pub opener: store::Opener,
 }
 
 impl Default for Options {
@@ -55,6 +58,7 @@ impl Default for Options {
             protect: Protect::Writes,
             max_body: 16 << 20,
             body_timeout: Duration::from_secs(30),
+            opener: store::Opener::default(),
         }
     }
 }
@@ -90,7 +94,7 @@ impl App {
         options: Options,
     ) -> Result<App, ServiceError> {
         let started = Instant::now();
-        let (store, settings) = store::Store::open_or_create(dir, create)?;
+        let (store, settings) = store::Store::open_with(dir, create, options.opener.clone())?;
         match settings.config.bits {
             Width::W64 => start::<u64>(store, settings, options, started),
             Width::W128 => start::<u128>(store, settings, options, started),

@@ -20,6 +20,7 @@
 //! `neardup.redb` taken while the service is stopped).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -171,9 +172,33 @@ pub struct Record {
 }
 
 pub struct Store {
-    db: Db,
+    /// Closed (None) after a failed commit; the next call reopens it.
+    db: RwLock<Db>,
     path: PathBuf,
     fp_bytes: usize,
+    opener: Opener,
+    /// Why the last commit failed, until one succeeds.
+    failing: Mutex<Option<String>>,
+}
+
+/// Opens the database file: [`Opener::default`] with redb's file backend;
+/// tests give one whose disk fills up on demand.
+#[derive(Clone)]
+pub struct Opener(pub Arc<OpenFn>);
+
+/// What an [`Opener`] calls.
+pub type OpenFn = dyn Fn(&Path) -> Result<Database, redb::DatabaseError> + Send + Sync;
+
+impl Default for Opener {
+    fn default() -> Self {
+        Opener(Arc::new(|path: &Path| Database::create(path)))
+    }
+}
+
+impl std::fmt::Debug for Opener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Opener")
+    }
 }
 
 /// The database, closed without a panic escaping when its file is damaged.
@@ -182,7 +207,9 @@ struct Db(Option<Database>);
 impl std::ops::Deref for Db {
     type Target = Database;
     fn deref(&self) -> &Database {
-        self.0.as_ref().expect("the database is open until dropped")
+        self.0
+            .as_ref()
+            .expect("the database is open while its guard is held")
     }
 }
 
@@ -214,6 +241,15 @@ impl Store {
         dir: &Path,
         create: impl FnOnce() -> Result<Settings, ServiceError>,
     ) -> Result<(Store, Settings), ServiceError> {
+        Self::open_with(dir, create, Opener::default())
+    }
+
+    /// [`Store::open_or_create`] with the database opened by `opener`.
+    pub fn open_with(
+        dir: &Path,
+        create: impl FnOnce() -> Result<Settings, ServiceError>,
+        opener: Opener,
+    ) -> Result<(Store, Settings), ServiceError> {
         std::fs::create_dir_all(dir).map_err(|e| {
             ServiceError::Storage(format!(
                 "cannot create the data folder {}: {e}",
@@ -221,15 +257,16 @@ impl Store {
             ))
         })?;
         let path = dir.join(DB_FILE);
-        guarded(&path.clone(), || Self::open_at(path, create))
+        guarded(&path.clone(), || Self::open_at(path, create, opener))
     }
 
     fn open_at(
         path: PathBuf,
         create: impl FnOnce() -> Result<Settings, ServiceError>,
+        opener: Opener,
     ) -> Result<(Store, Settings), ServiceError> {
         let exists = path.exists();
-        let db = Db(Some(Database::create(&path).map_err(|e| {
+        let db = Db(Some((opener.0)(&path).map_err(|e| {
             let text = e.to_string();
             let hint = if text.contains("lock") || text.contains("already open") {
                 "is another neardup serve using this folder?"
@@ -294,7 +331,55 @@ impl Store {
             s
         };
         let fp_bytes = settings.config.bits.bits() as usize / 8;
-        Ok((Store { db, path, fp_bytes }, settings))
+        let store = Store {
+            db: RwLock::new(db),
+            path,
+            fp_bytes,
+            opener,
+            failing: Mutex::new(None),
+        };
+        Ok((store, settings))
+    }
+
+    /// The open database, reopened first if a failed commit closed it.
+    fn handle(&self) -> Result<RwLockReadGuard<'_, Db>, ServiceError> {
+        {
+            let db = self.db.read().expect("store lock");
+            if db.0.is_some() {
+                return Ok(db);
+            }
+        }
+        {
+            let mut db = self.db.write().expect("store lock");
+            if db.0.is_none() {
+                let opened = (self.opener.0)(&self.path).map_err(|e| {
+                    ServiceError::Storage(format!("cannot reopen {}: {e}", self.path.display()))
+                })?;
+                db.0 = Some(opened);
+                tracing::info!("{}: reopened", self.path.display());
+            }
+        }
+        let db = self.db.read().expect("store lock");
+        match db.0 {
+            Some(_) => Ok(db),
+            None => Err(ServiceError::Storage(format!(
+                "{} is closed",
+                self.path.display()
+            ))),
+        }
+    }
+
+    /// Closes the database after a failed commit: redb refuses every later
+    /// operation after an I/O error until it is opened again (the next call
+    /// does), which recovers once the disk has room again.
+    fn close_after_failure(&self) {
+        let mut db = self.db.write().expect("store lock");
+        drop(Db(db.0.take()));
+    }
+
+    /// Why writes are failing: the last commit's error, until one succeeds.
+    pub fn write_failure(&self) -> Option<String> {
+        self.failing.lock().expect("store lock").clone()
     }
 
     fn damaged(&self, what: String) -> ServiceError {
@@ -303,11 +388,22 @@ impl Store {
 
     /// Commits `writes` as one durable transaction.
     pub fn commit(&self, writes: &[Write<'_>]) -> Result<(), ServiceError> {
-        guarded(&self.path, || self.commit_inner(writes))
+        let done = guarded(&self.path, || self.commit_inner(writes));
+        let mut failing = self.failing.lock().expect("store lock");
+        match &done {
+            Ok(()) => *failing = None,
+            Err(e) => {
+                *failing = Some(e.to_string());
+                drop(failing);
+                self.close_after_failure();
+            }
+        }
+        done
     }
 
     fn commit_inner(&self, writes: &[Write<'_>]) -> Result<(), ServiceError> {
-        let tx = self.db.begin_write().map_err(storage)?;
+        let db = self.handle()?;
+        let tx = db.begin_write().map_err(storage)?;
         {
             let mut meta = tx.open_table(META).map_err(storage)?;
             let mut digest = match meta.get(DIGEST_KEY).map_err(storage)? {
@@ -361,7 +457,8 @@ impl Store {
     /// One document.
     pub fn get(&self, id: &str) -> Result<Option<Record>, ServiceError> {
         guarded(&self.path, || {
-            let tx = self.db.begin_read().map_err(storage)?;
+            let db = self.handle()?;
+            let tx = db.begin_read().map_err(storage)?;
             let table = tx.open_table(DOCS).map_err(storage)?;
             match table.get(id).map_err(storage)? {
                 Some(v) => self.record(id, v.value()).map(Some),
@@ -373,7 +470,8 @@ impl Store {
     /// Several documents' metadata, in one read transaction.
     pub fn metas(&self, ids: &[&str]) -> Result<Vec<Option<Vec<u8>>>, ServiceError> {
         guarded(&self.path, || {
-            let tx = self.db.begin_read().map_err(storage)?;
+            let db = self.handle()?;
+            let tx = db.begin_read().map_err(storage)?;
             let table = tx.open_table(DOCS).map_err(storage)?;
             ids.iter()
                 .map(|id| match table.get(*id).map_err(storage)? {
@@ -389,7 +487,8 @@ impl Store {
     /// kept). A sketch whose checksum disagrees is damage, refused.
     pub fn sketches(&self, ids: &[&str]) -> Result<Vec<Option<Sketch>>, ServiceError> {
         guarded(&self.path, || {
-            let tx = self.db.begin_read().map_err(storage)?;
+            let db = self.handle()?;
+            let tx = db.begin_read().map_err(storage)?;
             let table = match tx.open_table(SKETCHES) {
                 Ok(t) => t,
                 Err(redb::TableError::TableDoesNotExist(_)) => return Ok(vec![None; ids.len()]),
@@ -439,7 +538,8 @@ impl Store {
     /// checking every record and, at the end, that none was lost or added.
     pub fn for_each(&self, mut f: impl FnMut(&str, &[u8])) -> Result<(), ServiceError> {
         guarded(&self.path, || {
-            let tx = self.db.begin_read().map_err(storage)?;
+            let db = self.handle()?;
+            let tx = db.begin_read().map_err(storage)?;
             let meta = tx.open_table(META).map_err(storage)?;
             let want = meta
                 .get(DIGEST_KEY)
@@ -470,7 +570,8 @@ impl Store {
     /// Documents stored.
     pub fn document_count(&self) -> Result<u64, ServiceError> {
         guarded(&self.path, || {
-            let tx = self.db.begin_read().map_err(storage)?;
+            let db = self.handle()?;
+            let tx = db.begin_read().map_err(storage)?;
             let table = tx.open_table(DOCS).map_err(storage)?;
             table.len().map_err(storage)
         })

@@ -185,7 +185,10 @@ async fn documents_insert_check_query_get_delete() {
     assert!(b["disk_bytes"].as_u64().unwrap() > 0);
     assert!(b["memory_bytes"].as_u64().unwrap() > 0);
     let (s, b) = call(r, "GET", "/healthz", None).await;
-    assert_eq!((s, b), (StatusCode::OK, json!({"status": "ok"})));
+    assert_eq!(
+        (s, b),
+        (StatusCode::OK, json!({"status": "ok", "writes": "ok"}))
+    );
     let (s, b) = call(r, "GET", "/metrics", None).await;
     assert_eq!(s, StatusCode::OK);
     let text = b.as_str().unwrap();
@@ -780,4 +783,169 @@ async fn openapi_describes_every_route() {
             }
         }
     }
+}
+
+/// A disk that fills up on demand: while `full` is set, every write, growth
+/// and sync of the database file fails with ENOSPC.
+#[derive(Debug)]
+struct FillingDisk {
+    inner: redb::backends::FileBackend,
+    full: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FillingDisk {
+    fn check(&self) -> std::io::Result<()> {
+        if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(std::io::Error::from_raw_os_error(28)) // ENOSPC
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl redb::StorageBackend for FillingDisk {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.check()?;
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.check()?;
+        self.inner.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.check()?;
+        self.inner.write(offset, data)
+    }
+    fn close(&self) -> std::io::Result<()> {
+        self.inner.close()
+    }
+    fn try_lock_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<bool, redb::BackendError> {
+        self.inner.try_lock_range(start, end)
+    }
+    fn try_lock_shared_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<bool, redb::BackendError> {
+        self.inner.try_lock_shared_range(start, end)
+    }
+    fn lock_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<(), redb::BackendError> {
+        self.inner.lock_range(start, end)
+    }
+    fn lock_shared_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<(), redb::BackendError> {
+        self.inner.lock_shared_range(start, end)
+    }
+    fn unlock_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<(), redb::BackendError> {
+        self.inner.unlock_range(start, end)
+    }
+}
+
+/// A full disk fails the writes of that moment (503) and says so in
+/// /healthz and /readyz; once it has room again the next write reopens the
+/// store and succeeds, without a restart, and nothing acknowledged is lost.
+#[tokio::test]
+async fn a_full_disk_fails_writes_until_it_has_room_again() {
+    use neardup_server::store::Opener;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let dir = tempfile::tempdir().unwrap();
+    let full = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&full);
+    let opener = Opener(Arc::new(move |path: &Path| {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        redb::Builder::new().create_with_backend(FillingDisk {
+            inner: redb::backends::FileBackend::new(file)?,
+            full: Arc::clone(&f),
+        })
+    }));
+    let app = open(
+        dir.path(),
+        Options {
+            opener,
+            ..Options::default()
+        },
+    );
+    let r = &app.router;
+    let insert =
+        |id: &str, text: &str| json!({"documents": [{"id": id, "text": text}], "mode": "insert"});
+    let (s, _) = call(r, "POST", "/v1/documents", Some(insert("a", PAGE))).await;
+    assert_eq!(s, StatusCode::OK);
+
+    full.store(true, Ordering::SeqCst);
+    for i in 0..3 {
+        let (s, b) = call(
+            r,
+            "POST",
+            "/v1/documents",
+            Some(insert(&format!("b{i}"), "other words entirely")),
+        )
+        .await;
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{b}");
+        assert_eq!(b["error"]["code"], "storage_unavailable", "{b}");
+    }
+    let (s, b) = call(r, "GET", "/healthz", None).await;
+    assert_eq!(
+        (s, &b["writes"]),
+        (StatusCode::OK, &json!("failing")),
+        "{b}"
+    );
+    let (s, _) = call(r, "GET", "/readyz", None).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+
+    // Room again: the next write reopens the store and is committed.
+    full.store(false, Ordering::SeqCst);
+    let (s, b) = call(
+        r,
+        "POST",
+        "/v1/documents",
+        Some(insert("c", "yet another text here")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (s, b) = call(r, "GET", "/readyz", None).await;
+    assert_eq!(
+        (s, b),
+        (StatusCode::OK, json!({"status": "ok", "writes": "ok"}))
+    );
+    for (id, want) in [
+        ("a", StatusCode::OK),
+        ("c", StatusCode::OK),
+        ("b0", StatusCode::NOT_FOUND),
+    ] {
+        let (s, _) = call(r, "GET", &format!("/v1/documents/{id}"), None).await;
+        assert_eq!(s, want, "{id}");
+    }
+    let (_, b) = call(r, "POST", "/v1/query", Some(json!({"text": PAGE}))).await;
+    assert_eq!(b["matches"][0]["id"], "a", "{b}");
+    drop(app);
+    // Opened again from disk: the acknowledged documents, checksums sound.
+    let app = open(dir.path(), Options::default());
+    assert_eq!(app.loaded, 2);
 }

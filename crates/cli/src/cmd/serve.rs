@@ -154,6 +154,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         max_body: args.max_body,
         body_timeout: Duration::from_secs_f64(args.body_timeout),
+        opener: Default::default(),
     };
     let app = App::open(&args.data, create, options)
         .with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
