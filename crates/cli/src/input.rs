@@ -117,7 +117,7 @@ impl InputArgs {
         self.dim = config.dim;
     }
 
-    fn vector_field(&self) -> &str {
+    pub fn vector_field(&self) -> &str {
         self.vector_field.as_deref().unwrap_or("vector")
     }
 
@@ -448,11 +448,30 @@ impl Record {
                     place,
                 }))
             }
+            Format::Parquet if args.kind == InputKind::Vector => {
+                if self.null {
+                    return Err(RecordError::Invalid(format!(
+                        "{place}: the vector (column {:?}) is null",
+                        args.vector_field()
+                    )));
+                }
+                let vector = crate::npy::decode_row(&self.bytes, false);
+                check_vector(&vector, args.dim).map_err(|e| {
+                    RecordError::Invalid(format!("{place} (row {}): {e}", self.line))
+                })?;
+                let id = self.id.clone().unwrap_or_else(default_id);
+                Ok(Some(Doc {
+                    id,
+                    raw: None,
+                    body: Body::Vector(vector),
+                    place,
+                }))
+            }
             Format::Parquet => {
                 if args.kind != InputKind::Text {
                     return Err(RecordError::Fatal(anyhow!(
                         "{name}: {} are read from JSON Lines or .npy files; Parquet inputs \
-                         hold texts",
+                         hold texts or vectors",
                         args.kind.plural()
                     )));
                 }
@@ -582,8 +601,9 @@ pub struct DocReader {
     progress: Progress,
     /// `--ids`: the ids of `.npy` rows, read in step with them.
     ids: Option<IdsFile>,
-    /// The text and id fields (columns of Parquet inputs).
-    fields: (String, String),
+    /// The text (or vector) and id fields (columns of Parquet inputs), and
+    /// whether the documents are vectors.
+    fields: (String, String, bool),
 }
 
 struct Open {
@@ -664,7 +684,11 @@ impl DocReader {
             bytes: 0,
             progress: Arc::new(|_| {}),
             ids,
-            fields: (args.text_field.clone(), args.id_field.clone()),
+            fields: (
+                args.body_field().to_owned(),
+                args.id_field.clone(),
+                args.kind == InputKind::Vector,
+            ),
         })
     }
 
@@ -924,14 +948,19 @@ impl<R: Read> Read for Counted<R> {
 /// Called with the number of input bytes consumed.
 type Progress = Arc<dyn Fn(u64) + Send + Sync>;
 
-fn open(source: Source, progress: &Progress, fields: &(String, String)) -> Result<Open> {
+fn open(source: Source, progress: &Progress, fields: &(String, String, bool)) -> Result<Open> {
     let name: Arc<str> = source.name().into();
     if source.format == Format::Parquet {
         let Some(path) = &source.path else {
             bail!("Parquet is not read from standard input: give the file's path");
         };
-        let rows =
-            crate::parquet_io::ParquetRows::open(path, Arc::clone(&name), &fields.0, &fields.1)?;
+        let rows = crate::parquet_io::ParquetRows::open(
+            path,
+            Arc::clone(&name),
+            &fields.0,
+            &fields.1,
+            fields.2,
+        )?;
         return Ok(Open {
             format: Format::Parquet,
             name,

@@ -1,5 +1,5 @@
-//! Parquet corpora: documents from a text column and an id column, read in
-//! batches of rows (a row group is never held whole: the reader decodes page
+//! Parquet corpora: documents from a text column (or a vector column: a list
+//! of floats per row) and an id column, read in batches of rows (a row group is never held whole: the reader decodes page
 //! by page), and kept or dropped rows written back with every column.
 
 use std::fs::File;
@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int8Type, Int16Type, Int32Type, Int64Type, UInt32Type, UInt64Type};
+use arrow_array::types::{
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt32Type, UInt64Type,
+};
 use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::DataType;
 use parquet::arrow::ArrowWriter;
@@ -30,8 +32,9 @@ pub fn is_parquet(path: &Path) -> bool {
         .is_some_and(|e| e == "parquet" || e == "pq")
 }
 
-/// One document of a Parquet file: its text (`None` for a null), its id (if
-/// the file has the id column) and its 1-based row number.
+/// One document of a Parquet file: its text (`None` for a null; a vector's
+/// entries as little-endian float32, a null entry as NaN), its id (if the file
+/// has the id column) and its 1-based row number.
 pub struct Row {
     pub text: Option<Vec<u8>>,
     pub id: Option<Id>,
@@ -48,6 +51,8 @@ pub struct ParquetRows {
     /// The text's and the id's columns in the projected batches.
     text: usize,
     id: Option<usize>,
+    /// The text column holds vectors.
+    vectors: bool,
 }
 
 fn open_builder(path: &Path, name: &str) -> Result<ParquetRecordBatchReaderBuilder<File>> {
@@ -64,6 +69,16 @@ fn is_text(t: &DataType) -> bool {
     matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
+/// A list (fixed-size or not) of float32 or float64 entries.
+fn is_vector(t: &DataType) -> bool {
+    match t {
+        DataType::FixedSizeList(f, _) | DataType::List(f) | DataType::LargeList(f) => {
+            matches!(f.data_type(), DataType::Float32 | DataType::Float64)
+        }
+        _ => false,
+    }
+}
+
 fn is_integer(t: &DataType) -> bool {
     matches!(
         t,
@@ -78,8 +93,15 @@ fn is_integer(t: &DataType) -> bool {
 
 impl ParquetRows {
     /// Opens `path`, reading only the `text_field` and `id_field` columns
-    /// (the id is optional: without it rows are numbered).
-    pub fn open(path: &Path, name: Arc<str>, text_field: &str, id_field: &str) -> Result<Self> {
+    /// (the id is optional: without it rows are numbered); with `vectors`,
+    /// `text_field` names a column of float lists.
+    pub fn open(
+        path: &Path,
+        name: Arc<str>,
+        text_field: &str,
+        id_field: &str,
+        vectors: bool,
+    ) -> Result<Self> {
         let builder = open_builder(path, &name)?;
         let schema = Arc::clone(builder.schema());
         let columns = || {
@@ -90,15 +112,27 @@ impl ParquetRows {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let flag = if vectors {
+            "--vector-field"
+        } else {
+            "--text-field"
+        };
         let text = schema.index_of(text_field).map_err(|_| {
             anyhow!(
-                "{name}: no column {text_field:?} (the columns are: {}); name the text \
-                 column with --text-field",
-                columns()
+                "{name}: no column {text_field:?} (the columns are: {}); name the {} \
+                 column with {flag}",
+                columns(),
+                if vectors { "vector" } else { "text" }
             )
         })?;
         let text_type = schema.field(text).data_type();
-        if !is_text(text_type) {
+        if vectors && !is_vector(text_type) {
+            bail!(
+                "{name}: the vector column {text_field:?} holds {text_type}, not lists of \
+                 float32 or float64; name a vector column with --vector-field"
+            );
+        }
+        if !vectors && !is_text(text_type) {
             bail!(
                 "{name}: the text column {text_field:?} holds {text_type}, not strings; \
                  name a string column with --text-field"
@@ -126,6 +160,7 @@ impl ParquetRows {
         Ok(ParquetRows {
             text: position(text),
             id: id.map(position),
+            vectors,
             name,
             reader,
             batch: None,
@@ -160,7 +195,12 @@ impl ParquetRows {
         let i = self.at;
         self.at += 1;
         self.rows += 1;
-        let text = string_at(b.column(self.text).as_ref(), i).map(|s| s.as_bytes().to_vec());
+        let col = b.column(self.text).as_ref();
+        let text = if self.vectors {
+            vector_at(col, i)
+        } else {
+            string_at(col, i).map(|s| s.as_bytes().to_vec())
+        };
         let id = self.id.and_then(|c| id_at(b.column(c).as_ref(), i));
         Ok(Some(Row {
             text,
@@ -180,6 +220,34 @@ fn string_at(col: &dyn Array, i: usize) -> Option<&str> {
         DataType::Utf8View => col.as_string_view().value(i),
         _ => unreachable!("checked when the file was opened"),
     })
+}
+
+/// Row `i` of a vector column as little-endian float32 bytes (a null entry
+/// becomes NaN, which the reader refuses with the row's place).
+fn vector_at(col: &dyn Array, i: usize) -> Option<Vec<u8>> {
+    if col.is_null(i) {
+        return None;
+    }
+    let entries = match col.data_type() {
+        DataType::FixedSizeList(..) => col.as_fixed_size_list().value(i),
+        DataType::List(_) => col.as_list::<i32>().value(i),
+        DataType::LargeList(_) => col.as_list::<i64>().value(i),
+        _ => unreachable!("checked when the file was opened"),
+    };
+    let mut out = Vec::with_capacity(entries.len() * 4);
+    let mut push = |v: Option<f32>| out.extend_from_slice(&v.unwrap_or(f32::NAN).to_le_bytes());
+    match entries.data_type() {
+        DataType::Float32 => entries
+            .as_primitive::<Float32Type>()
+            .iter()
+            .for_each(&mut push),
+        DataType::Float64 => entries
+            .as_primitive::<Float64Type>()
+            .iter()
+            .for_each(|v| push(v.map(|v| v as f32))),
+        _ => unreachable!("checked when the file was opened"),
+    }
+    Some(out)
 }
 
 fn id_at(col: &dyn Array, i: usize) -> Option<Id> {
@@ -202,8 +270,9 @@ fn id_at(col: &dyn Array, i: usize) -> Option<Id> {
 
 /// Writes the rows of `files` (Parquet, in input order) that `keep(doc)`
 /// selects to `keep_out`, the others to `drop_out`, with every column
-/// unchanged. Documents are numbered from `first` over the rows whose text is
-/// not null (rows skipped as invalid go to neither output).
+/// unchanged. Documents are numbered from `first` over the rows whose text
+/// (or vector) in `text_field` is not null (rows skipped as invalid go to
+/// neither output).
 pub fn split_rows(
     files: &[Shard],
     text_field: &str,

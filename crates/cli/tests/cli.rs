@@ -1300,6 +1300,79 @@ fn vectors_from_npy_and_json_lines_fingerprint_alike() {
     truth.sort();
     assert_eq!(got, truth);
     assert!(found.iter().all(|p| p["cosine"].as_f64().unwrap() >= 0.98));
+
+    // Parquet: a fixed-size list of float32 and a list of float64 per row
+    // fingerprint as the .npy rows do, and --keep writes the rows kept.
+    for (name, fixed) in [("fixed.parquet", true), ("list.parquet", false)] {
+        let path = dir.path().join(name);
+        write_vector_parquet(&path, &rows, fixed);
+        let p = run(&[
+            "fingerprint",
+            path.to_str().unwrap(),
+            "--vector-field",
+            "emb",
+        ]);
+        assert!(p.status.success(), "{}", stderr(&p));
+        assert_eq!(stdout(&p), stdout(&a), "{name}");
+    }
+    let kept = dir.path().join("kept.parquet");
+    let o = run(&[
+        "dedup",
+        dir.path().join("fixed.parquet").to_str().unwrap(),
+        "--vector-field",
+        "emb",
+        "--min-similarity",
+        "0.98",
+        "--keep",
+        kept.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dropped: std::collections::HashSet<&str> = truth.iter().map(|p| p.1.as_str()).collect();
+    let want: Vec<String> = (0..rows.len())
+        .map(|i| format!("r{i}"))
+        .filter(|id| !dropped.contains(id.as_str()))
+        .collect();
+    assert_eq!(parquet_ids_of(&kept, 2), want);
+}
+
+/// `rows` as Parquet: an id column and an "emb" column of fixed-size float32
+/// lists, or of float64 lists.
+fn write_vector_parquet(path: &Path, rows: &[Vec<f32>], fixed: bool) {
+    use arrow_array::{ArrayRef, FixedSizeListArray, Float32Array, ListArray};
+    use arrow_array::{RecordBatch, StringArray};
+    use std::sync::Arc;
+    let dim = rows[0].len();
+    let ids: ArrayRef = Arc::new(StringArray::from_iter_values(
+        (0..rows.len()).map(|i| format!("r{i}")),
+    ));
+    let emb: ArrayRef = if fixed {
+        let values = Float32Array::from_iter_values(rows.iter().flatten().copied());
+        let item = Arc::new(arrow_schema::Field::new(
+            "item",
+            arrow_schema::DataType::Float32,
+            true,
+        ));
+        Arc::new(FixedSizeListArray::new(
+            item,
+            dim as i32,
+            Arc::new(values),
+            None,
+        ))
+    } else {
+        Arc::new(ListArray::from_iter_primitive::<
+            arrow_array::types::Float64Type,
+            _,
+            _,
+        >(rows.iter().map(|r| {
+            Some(r.iter().map(|&x| Some(f64::from(x))).collect::<Vec<_>>())
+        })))
+    };
+    let batch = RecordBatch::try_from_iter([("id", ids), ("emb", emb)]).unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
 }
 
 #[test]
@@ -1724,6 +1797,11 @@ fn write_parquet(path: &Path, records: &[(String, Option<String>)], group: usize
 }
 
 fn parquet_ids(path: &Path) -> Vec<String> {
+    parquet_ids_of(path, 3)
+}
+
+/// The first (string) column of a Parquet file of `columns` columns.
+fn parquet_ids_of(path: &Path, columns: usize) -> Vec<String> {
     use arrow_array::cast::AsArray;
     let file = std::fs::File::open(path).unwrap();
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
@@ -1733,7 +1811,7 @@ fn parquet_ids(path: &Path) -> Vec<String> {
     let mut ids = Vec::new();
     for b in reader {
         let b = b.unwrap();
-        assert_eq!(b.num_columns(), 3, "every column is kept");
+        assert_eq!(b.num_columns(), columns, "every column is kept");
         ids.extend(
             b.column(0)
                 .as_string::<i32>()

@@ -837,9 +837,14 @@ fn write_outputs(
                     );
                 }
             }
+            let input = &args.source.input;
+            let body = match input.hint() {
+                Some(InputKind::Vector) => input.vector_field(),
+                _ => &input.text_field,
+            };
             let n = crate::parquet_io::split_rows(
                 &files,
-                &args.source.input.text_field,
+                body,
                 first,
                 |doc| reps[doc] as usize == doc,
                 args.keep.as_deref(),
