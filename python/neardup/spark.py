@@ -459,6 +459,7 @@ def dedup(
     driver_documents: int = DRIVER_DOCUMENTS,
     quiet: bool = True,
     positions: Optional[Positions] = None,
+    pairs: bool = True,
     **kwargs: Any,
 ) -> SparkDedupResult:
     """Near-duplicate pairs, clusters and the deduplicated records of ``df``,
@@ -478,6 +479,9 @@ def dedup(
     ``policy``: components or incremental; ``keep_by``: first, longest or
     field:NAME[:asc|desc]; ``idf``: an IDF table file (``neardup idf build``)
     for ``weights="tfidf"``, read on the driver and shipped to the executors.
+    ``pairs=False``: no list of pairs (``pairs`` is None), only clusters and
+    records; with the components policy only the pairs that span the clusters
+    are verified, so a cluster of m copies costs about m checks, not m²/2.
     """
     import pyarrow as pa
     from pyspark.sql import functions as F
@@ -652,8 +656,10 @@ def dedup(
             schema = T.StructType([T.StructField("_pos", T.LongType(), False)] + [records.schema[c] for c in data])
             numbered = records.select(*meta, *data).mapInArrow(number, schema)
         if json_col is None:
-            return _dedup_distributed(spark, numbered, id_col=id_col, text_col=text_col, k=k, verify=verify, config=config,
-                                      max_group=max_group, **kwargs)
+            result = _dedup_distributed(spark, numbered, id_col=id_col, text_col=text_col, k=k, verify=verify,
+                                        config=config, max_group=max_group, **kwargs)
+            result.pairs = result.pairs if pairs else None
+            return result
         # JSON Lines: the id and text fields as columns (the records were
         # checked by the fingerprint pass; skipped ones have no text here).
         fields = T.StructType([T.StructField(id_col, T.StringType()), T.StructField(text_col, T.StringType())])
@@ -676,6 +682,7 @@ def dedup(
                                     max_group=max_group, json_ids="_id_num", **kwargs)
         result.deduped = result.deduped.select(json_col)
         result.json_records = True
+        result.pairs = result.pairs if pairs else None
         return result
 
     # Candidates: every fingerprint on the driver, joined as `neardup dedup` joins them.
@@ -703,21 +710,28 @@ def dedup(
             table.column("key_str").take(new_order).to_pylist(),
         )
     del table
-    kept, scores, undecided = _rs.spark_join(words.tobytes(), bits, k, sums, threshold)
-    del words, sums
-    kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
-    scores = np.frombuffer(scores, dtype="<f8")
-    undecided = np.frombuffer(undecided, dtype="<i8").reshape(-1, 3)
-    stages["candidates"] = time.time() - t1
-    _log(quiet, f"candidates: {len(kept) + len(undecided):,} pairs within k = {k}"
-         f"{f', {len(undecided):,} left to the exact check' if threshold is not None else ''} in {stages['candidates']:.1f} s")
+    texts = records.select(*{c: None for c in meta + [body]})
+    if pairs or policy != "components":
+        kept, scores, undecided = _rs.spark_join(words.tobytes(), bits, k, sums, threshold)
+        del words, sums
+        kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
+        scores = np.frombuffer(scores, dtype="<f8")
+        undecided = np.frombuffer(undecided, dtype="<i8").reshape(-1, 3)
+        stages["candidates"] = time.time() - t1
+        _log(quiet, f"candidates: {len(kept) + len(undecided):,} pairs within k = {k}"
+             f"{f', {len(undecided):,} left to the exact check' if threshold is not None else ''} in {stages['candidates']:.1f} s")
 
-    t2 = time.time()
-    if len(undecided):
-        kept, scores = _exact_check(spark, records.select(*{c: None for c in meta + [body]}), body, pos_of, rows_of, pos, undecided, threshold, kept, scores)
-    stages["verify"] = time.time() - t2
-    if threshold is not None:
-        _log(quiet, f"verify: {len(kept):,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
+        t2 = time.time()
+        if len(undecided):
+            kept, scores = _exact_check(spark, texts, body, pos_of, rows_of, pos, undecided, threshold, kept, scores)
+        stages["verify"] = time.time() - t2
+        if threshold is not None:
+            _log(quiet, f"verify: {len(kept):,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
+    else:
+        kept, scores = _spanning(spark, words.tobytes(), bits, k, sums, threshold, n, stages, quiet,
+                                 lambda und: _exact_check(spark, texts, body, pos_of, rows_of, pos, und, threshold,
+                                                          np.empty((0, 3), dtype=np.int64), np.empty(0)))
+        del words, sums
 
     t3 = time.time()
     a32, b32 = kept[:, 0].astype(np.uint32), kept[:, 1].astype(np.uint32)
@@ -731,7 +745,8 @@ def dedup(
     _log(quiet, f"{policy}: {len(moved[moved >= n_old]):,} documents removed in {stages['components']:.2f} s")
 
     first_new = n_old
-    keep_pairs = kept[:, 1] >= first_new  # pairs of two old documents are not reported
+    # Pairs of two old documents are not reported; without pairs, none are.
+    keep_pairs = (kept[:, 1] >= first_new) & pairs
     pairs_ab = kept[keep_pairs]
     pair_order = np.lexsort((pairs_ab[:, 1], pairs_ab[:, 0]))
     pairs_ab, pair_scores = pairs_ab[pair_order], scores[keep_pairs][pair_order]
@@ -761,7 +776,7 @@ def dedup(
     pair_cols = {"a": id_of(pairs_ab[:, 0]), "b": id_of(pairs_ab[:, 1]), "distance": pa.array(pairs_ab[:, 2])}
     if threshold is not None:
         pair_cols["jaccard"] = pa.array(pair_scores)
-    out_pairs = _frame(spark, pa.table(pair_cols))
+    out_pairs = _frame(spark, pa.table(pair_cols)) if pairs else None
     starts = np.flatnonzero(np.r_[True, reps[members][1:] != reps[members][:-1]]) if len(members) else np.array([], dtype=np.int64)
     offsets = np.r_[starts, len(members)].astype(np.int32)
     clusters = _frame(spark, pa.table({
@@ -823,6 +838,60 @@ def _buckets(n_docs: int, undecided: Any, cap: int = 20_000) -> tuple:
     pair_bucket = doc_bucket[inv[:, 0]]
     routes = np.unique(np.concatenate([np.column_stack([inv[:, 0], pair_bucket]), np.column_stack([inv[:, 1], pair_bucket])]), axis=0)
     return pair_bucket, docs[routes[:, 0]], routes[:, 1], buckets
+
+
+# Undecided pairs checked per spanning round beyond its spanning forest (24
+# bytes each on the driver while they are checked).
+SPAN_BUDGET = 10_000_000
+
+
+def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
+    """The verified pairs that span the components, without the full list of
+    pairs (whose count is quadratic in a cluster's size): rounds of the join,
+    each keeping only candidate pairs that can still join two components of
+    the pairs verified so far (a spanning forest of the undecided ones, then
+    more up to SPAN_BUDGET), checked exactly by ``check``, until a round's
+    undecided pairs all fitted its budget."""
+    labels = np.arange(n, dtype=np.uint32)
+    failed = np.empty((0, 2), dtype=np.uint32)
+    kept_parts, score_parts = [], []
+    stages["candidates"] = stages["verify"] = 0.0
+    rounds = candidates = 0
+    while True:
+        rounds += 1
+        t = time.time()
+        by_pair = np.lexsort((failed[:, 1], failed[:, 0]))
+        k_r, s_r, und, complete = _rs.spark_span(words, bits, k, sums, threshold, labels.tobytes(),
+                                                 np.ascontiguousarray(failed[by_pair]).tobytes(), SPAN_BUDGET)
+        k_r = np.frombuffer(k_r, dtype="<i8").reshape(-1, 3)
+        und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
+        kept_parts.append(k_r)
+        score_parts.append(np.frombuffer(s_r, dtype="<f8"))
+        candidates += len(k_r) + len(und)
+        stages["candidates"] += time.time() - t
+        t = time.time()
+        if len(und):
+            v, vs = check(und)
+            kept_parts.append(v)
+            score_parts.append(vs)
+            passed = np.isin(und[:, 0] * n + und[:, 1], v[:, 0] * n + v[:, 1])
+            failed = np.concatenate([failed, und[~passed, :2].astype(np.uint32)])
+        stages["verify"] += time.time() - t
+        if complete:
+            break
+        edges = np.concatenate(kept_parts)
+        labels = np.frombuffer(
+            _rs.resolve_pairs(n, edges[:, 0].astype(np.uint32).tobytes(), edges[:, 1].astype(np.uint32).tobytes(),
+                              "components", None, None, None, None, old=0),
+            dtype=np.uint32,
+        ).copy()
+    kept, scores = np.concatenate(kept_parts), np.concatenate(score_parts)
+    _log(quiet, f"candidates: {candidates:,} pairs that could join two clusters, in {rounds} round{'s' if rounds > 1 else ''}"
+         f" of the join within k = {k} ({stages['candidates']:.1f} s)")
+    if threshold is not None:
+        _log(quiet, f"verify: {len(kept):,} pairs at Jaccard >= {threshold}, enough to span the clusters "
+             f"({len(failed):,} below) in {stages['verify']:.1f} s")
+    return kept, scores
 
 
 def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshold, kept, scores):
@@ -996,6 +1065,8 @@ def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
         raise ValueError(f"format {fmt!r}: use parquet or jsonl")
     took = {}
     for name, frame in [("pairs", result.pairs), ("clusters", result.clusters), ("deduped", result.deduped)]:
+        if frame is None:
+            continue
         t = time.time()
         if name == "deduped" and result.json_records:
             if fmt == "jsonl":
@@ -1084,6 +1155,9 @@ def main(argv: Optional[list] = None) -> int:
     d.add_argument("--stopwords", action="store_true")
     d.add_argument("--html", action="store_true")
     d.add_argument("--skip-invalid", action="store_true", help="skip malformed records and count them, instead of failing")
+    d.add_argument("--no-pairs", action="store_true",
+                   help="write clusters and records only: with --policy components, only the pairs that span "
+                        "the clusters are verified (a cluster of m copies costs about m checks, not m^2/2)")
     d.add_argument("--driver-documents", type=int, default=DRIVER_DOCUMENTS,
                    help="join on the driver up to this many documents (about 110 bytes of driver memory each), else distribute")
     d.add_argument("--max-group", type=int, default=4096, help="distributed path: split key groups larger than this (skew)")
@@ -1149,7 +1223,7 @@ def main(argv: Optional[list] = None) -> int:
                 json_col="value" if fmt == "jsonl" else None, k=args.k,
                 verify=False if args.no_verify else args.verify, policy=args.policy, keep_by=args.keep_by,
                 config=config, idf=args.idf, skip_invalid=args.skip_invalid, max_group=args.max_group,
-                driver_documents=args.driver_documents, quiet=quiet, positions=positions, **kwargs,
+                driver_documents=args.driver_documents, quiet=quiet, pairs=not args.no_pairs, positions=positions, **kwargs,
             )
         took = write(result, args.output, args.format)
         result.stages["write"] = sum(took.values())

@@ -1176,6 +1176,7 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark::spark_rows, m)?)?;
     m.add_function(wrap_pyfunction!(spark::config_with_idf, m)?)?;
     m.add_function(wrap_pyfunction!(spark::spark_join, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::spark_span, m)?)?;
     m.add_function(wrap_pyfunction!(spark::screen_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(spark::exact_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(spark::exact_indexed, m)?)?;

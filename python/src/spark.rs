@@ -509,6 +509,193 @@ pub fn spark_join<'py>(
     ))
 }
 
+/// Union-find over documents, from a labelling whose labels are roots.
+struct Components(Vec<u32>);
+
+impl Components {
+    fn find(&mut self, mut x: u32) -> u32 {
+        while self.0[x as usize] != x {
+            let up = self.0[self.0[x as usize] as usize];
+            self.0[x as usize] = up;
+            x = up;
+        }
+        x
+    }
+
+    /// Joins the components of `a` and `b`; false if they were one.
+    fn union(&mut self, a: u32, b: u32) -> bool {
+        let (ra, rb) = (self.find(a), self.find(b));
+        if ra == rb {
+            return false;
+        }
+        let (lo, hi) = (ra.min(rb), ra.max(rb));
+        self.0[hi as usize] = lo;
+        true
+    }
+}
+
+/// One round of the spanning join, for clusters without the full list of
+/// pairs: the candidate pairs are found again, and only those that can still
+/// join two components of the verified pairs so far (`labels`: each
+/// document's component, a root's label its own) are kept. Pairs the
+/// summaries decide at or above the threshold are returned verified (and
+/// joined at once); of the undecided ones, a spanning forest first (at most
+/// one pair per component joined), then others up to `budget`. Pairs in
+/// `failed` (sorted (a, b), verified below the threshold earlier) are
+/// skipped. Returns kept (a, b, d) and scores, the undecided pairs, and
+/// whether every undecided pair fitted the budget (then their exact check
+/// settles the components and no further round is needed).
+#[pyfunction]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn spark_span<'py>(
+    py: Python<'py>,
+    fp: &[u8],
+    bits: u32,
+    k: u32,
+    summaries: Option<&[u8]>,
+    threshold: Option<f64>,
+    labels: &[u8],
+    failed: &[u8],
+    budget: usize,
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    bool,
+)> {
+    let words = u64s(fp);
+    let n = words.len() / 2;
+    let labels: Vec<u32> = labels
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    if labels.len() != n
+        || labels
+            .iter()
+            .any(|&l| l as usize >= n || labels[l as usize] != l)
+    {
+        return Err(err("spark_span: one label per document, each a root"));
+    }
+    let failed: Vec<(u32, u32)> = failed
+        .chunks_exact(8)
+        .map(|c| {
+            (
+                u32::from_le_bytes(c[..4].try_into().expect("4 bytes")),
+                u32::from_le_bytes(c[4..].try_into().expect("4 bytes")),
+            )
+        })
+        .collect();
+    if failed.windows(2).any(|w| w[0] > w[1]) {
+        return Err(err("spark_span: the failed pairs must be sorted"));
+    }
+    if let Some(s) = summaries
+        && s.len() != n * SUMMARY_BYTES
+    {
+        return Err(err("spark_span: one summary per fingerprint is needed"));
+    }
+    struct Round {
+        kept: Vec<i64>,
+        scores: Vec<f64>,
+        forest: Vec<i64>,
+        extra: Vec<i64>,
+        complete: bool,
+    }
+    fn run<B: Bits>(
+        fps: Vec<B>,
+        k: u32,
+        verify: Option<(&[u8], f64)>,
+        labels: Vec<u32>,
+        failed: &[(u32, u32)],
+        budget: usize,
+    ) -> Result<Round, neardup_core::Error> {
+        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        let d = Dedup::from_vec(fps, k, &design)?;
+        let mut verified = Components(labels.clone());
+        let mut tentative = Components(labels);
+        let mut r = Round {
+            kept: Vec::new(),
+            scores: Vec::new(),
+            forest: Vec::new(),
+            extra: Vec::new(),
+            complete: true,
+        };
+        d.for_each_pair(|a, b, dist| {
+            if verified.find(a) == verified.find(b) || failed.binary_search(&(a, b)).is_ok() {
+                return Ok::<(), ()>(());
+            }
+            let row = [i64::from(a), i64::from(b), i64::from(dist)];
+            let decided = match verify {
+                None => Some(-1.0),
+                Some((s, t)) => {
+                    let sum = |x: u32| {
+                        SummaryRef(&s[x as usize * SUMMARY_BYTES..(x as usize + 1) * SUMMARY_BYTES])
+                    };
+                    match screen(sum(a), sum(b), t) {
+                        Some(j) if j >= t => Some(j),
+                        Some(_) => return Ok(()),
+                        None => None,
+                    }
+                }
+            };
+            match decided {
+                Some(j) => {
+                    verified.union(a, b);
+                    tentative.union(a, b);
+                    r.kept.extend(row);
+                    r.scores.push(j);
+                }
+                None if tentative.union(a, b) => r.forest.extend(row),
+                None if r.extra.len() / 3 < budget => r.extra.extend(row),
+                None => r.complete = false,
+            }
+            Ok(())
+        })
+        .expect("collecting");
+        Ok(r)
+    }
+    let verify = match (summaries, threshold) {
+        (Some(s), Some(t)) => Some((s, t)),
+        (None, None) => None,
+        _ => {
+            return Err(err(
+                "spark_span: give both summaries and a threshold, or neither",
+            ));
+        }
+    };
+    let out = py.detach(|| match bits {
+        64 => run::<u64>(
+            words.chunks_exact(2).map(|w| w[1]).collect(),
+            k,
+            verify,
+            labels,
+            &failed,
+            budget,
+        ),
+        128 => run::<u128>(
+            words
+                .chunks_exact(2)
+                .map(|w| (u128::from(w[0]) << 64) | u128::from(w[1]))
+                .collect(),
+            k,
+            verify,
+            labels,
+            &failed,
+            budget,
+        ),
+        b => Err(neardup_core::Error::InvalidConfig(format!(
+            "fingerprint width {b}: use 64 or 128"
+        ))),
+    });
+    let mut r = out.map_err(err)?;
+    r.forest.extend_from_slice(&r.extra);
+    Ok((
+        PyBytes::new(py, bytemuck::cast_slice(&r.kept)),
+        PyBytes::new(py, bytemuck::cast_slice(&r.scores)),
+        PyBytes::new(py, bytemuck::cast_slice(&r.forest)),
+        r.complete,
+    ))
+}
+
 /// The summaries' decision for pairs whose summaries are given side by side
 /// (the distributed path): the score, or NaN when only the features decide.
 #[pyfunction]

@@ -162,6 +162,46 @@ def test_distributed_command_line_equals_cli(spark, tmp_path, ids):
                  "--driver-documents", "0", "--keep-by", "longest"]) == 2
 
 
+def make_clusters(path, seed=21):
+    """Originals with many copies each, edited at rates that put some copies
+    above the Jaccard threshold and others just below it (near misses): large
+    clusters, and candidate pairs that fail their check."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(5000)]
+    with open(path, "w") as f:
+        for o in range(40):
+            words = [rng.choice(vocab) for _ in range(150)]
+            f.write(json.dumps({"id": f"o{o}", "text": " ".join(words), "quality": rng.randrange(100)}) + "\n")
+            for c in range(16):
+                rate = rng.choice([0.01, 0.02, 0.04, 0.06, 0.08])
+                copy = [rng.choice(vocab) if rng.random() < rate else w for w in words]
+                f.write(json.dumps({"id": f"o{o}c{c}", "text": " ".join(copy), "quality": rng.randrange(100)}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("budget", [5, 10_000_000], ids=["many-rounds", "one-round"])
+@pytest.mark.parametrize("flags", [[], ["--keep-by", "field:quality:desc"]], ids=["first", "field"])
+def test_no_pairs_gives_the_cli_clusters(spark, tmp_path, monkeypatch, capsys, budget, flags):
+    """--no-pairs verifies only pairs that span the clusters, in rounds of the
+    join when the undecided pairs overflow the budget (a budget of 5 forces
+    many): the clusters and kept records of `neardup dedup`."""
+    import neardup.spark as job
+
+    monkeypatch.setattr(job, "SPAN_BUDGET", budget)
+    corpus = make_clusters(tmp_path / "clusters.jsonl")
+    want = cli_outputs([corpus], tmp_path, flags)
+    out = tmp_path / "out"
+    assert job.main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "--no-pairs", *flags]) == 0
+    assert not (out / "pairs").exists()
+    said = capsys.readouterr().err
+    assert ("in 1 round of the join" in said) == (budget > 5), said
+    kept = [l for f in sorted((out / "deduped").glob("part-*")) for l in f.read_text().splitlines()]
+    got = outputs([], read_parts(out / "clusters"), kept)
+    assert len(want[1]) > 20 and max(size for _, size, _ in want[1]) > 5
+    assert got[1] == want[1]
+    assert got[2] == want[2]
+
+
 def make_mixed(path, seed=3, n=2500, ids="str"):
     """English-like and Chinese records with planted near-copies of varied
     length, a numeric quality field, and blank lines."""
