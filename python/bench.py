@@ -15,7 +15,7 @@ writing pairs, clusters and kept records: wall time, peak resident memory of
 the largest process, their ratio, and whether the kept records agree.
 
 Usage: python python/bench.py [--docs N] [--no-spark] [--neardup target/release/neardup]
-       python python/bench.py spark [--gb 1] [--corpus FILE] [--neardup ...]
+       python python/bench.py spark [--gb 1] [--corpus FILE] [--no-pairs] [--neardup ...]
 """
 
 import argparse
@@ -68,6 +68,8 @@ def spark_bench(argv):
     ap.add_argument("--corpus", help="a JSON Lines corpus instead of a generated one")
     ap.add_argument("--neardup", default=str(ROOT / "target/release/neardup"))
     ap.add_argument("--tmp-dir", default=None)
+    ap.add_argument("--no-pairs", action="store_true",
+                    help="clusters and kept records only: the CLI without --pairs, the job with --no-pairs")
     args = ap.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with tempfile.TemporaryDirectory(dir=args.tmp_dir) as tmp:
@@ -80,13 +82,14 @@ def spark_bench(argv):
         mb = corpus.stat().st_size / 1e6
         cli_out = tmp / "cli"
         cli_out.mkdir()
-        cli = [args.neardup, "dedup", str(corpus), "--pairs", str(cli_out / "pairs.jsonl"), "--clusters", str(cli_out / "clusters.jsonl"),
+        pairs = [] if args.no_pairs else ["--pairs", str(cli_out / "pairs.jsonl")]
+        cli = [args.neardup, "dedup", str(corpus), *pairs, "--clusters", str(cli_out / "clusters.jsonl"),
                "--keep", str(cli_out / "keep.jsonl")]
         t_cli, m_cli, err = timed(cli)
         print(f"neardup dedup (CLI, all cores)      {t_cli:7.1f} s  {mb / t_cli:6.1f} MB/s  peak {m_cli:6.0f} MB")
         spark_out = tmp / "spark"
         job = [sys.executable, "-m", "neardup.spark", "dedup", "--input", str(corpus), "--output", str(spark_out), "--format", "jsonl",
-               "--master", "local[2]", "--driver-memory", "4g"]
+               "--master", "local[2]", "--driver-memory", "4g", *(["--no-pairs"] if args.no_pairs else [])]
         t_spark, m_spark, err = timed(job)
         print(f"Spark job (local[2], driver 4g)     {t_spark:7.1f} s  {mb / t_spark:6.1f} MB/s  peak {m_spark:6.0f} MB (largest process)")
         stages = re.search(r"done in .*", err)
