@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use serde::Deserializer;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
-use neardup_core::dedup::{Dedup, Policy, representatives_of_pairs};
+use neardup_core::dedup::{Policy, for_each_pair_streamed, representatives_of_pairs};
 use neardup_core::index::{Bits, plan_join};
 use neardup_core::jaccard::{jaccard_at_least, shingles_for};
 use neardup_core::keep_by::{KeepBy, SortKey};
@@ -450,9 +450,8 @@ pub fn spark_join<'py>(
         verify: Option<(&[u8], f64)>,
     ) -> Result<(Vec<i64>, Vec<f64>, Vec<i64>), neardup_core::Error> {
         let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
-        let d = Dedup::from_vec(fps, k, &design)?;
         let (mut kept, mut scores, mut undecided) = (Vec::new(), Vec::new(), Vec::new());
-        d.for_each_pair(|a, b, dist| {
+        for_each_pair_streamed(fps, k, &design, |a, b, dist| {
             let row = [i64::from(a), i64::from(b), i64::from(dist)];
             match verify {
                 None => {
@@ -473,9 +472,7 @@ pub fn spark_join<'py>(
                     }
                 }
             }
-            Ok::<(), ()>(())
-        })
-        .expect("collecting");
+        })?;
         Ok((kept, scores, undecided))
     }
     let verify = match (summaries, threshold) {
@@ -609,7 +606,6 @@ pub fn spark_span<'py>(
         budget: usize,
     ) -> Result<Round, neardup_core::Error> {
         let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
-        let d = Dedup::from_vec(fps, k, &design)?;
         let mut verified = Components(labels.clone());
         let mut tentative = Components(labels);
         let mut r = Round {
@@ -619,9 +615,9 @@ pub fn spark_span<'py>(
             extra: Vec::new(),
             complete: true,
         };
-        d.for_each_pair(|a, b, dist| {
+        for_each_pair_streamed(fps, k, &design, |a, b, dist| {
             if verified.find(a) == verified.find(b) || failed.binary_search(&(a, b)).is_ok() {
-                return Ok::<(), ()>(());
+                return;
             }
             let row = [i64::from(a), i64::from(b), i64::from(dist)];
             let decided = match verify {
@@ -632,7 +628,7 @@ pub fn spark_span<'py>(
                     };
                     match screen(sum(a), sum(b), t) {
                         Some(j) if j >= t => Some(j),
-                        Some(_) => return Ok(()),
+                        Some(_) => return,
                         None => None,
                     }
                 }
@@ -648,9 +644,7 @@ pub fn spark_span<'py>(
                 None if r.extra.len() / 3 < budget => r.extra.extend(row),
                 None => r.complete = false,
             }
-            Ok(())
-        })
-        .expect("collecting");
+        })?;
         Ok(r)
     }
     let verify = match (summaries, threshold) {

@@ -18,6 +18,43 @@ fn check_documents(n: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// Calls `f(a, b, distance)` for every document pair of `fps` within `k`
+/// (a < b), as [`Dedup::for_each_pair`] lists them (pairs of identical
+/// fingerprints first, then the others), joining a round of tables at a time:
+/// the candidate pairs are never all in memory, only one round's. For callers
+/// that keep few of the pairs (screening them as they come).
+pub fn for_each_pair_streamed<B: Bits>(
+    fps: Vec<B>,
+    k: u32,
+    design: &TableDesign,
+    mut f: impl FnMut(u32, u32, u32),
+) -> Result<(), Error> {
+    check_documents(fps.len())?;
+    let (c, scratch) = Collapsed::from_vec(fps);
+    let groups = Groups {
+        order: c.order,
+        starts: c.starts,
+        group_of: c.group_of,
+    };
+    for g in 0..groups.len() as u32 {
+        let m = groups.members(g);
+        for (x, &a) in m.iter().enumerate() {
+            for &b in &m[x + 1..] {
+                f(a, b, 0);
+            }
+        }
+    }
+    join_sorted_unique_each(&c.distinct, k, design, scratch, |round| {
+        for (u, v, d) in round {
+            for &a in groups.members(u) {
+                for &b in groups.members(v) {
+                    f(a.min(b), a.max(b), d);
+                }
+            }
+        }
+    })
+}
+
 /// How near-duplicates are resolved into kept and dropped documents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {

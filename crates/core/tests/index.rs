@@ -1,7 +1,9 @@
 //! The index, the self-join and dedup against brute force, on random and
 //! adversarial sets, at 64 and 128 bits.
 
-use neardup_core::dedup::{Dedup, Policy, clusters, representatives_of_pairs};
+use neardup_core::dedup::{
+    Dedup, Policy, clusters, for_each_pair_streamed, representatives_of_pairs,
+};
 use neardup_core::index::{Bits, Index, Match, TableDesign, self_join};
 use neardup_core::jaccard::jaccard;
 use proptest::prelude::*;
@@ -279,6 +281,22 @@ proptest! {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// The streamed pair enumeration (a round of tables at a time) lists
+    /// every pair within k once: brute force's pairs, with their distances.
+    #[test]
+    fn streamed_pairs_match_brute_force(
+        raw in prop::collection::vec(0u64..12, 0..60),
+        k in 0u32..4,
+    ) {
+        let fps: Vec<u64> = raw.iter().map(|v| v.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58).collect();
+        let mut got = Vec::new();
+        for_each_pair_streamed(fps.clone(), k, &design(64, k, 0), |a, b, d| got.push((a, b, d))).unwrap();
+        got.sort_unstable();
+        let mut want: Vec<(u32, u32, u32)> = brute_pairs(&fps, k);
+        want.sort_unstable();
+        prop_assert_eq!(got, want);
+    }
 
     /// Keeping by preference (--keep-by): a component keeps its most preferred
     /// member; the incremental policy, in preference order, keeps a document
