@@ -290,3 +290,41 @@ fn slow_clients_are_timed_out_and_sigterm_completes() {
     );
     drop(held);
 }
+
+/// An address already in use fails the start with the address named, before
+/// any collection is created in the data folder.
+#[test]
+fn an_address_in_use_creates_no_collection() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("collection");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_neardup"))
+        .args(["serve", "--data", data.to_str().unwrap(), "--addr", &addr])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("neardup serve kept running on an address in use");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains(&addr) && err.contains("--addr"), "{err}");
+    assert!(!data.exists(), "the collection was created: {err}");
+}

@@ -215,13 +215,14 @@ impl Default for Limits {
     }
 }
 
-/// Serves `app` on `addr` until `shutdown` completes, then finishes in-flight
-/// requests (for at most `limits.shutdown_deadline`) and closes the app (every
-/// acknowledged write committed). `on_bound` gets the bound address (useful
-/// with port 0).
+/// Serves `app` on `listener` (bound before the collection is opened, so that
+/// an address in use fails before anything is created) until `shutdown`
+/// completes, then finishes in-flight requests (for at most
+/// `limits.shutdown_deadline`) and closes the app (every acknowledged write
+/// committed). `on_bound` gets the bound address (useful with port 0).
 pub async fn serve(
     mut app: App,
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     limits: Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(SocketAddr),
@@ -229,7 +230,8 @@ pub async fn serve(
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
 
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     on_bound(listener.local_addr()?);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())

@@ -182,10 +182,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             .build()?;
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let server = std::thread::spawn(move || {
             runtime.block_on(neardup_server::serve(
                 app,
-                "127.0.0.1:0".parse().expect("address"),
+                listener,
                 neardup_server::Limits::default(),
                 async {
                     let _ = stop_rx.await;

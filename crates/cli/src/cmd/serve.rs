@@ -156,6 +156,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         body_timeout: Duration::from_secs_f64(args.body_timeout),
         opener: Default::default(),
     };
+    // The address first: one in use fails before a collection is created.
+    let listener = std::net::TcpListener::bind(args.addr).with_context(|| {
+        format!(
+            "cannot listen on {}: is another service using it? give another --addr",
+            args.addr
+        )
+    })?;
     let app = App::open(&args.data, create, options)
         .with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
     if creating_flags && app.loaded > 0 {
@@ -209,7 +216,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     runtime
         .block_on(neardup_server::serve(
             app,
-            args.addr,
+            listener,
             limits,
             neardup_server::shutdown_signal(),
             |addr| eprintln!("neardup: listening on http://{addr}"),
