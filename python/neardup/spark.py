@@ -851,7 +851,7 @@ def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
     each keeping only candidate pairs that can still join two components of
     the pairs verified so far (a spanning forest of the undecided ones, then
     more up to SPAN_BUDGET), checked exactly by ``check``, until a round's
-    undecided pairs all fitted its budget."""
+    undecided pairs all fitted its budget or its forest pairs all passed."""
     labels = np.arange(n, dtype=np.uint32)
     failed = np.empty((0, 2), dtype=np.uint32)
     kept_parts, score_parts = [], []
@@ -861,8 +861,8 @@ def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
         rounds += 1
         t = time.time()
         by_pair = np.lexsort((failed[:, 1], failed[:, 0]))
-        k_r, s_r, und, complete = _rs.spark_span(words, bits, k, sums, threshold, labels.tobytes(),
-                                                 np.ascontiguousarray(failed[by_pair]).tobytes(), SPAN_BUDGET)
+        k_r, s_r, und, forest, complete = _rs.spark_span(words, bits, k, sums, threshold, labels.tobytes(),
+                                                         np.ascontiguousarray(failed[by_pair]).tobytes(), SPAN_BUDGET)
         k_r = np.frombuffer(k_r, dtype="<i8").reshape(-1, 3)
         und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
         kept_parts.append(k_r)
@@ -876,6 +876,9 @@ def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
             score_parts.append(vs)
             passed = np.isin(und[:, 0] * n + und[:, 1], v[:, 0] * n + v[:, 1])
             failed = np.concatenate([failed, und[~passed, :2].astype(np.uint32)])
+            # Every forest pair passed: the pairs left out joined documents the
+            # forest connects, now by verified pairs.
+            complete = complete or bool(passed[:forest].all())
         stages["verify"] += time.time() - t
         if complete:
             break

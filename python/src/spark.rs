@@ -539,9 +539,11 @@ impl Components {
 /// joined at once); of the undecided ones, a spanning forest first (at most
 /// one pair per component joined), then others up to `budget`. Pairs in
 /// `failed` (sorted (a, b), verified below the threshold earlier) are
-/// skipped. Returns kept (a, b, d) and scores, the undecided pairs, and
-/// whether every undecided pair fitted the budget (then their exact check
-/// settles the components and no further round is needed).
+/// skipped. Returns kept (a, b, d) and scores, the undecided pairs (the
+/// forest's first), how many of them form the forest, and whether every
+/// undecided pair fitted the budget. No further round is needed when every
+/// undecided pair fitted, or when every forest pair passes its exact check
+/// (the pairs left out were inside the forest's components).
 #[pyfunction]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn spark_span<'py>(
@@ -558,6 +560,7 @@ pub fn spark_span<'py>(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
+    usize,
     bool,
 )> {
     let words = u64s(fp);
@@ -681,11 +684,13 @@ pub fn spark_span<'py>(
         ))),
     });
     let mut r = out.map_err(err)?;
+    let forest = r.forest.len() / 3;
     r.forest.extend_from_slice(&r.extra);
     Ok((
         PyBytes::new(py, bytemuck::cast_slice(&r.kept)),
         PyBytes::new(py, bytemuck::cast_slice(&r.scores)),
         PyBytes::new(py, bytemuck::cast_slice(&r.forest)),
+        forest,
         r.complete,
     ))
 }
