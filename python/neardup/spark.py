@@ -842,7 +842,7 @@ def _buckets(n_docs: int, undecided: Any, cap: int = 20_000) -> tuple:
 
 # Undecided pairs checked per spanning round beyond its spanning forest (24
 # bytes each on the driver while they are checked).
-SPAN_BUDGET = 10_000_000
+SPAN_BUDGET = 2_000_000
 
 
 def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
@@ -917,7 +917,10 @@ def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshol
     }
     shared = spark.sparkContext.broadcast(plan)
     routes = _local(spark, {"_pos": pos[route_doc], "bucket": route_bucket})
-    parts = max(spark.sparkContext.defaultParallelism, min(buckets, 4 * spark.sparkContext.defaultParallelism))
+    # About one bucket's worth of documents (at most 20,000) per task, so that
+    # a Python worker holds a bounded share of the texts however many move.
+    cores = spark.sparkContext.defaultParallelism
+    parts = max(cores, min(buckets, max(4 * cores, -(-len(route_doc) // 20_000))))
     needed = spark.sparkContext.broadcast(np.unique(pos[route_doc]))
     text_schema = T.StructType([T.StructField("_pos", T.LongType(), False), records.schema[body]])
 
