@@ -82,7 +82,10 @@ def _is_arrow(x: Any) -> bool:
     return mod.startswith("pyarrow")
 
 
-def _arrow_chunk(cfg: FingerprintConfig, arr: Any, threads: Optional[int]) -> bytes:
+def _string_buffers(arr: Any) -> tuple:
+    """A pyarrow string array as the Rust side reads it: offsets, data, the
+    array's offset and length, whether the offsets are 64-bit, and the
+    validity bitmap (None without nulls)."""
     import pyarrow as pa
 
     if pa.types.is_string(arr.type):
@@ -92,16 +95,18 @@ def _arrow_chunk(cfg: FingerprintConfig, arr: Any, threads: Optional[int]) -> by
     else:
         raise TypeError(f"an arrow array of strings is needed, not {arr.type}")
     validity, offsets, data = arr.buffers()
-    return _rs.fingerprints_arrow(
-        cfg,
+    return (
         offsets.to_pybytes() if offsets is not None else b"",
         data.to_pybytes() if data is not None else b"",
         arr.offset,
         len(arr),
         large,
         validity.to_pybytes() if validity is not None and arr.null_count else None,
-        threads,
     )
+
+
+def _arrow_chunk(cfg: FingerprintConfig, arr: Any, threads: Optional[int]) -> bytes:
+    return _rs.fingerprints_arrow(cfg, *_string_buffers(arr), threads)
 
 
 def fingerprints(

@@ -319,6 +319,13 @@ def _log(quiet: bool, message: str) -> None:
         print(f"neardup.spark: {message}", file=sys.stderr, flush=True)
 
 
+def _text_buffers(arr: Any) -> tuple:
+    try:
+        return neardup._string_buffers(arr)
+    except TypeError:
+        raise neardup.NeardupError(f"the text column holds {arr.type}, not strings") from None
+
+
 def _to_arrow(frame: Any) -> Any:
     """A DataFrame's rows on the driver as one pyarrow Table."""
     import pyarrow as pa
@@ -326,26 +333,6 @@ def _to_arrow(frame: Any) -> Any:
     if hasattr(frame, "toArrow"):
         return frame.toArrow()
     return pa.Table.from_batches(frame._collect_as_arrow(), schema=None)  # pyspark 3.5
-
-
-def _arrow_buffers(arr: Any) -> tuple:
-    import pyarrow as pa
-
-    if pa.types.is_large_string(arr.type):
-        large = True
-    elif pa.types.is_string(arr.type):
-        large = False
-    else:
-        raise neardup.NeardupError(f"the text column holds {arr.type}, not strings")
-    validity, offsets, data = arr.buffers()
-    return (
-        offsets.to_pybytes() if offsets is not None else b"",
-        data.to_pybytes() if data is not None else b"",
-        arr.offset,
-        len(arr),
-        large,
-        validity.to_pybytes() if validity is not None and arr.null_count else None,
-    )
 
 
 def _file_key(path: str) -> str:
@@ -542,7 +529,7 @@ def dedup(
 
     def rows_of(b, p, summaries, features):
         c = _worker_config(cfg_json, base_json, idf_b)
-        r = _rs.spark_rows(c, *_arrow_buffers(b.column(body)), json_col is not None, text_col, id_col,
+        r = _rs.spark_rows(c, *_text_buffers(b.column(body)), json_col is not None, text_col, id_col,
                            keep_by=rule if (json_col is not None or keep_by == "longest") else None,
                            summaries=summaries, features=features)
         if r["errors"] and not skip:

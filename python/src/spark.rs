@@ -66,6 +66,103 @@ fn screen(a: SummaryRef<'_>, b: SummaryRef<'_>, threshold: f64) -> Option<f64> {
     None
 }
 
+/// The summaries that screen one join's candidate pairs, and the threshold.
+#[derive(Clone, Copy)]
+struct Screen<'a> {
+    summaries: &'a [u8],
+    threshold: f64,
+}
+
+/// What becomes of a candidate pair.
+enum Decision {
+    /// Kept with this score (-1 without verification).
+    Kept(f64),
+    /// Below the threshold.
+    Dropped,
+    /// Only the features can decide.
+    Undecided,
+}
+
+impl<'a> Screen<'a> {
+    /// The screen of `caller`'s arguments for `n` documents: both summaries
+    /// and a threshold, or neither.
+    fn of(
+        caller: &str,
+        n: usize,
+        summaries: Option<&'a [u8]>,
+        threshold: Option<f64>,
+    ) -> PyResult<Option<Screen<'a>>> {
+        if let Some(s) = summaries
+            && s.len() != n * SUMMARY_BYTES
+        {
+            return Err(err(format!(
+                "{caller}: one summary per fingerprint is needed"
+            )));
+        }
+        match (summaries, threshold) {
+            (Some(summaries), Some(threshold)) => Ok(Some(Screen {
+                summaries,
+                threshold,
+            })),
+            (None, None) => Ok(None),
+            _ => Err(err(format!(
+                "{caller}: give both summaries and a threshold, or neither"
+            ))),
+        }
+    }
+
+    fn summary(&self, x: u32) -> SummaryRef<'a> {
+        let at = x as usize * SUMMARY_BYTES;
+        SummaryRef(&self.summaries[at..at + SUMMARY_BYTES])
+    }
+
+    /// The decision on documents `a` and `b`; every pair is kept without a
+    /// screen.
+    fn decide(screen_by: Option<Self>, a: u32, b: u32) -> Decision {
+        let Some(s) = screen_by else {
+            return Decision::Kept(-1.0);
+        };
+        match screen(s.summary(a), s.summary(b), s.threshold) {
+            Some(j) if j >= s.threshold => Decision::Kept(j),
+            Some(_) => Decision::Dropped,
+            None => Decision::Undecided,
+        }
+    }
+}
+
+/// Calls `f(a, b, distance)` for each candidate pair of fingerprint words
+/// `words` (two u64 per document, high then low) of width `bits`, as
+/// `neardup dedup` finds them.
+fn each_candidate(
+    words: &[u64],
+    bits: u32,
+    k: u32,
+    f: impl FnMut(u32, u32, u32),
+) -> Result<(), neardup_core::Error> {
+    fn run<B: Bits>(
+        fps: Vec<B>,
+        k: u32,
+        f: impl FnMut(u32, u32, u32),
+    ) -> Result<(), neardup_core::Error> {
+        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        for_each_pair_streamed(fps, k, &design, f)
+    }
+    match bits {
+        64 => run::<u64>(words.chunks_exact(2).map(|w| w[1]).collect(), k, f),
+        128 => run::<u128>(
+            words
+                .chunks_exact(2)
+                .map(|w| (u128::from(w[0]) << 64) | u128::from(w[1]))
+                .collect(),
+            k,
+            f,
+        ),
+        b => Err(neardup_core::Error::InvalidConfig(format!(
+            "fingerprint width {b}: use 64 or 128"
+        ))),
+    }
+}
+
 /// The string spans of an Arrow string array's rows; `None` for nulls.
 fn spans(
     offsets: &[u8],
@@ -438,65 +535,21 @@ pub fn spark_join<'py>(
     Bound<'py, PyBytes>,
 )> {
     let words = u64s(fp);
-    let n = words.len() / 2;
-    if let Some(s) = summaries
-        && s.len() != n * SUMMARY_BYTES
-    {
-        return Err(err("spark_join: one summary per fingerprint is needed"));
-    }
-    fn run<B: Bits>(
-        fps: Vec<B>,
-        k: u32,
-        verify: Option<(&[u8], f64)>,
-    ) -> Result<(Vec<i64>, Vec<f64>, Vec<i64>), neardup_core::Error> {
-        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+    let screen_by = Screen::of("spark_join", words.len() / 2, summaries, threshold)?;
+    let out = py.detach(|| {
         let (mut kept, mut scores, mut undecided) = (Vec::new(), Vec::new(), Vec::new());
-        for_each_pair_streamed(fps, k, &design, |a, b, dist| {
+        each_candidate(&words, bits, k, |a, b, dist| {
             let row = [i64::from(a), i64::from(b), i64::from(dist)];
-            match verify {
-                None => {
+            match Screen::decide(screen_by, a, b) {
+                Decision::Kept(j) => {
                     kept.extend(row);
-                    scores.push(-1.0);
+                    scores.push(j);
                 }
-                Some((s, t)) => {
-                    let sum = |x: u32| {
-                        SummaryRef(&s[x as usize * SUMMARY_BYTES..(x as usize + 1) * SUMMARY_BYTES])
-                    };
-                    match screen(sum(a), sum(b), t) {
-                        Some(j) if j >= t => {
-                            kept.extend(row);
-                            scores.push(j);
-                        }
-                        Some(_) => {}
-                        None => undecided.extend(row),
-                    }
-                }
+                Decision::Dropped => {}
+                Decision::Undecided => undecided.extend(row),
             }
-        })?;
-        Ok((kept, scores, undecided))
-    }
-    let verify = match (summaries, threshold) {
-        (Some(s), Some(t)) => Some((s, t)),
-        (None, None) => None,
-        _ => {
-            return Err(err(
-                "spark_join: give both summaries and a threshold, or neither",
-            ));
-        }
-    };
-    let out = py.detach(|| match bits {
-        64 => run::<u64>(words.chunks_exact(2).map(|w| w[1]).collect(), k, verify),
-        128 => run::<u128>(
-            words
-                .chunks_exact(2)
-                .map(|w| (u128::from(w[0]) << 64) | u128::from(w[1]))
-                .collect(),
-            k,
-            verify,
-        ),
-        b => Err(neardup_core::Error::InvalidConfig(format!(
-            "fingerprint width {b}: use 64 or 128"
-        ))),
+        })
+        .map(|()| (kept, scores, undecided))
     });
     let (kept, scores, undecided) = out.map_err(err)?;
     Ok((
@@ -588,11 +641,7 @@ pub fn spark_span<'py>(
     if failed.windows(2).any(|w| w[0] > w[1]) {
         return Err(err("spark_span: the failed pairs must be sorted"));
     }
-    if let Some(s) = summaries
-        && s.len() != n * SUMMARY_BYTES
-    {
-        return Err(err("spark_span: one summary per fingerprint is needed"));
-    }
+    let screen_by = Screen::of("spark_span", n, summaries, threshold)?;
     struct Round {
         kept: Vec<i64>,
         scores: Vec<f64>,
@@ -600,15 +649,7 @@ pub fn spark_span<'py>(
         extra: Vec<i64>,
         complete: bool,
     }
-    fn run<B: Bits>(
-        fps: Vec<B>,
-        k: u32,
-        verify: Option<(&[u8], f64)>,
-        labels: Vec<u32>,
-        failed: &[(u32, u32)],
-        budget: usize,
-    ) -> Result<Round, neardup_core::Error> {
-        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+    let out = py.detach(|| {
         let mut verified = Components(labels.clone());
         let mut tentative = Components(labels);
         let mut r = Round {
@@ -618,70 +659,25 @@ pub fn spark_span<'py>(
             extra: Vec::new(),
             complete: true,
         };
-        for_each_pair_streamed(fps, k, &design, |a, b, dist| {
+        each_candidate(&words, bits, k, |a, b, dist| {
             if verified.find(a) == verified.find(b) || failed.binary_search(&(a, b)).is_ok() {
                 return;
             }
             let row = [i64::from(a), i64::from(b), i64::from(dist)];
-            let decided = match verify {
-                None => Some(-1.0),
-                Some((s, t)) => {
-                    let sum = |x: u32| {
-                        SummaryRef(&s[x as usize * SUMMARY_BYTES..(x as usize + 1) * SUMMARY_BYTES])
-                    };
-                    match screen(sum(a), sum(b), t) {
-                        Some(j) if j >= t => Some(j),
-                        Some(_) => return,
-                        None => None,
-                    }
-                }
-            };
-            match decided {
-                Some(j) => {
+            match Screen::decide(screen_by, a, b) {
+                Decision::Kept(j) => {
                     verified.union(a, b);
                     tentative.union(a, b);
                     r.kept.extend(row);
                     r.scores.push(j);
                 }
-                None if tentative.union(a, b) => r.forest.extend(row),
-                None if r.extra.len() / 3 < budget => r.extra.extend(row),
-                None => r.complete = false,
+                Decision::Dropped => {}
+                Decision::Undecided if tentative.union(a, b) => r.forest.extend(row),
+                Decision::Undecided if r.extra.len() / 3 < budget => r.extra.extend(row),
+                Decision::Undecided => r.complete = false,
             }
-        })?;
-        Ok(r)
-    }
-    let verify = match (summaries, threshold) {
-        (Some(s), Some(t)) => Some((s, t)),
-        (None, None) => None,
-        _ => {
-            return Err(err(
-                "spark_span: give both summaries and a threshold, or neither",
-            ));
-        }
-    };
-    let out = py.detach(|| match bits {
-        64 => run::<u64>(
-            words.chunks_exact(2).map(|w| w[1]).collect(),
-            k,
-            verify,
-            labels,
-            &failed,
-            budget,
-        ),
-        128 => run::<u128>(
-            words
-                .chunks_exact(2)
-                .map(|w| (u128::from(w[0]) << 64) | u128::from(w[1]))
-                .collect(),
-            k,
-            verify,
-            labels,
-            &failed,
-            budget,
-        ),
-        b => Err(neardup_core::Error::InvalidConfig(format!(
-            "fingerprint width {b}: use 64 or 128"
-        ))),
+        })
+        .map(|()| r)
     });
     let mut r = out.map_err(err)?;
     let forest = r.forest.len() / 3;

@@ -377,6 +377,26 @@ impl Record {
         }
     }
 
+    /// A row of floats (a `.npy` row; a Parquet vector, as float32 bytes) as
+    /// a document, checked.
+    fn vector_doc(
+        &self,
+        args: &InputArgs,
+        id: Id,
+        raw: Option<Vec<u8>>,
+        place: Place,
+    ) -> Result<Option<Doc>, RecordError> {
+        let vector = crate::npy::decode_row(&self.bytes, self.npy_f64);
+        check_vector(&vector, args.dim)
+            .map_err(|e| RecordError::Invalid(format!("{place} (row {}): {e}", self.line)))?;
+        Ok(Some(Doc {
+            id,
+            raw,
+            body: Body::Vector(vector),
+            place,
+        }))
+    }
+
     /// The document in this record; `None` for a blank line between JSON records.
     pub fn parse(self, args: &InputArgs, keep_raw: bool) -> Result<Option<Doc>, RecordError> {
         let name = &*self.source;
@@ -436,17 +456,9 @@ impl Record {
                 }
             }
             Format::Npy => {
-                let vector = crate::npy::decode_row(&self.bytes, self.npy_f64);
-                check_vector(&vector, args.dim).map_err(|e| {
-                    RecordError::Invalid(format!("{place} (row {}): {e}", self.line))
-                })?;
+                let raw = keep_raw.then(|| self.bytes.clone());
                 let id = self.id.clone().unwrap_or_else(default_id);
-                Ok(Some(Doc {
-                    id,
-                    raw: keep_raw.then_some(self.bytes),
-                    body: Body::Vector(vector),
-                    place,
-                }))
+                self.vector_doc(args, id, raw, place)
             }
             Format::Parquet if args.kind == InputKind::Vector => {
                 if self.null {
@@ -455,17 +467,8 @@ impl Record {
                         args.vector_field()
                     )));
                 }
-                let vector = crate::npy::decode_row(&self.bytes, false);
-                check_vector(&vector, args.dim).map_err(|e| {
-                    RecordError::Invalid(format!("{place} (row {}): {e}", self.line))
-                })?;
                 let id = self.id.clone().unwrap_or_else(default_id);
-                Ok(Some(Doc {
-                    id,
-                    raw: None,
-                    body: Body::Vector(vector),
-                    place,
-                }))
+                self.vector_doc(args, id, None, place)
             }
             Format::Parquet => {
                 if args.kind != InputKind::Text {

@@ -644,7 +644,6 @@ pub fn representatives_of_pairs(
     preference: Option<&[u32]>,
 ) -> Result<Vec<u32>, Error> {
     check_documents(n)?;
-    let mut rank: Vec<u32> = (0..n as u32).collect();
     if let Some(p) = preference {
         if p.len() != n {
             return Err(Error::InvalidConfig(format!(
@@ -653,13 +652,12 @@ pub fn representatives_of_pairs(
             )));
         }
         let mut seen = vec![false; n];
-        for (r, &doc) in p.iter().enumerate() {
+        for &doc in p {
             if doc as usize >= n || std::mem::replace(&mut seen[doc as usize], true) {
                 return Err(Error::InvalidConfig(
                     "a preference must list every document once".into(),
                 ));
             }
-            rank[doc as usize] = r as u32;
         }
     }
     if let Some(&(a, b)) = pairs.iter().find(|&&(a, b)| a.max(b) as usize >= n) {
@@ -667,62 +665,23 @@ pub fn representatives_of_pairs(
             "pair ({a}, {b}) names a document beyond the {n} given"
         )));
     }
-    Ok(match policy {
-        Policy::Components => {
-            // Each root is its set's most preferred document.
-            let mut parent: Vec<u32> = (0..n as u32).collect();
-            for &(a, b) in pairs {
-                let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
-                if ra != rb {
-                    let (keep, join) = if rank[ra as usize] < rank[rb as usize] {
-                        (ra, rb)
-                    } else {
-                        (rb, ra)
-                    };
-                    parent[join as usize] = keep;
-                }
-            }
-            (0..n as u32).map(|d| find(&mut parent, d)).collect()
-        }
-        Policy::Incremental => {
-            let mut start = vec![0u32; n + 1];
-            for &(a, b) in pairs {
-                start[a as usize + 1] += 1;
-                start[b as usize + 1] += 1;
-            }
-            for i in 0..n {
-                start[i + 1] += start[i];
-            }
-            let mut fill = start[..n].to_vec();
-            let mut adj = vec![0u32; start[n] as usize];
-            for &(a, b) in pairs {
-                adj[fill[a as usize] as usize] = b;
-                fill[a as usize] += 1;
-                adj[fill[b as usize] as usize] = a;
-                fill[b as usize] += 1;
-            }
-            let mut kept = vec![false; n];
-            let mut rep = vec![0u32; n];
-            let by_rank: Vec<u32> = match preference {
-                Some(p) => p.to_vec(),
-                None => (0..n as u32).collect(),
-            };
-            for doc in by_rank {
-                let near = &adj[start[doc as usize] as usize..start[doc as usize + 1] as usize];
-                rep[doc as usize] = match near
-                    .iter()
-                    .filter(|&&x| kept[x as usize])
-                    .min_by_key(|&&x| rank[x as usize])
-                {
-                    Some(&x) => x,
-                    None => {
-                        kept[doc as usize] = true;
-                        doc
-                    }
-                };
-            }
-            rep
-        }
+    // Every document its own fingerprint group; the pairs join the groups.
+    let dedup = Dedup {
+        groups: Groups {
+            order: (0..n as u32).collect(),
+            starts: (0..=n as u32).collect(),
+            group_of: (0..n as u32).collect(),
+        },
+        distinct_pairs: pairs
+            .iter()
+            .filter(|&&(a, b)| a != b)
+            .map(|&(a, b)| (a.min(b), a.max(b), 0))
+            .collect(),
+        scores: None,
+    };
+    Ok(match preference {
+        Some(p) => dedup.representatives_by(policy, p),
+        None => dedup.representatives(policy),
     })
 }
 

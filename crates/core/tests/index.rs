@@ -333,19 +333,19 @@ proptest! {
             let r = root(&mut comp, d);
             if best[r].is_none_or(|b| rank[d] < rank[b]) { best[r] = Some(d); }
         }
-        let expected: Vec<u32> = (0..n).map(|d| best[root(&mut comp, d)].unwrap() as u32).collect();
-        prop_assert_eq!(dd.representatives_by(Policy::Components, &preference), expected);
+        let by_components: Vec<u32> = (0..n).map(|d| best[root(&mut comp, d)].unwrap() as u32).collect();
+        prop_assert_eq!(&dd.representatives_by(Policy::Components, &preference), &by_components);
         // Incremental, in preference order.
         let mut kept: Vec<usize> = Vec::new();
-        let mut expected = vec![0u32; n];
+        let mut by_incremental = vec![0u32; n];
         for &d in &preference {
             let d = d as usize;
             match kept.iter().filter(|&&x| near(x, d)).min_by_key(|&&x| rank[x]) {
-                Some(&x) => expected[d] = x as u32,
-                None => { kept.push(d); expected[d] = d as u32; }
+                Some(&x) => by_incremental[d] = x as u32,
+                None => { kept.push(d); by_incremental[d] = d as u32; }
             }
         }
-        prop_assert_eq!(dd.representatives_by(Policy::Incremental, &preference), expected);
+        prop_assert_eq!(&dd.representatives_by(Policy::Incremental, &preference), &by_incremental);
         // The identity preference is the default.
         let identity: Vec<u32> = (0..n as u32).collect();
         for policy in [Policy::Components, Policy::Incremental] {
@@ -355,10 +355,10 @@ proptest! {
         // resolves them), in a shuffled order.
         let mut listed: Vec<(u32, u32)> = brute_pairs(&fps, k).into_iter().map(|(a, b, _)| (b, a)).collect();
         listed.reverse();
-        for policy in [Policy::Components, Policy::Incremental] {
+        for (policy, expected) in [(Policy::Components, &by_components), (Policy::Incremental, &by_incremental)] {
             prop_assert_eq!(
-                representatives_of_pairs(n, &listed, policy, Some(&preference)).unwrap(),
-                dd.representatives_by(policy, &preference)
+                &representatives_of_pairs(n, &listed, policy, Some(&preference)).unwrap(),
+                expected
             );
             prop_assert_eq!(
                 representatives_of_pairs(n, &listed, policy, None).unwrap(),
