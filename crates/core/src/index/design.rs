@@ -72,12 +72,38 @@ impl Table {
         x
     }
 
+    /// The runs of fingerprint bits `(start, len)` that make the top `d` bits
+    /// of a key (d <= 64), most significant first: with [`top_of`], a key's
+    /// top bits without the whole permutation.
+    pub(crate) fn top_pieces(&self, d: u32) -> Vec<(u32, u32)> {
+        let mut pieces = Vec::new();
+        let mut have = 0;
+        for s in &self.order {
+            if have == d {
+                break;
+            }
+            let take = s.len.min(d - have);
+            pieces.push((s.start + s.len - take, take));
+            have += take;
+        }
+        pieces
+    }
+
     /// The prefix bits, in the fingerprint's own bit positions.
     pub fn prefix_mask<B: Bits>(&self) -> B {
         self.order[..self.prefix_segments]
             .iter()
             .fold(B::zero(), |m, s| m.or(B::mask(s.start, s.len)))
     }
+}
+
+/// The top bits of `x`'s key from [`Table::top_pieces`]: equal to
+/// `table.permute(x).top(d)`.
+#[inline]
+pub(crate) fn top_of<B: Bits>(pieces: &[(u32, u32)], x: B) -> u64 {
+    pieces.iter().fold(0u64, |acc, &(start, len)| {
+        (acc << len) | x.field(start, len).to_u128() as u64
+    })
 }
 
 /// A complete design: which tables an index keeps.
@@ -420,6 +446,29 @@ pub fn directory_bits(prefix_bits: u32, n: f64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn top_pieces_give_the_permuted_keys_top_bits(
+            x in any::<u128>(), k in 1u32..17, extra in 1u32..4, d in 1u32..27,
+        ) {
+            for bits in [64u32, 128] {
+                let Ok(design) = TableDesign::new(bits, k.min(bits / 8), &[k.min(bits / 8) + extra]) else {
+                    continue;
+                };
+                for t in &design.tables {
+                    let d = d.min(t.prefix_bits());
+                    let pieces = t.top_pieces(d);
+                    if bits == 64 {
+                        prop_assert_eq!(top_of(&pieces, x as u64), t.permute(x as u64).top(d));
+                    } else {
+                        prop_assert_eq!(top_of(&pieces, x), t.permute(x).top(d));
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn paper_designs_for_64_bits_k_3() {

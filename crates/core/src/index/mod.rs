@@ -631,6 +631,11 @@ fn check_join<B: Bits>(sorted: &[B], k: u32, design: &TableDesign) -> Result<(),
 
 /// One table's pairs, as fingerprint values, each given to `emit(a, b, distance)`.
 /// `keys` and `tmp`, as long as `fps`, are scratch reused from table to table.
+///
+/// The fingerprints are grouped by the table's prefix but never permuted:
+/// distances do not depend on the bit order, so only the few bits that pick
+/// a bucket are gathered (at 128 bits and large k a design cuts 18 blocks,
+/// and a whole permutation per fingerprint and table dominated the join).
 fn join_table<B: Bits>(
     fps: &[B],
     t: &Table,
@@ -640,18 +645,21 @@ fn join_table<B: Bits>(
     tmp: &mut [B],
     mut emit: impl FnMut(B, B, u32),
 ) {
-    let p = t.prefix_bits();
-    let d = table::dir_bits_for(fps.len(), p);
-    radix::sort_mapped_into(fps, |f| t.permute(f), keys, tmp, d);
-    // The earlier tables' prefix masks, in this table's key space.
-    let earlier: Vec<B> = earlier_masks.iter().map(|&m| t.permute(m)).collect();
+    let d = table::dir_bits_for(fps.len(), t.prefix_bits());
+    let pieces = t.top_pieces(d);
+    let top = |x: &B| design::top_of(&pieces, *x);
+    radix::sort_by_key_into(fps, top, keys, tmp, d);
     // Prefixes can be longer than 64 bits at f = 128: compare masked words.
-    let prefix = B::mask(B::BITS - p, p);
+    let prefix = t.prefix_mask::<B>();
     let same_prefix = |a: B, b: B| a.xor(b).and(prefix) == B::zero();
     let mut lo = 0;
     while lo < keys.len() {
-        let top = keys[lo].top(d);
-        let hi = lo + keys[lo..].iter().take_while(|x| x.top(d) == top).count();
+        let bucket_top = top(&keys[lo]);
+        let hi = lo
+            + keys[lo..]
+                .iter()
+                .take_while(|x| top(x) == bucket_top)
+                .count();
         let bucket = &mut keys[lo..hi];
         lo = hi;
         if bucket.len() < 2 {
@@ -661,7 +669,7 @@ fn join_table<B: Bits>(
         // are compared whole, checking the prefix per pair.
         let small = bucket.len() <= 32;
         if !small {
-            bucket.sort_unstable();
+            bucket.sort_unstable_by_key(|&x| x.and(prefix));
         }
         let mut run_start = 0;
         while run_start < bucket.len() {
@@ -676,17 +684,17 @@ fn join_table<B: Bits>(
                         .count()
             };
             let run = &bucket[run_start..run_end];
-            for (x, &ka) in run.iter().enumerate() {
-                for &kb in &run[x + 1..] {
-                    let diff = ka.xor(kb);
+            for (x, &a) in run.iter().enumerate() {
+                for &b in &run[x + 1..] {
+                    let diff = a.xor(b);
                     let dist = diff.distance(B::zero());
-                    if dist > k || (small && !same_prefix(ka, kb)) {
+                    if dist > k || (small && diff.and(prefix) != B::zero()) {
                         continue;
                     }
-                    if earlier.iter().any(|&m| diff.and(m) == B::zero()) {
+                    if earlier_masks.iter().any(|&m| diff.and(m) == B::zero()) {
                         continue; // an earlier table reports it
                     }
-                    emit(t.unpermute(ka), t.unpermute(kb), dist);
+                    emit(a, b, dist);
                 }
             }
             run_start = run_end;
