@@ -381,11 +381,13 @@ class Index:
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "Index":
-        """Loads an index file."""
+        """Opens an index file, plain or compressed, memory-mapped (its tables
+        are used in place, not read into memory)."""
         return cls(_rs._Index.load(os.fspath(path)))
 
     def save(self, path: Union[str, os.PathLike]) -> None:
-        """Writes the index file atomically."""
+        """Writes the index file atomically: to a synced temporary file beside
+        it, then renamed into place."""
         self._inner.save(os.fspath(path))
 
     @property
@@ -396,6 +398,12 @@ class Index:
     @property
     def bits(self) -> int:
         return self._inner.bits
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the tables are compressed (``neardup index build
+        --compressed``): queried in place, read-only."""
+        return self._inner.compressed
 
     @property
     def config(self) -> Optional[FingerprintConfig]:

@@ -1,7 +1,7 @@
 //! `neardup._neardup`: the Rust core for Python. The public, documented API is
 //! the `neardup` package (python/neardup/__init__.py), which wraps this.
 
-use std::sync::Arc;
+use std::path::Path;
 
 mod spark;
 
@@ -12,7 +12,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use rayon::prelude::*;
 
 use neardup_core::dedup::{Dedup, Policy, clusters};
-use neardup_core::index::{Bits, IdRef, IdTable, Index, IndexFile, TableDesign, plan, plan_join};
+use neardup_core::index::{AnyIndex, Bits, Bundle, IdRef, IdTable, TableDesign, plan, plan_join};
 use neardup_core::jaccard::{shingles_for, verified_jaccard};
 use neardup_core::sketch::Sketch;
 use neardup_core::{
@@ -352,16 +352,11 @@ fn jaccard_pairs(py: Python<'_>, a: Vec<Vec<u8>>, b: Vec<Vec<u8>>) -> PyResult<V
 
 // ---------------------------------------------------------------- index ---
 
-enum AnyIndex {
-    W64(Index<u64>),
-    W128(Index<u128>),
-}
-
+/// Core's [`Bundle`] (tables of either width and kind, ids, configuration),
+/// plus what only the Python package keeps.
 #[pyclass(name = "_Index", module = "neardup")]
 struct PyIndex {
-    index: AnyIndex,
-    ids: IdTable,
-    config: Option<FingerprintConfig>,
+    bundle: Bundle,
     /// Verification sketches by entry, for entries added with their text
     /// (not kept in index files).
     sketches: Vec<Option<Sketch>>,
@@ -410,13 +405,18 @@ fn push_py_id(ids: &mut IdTable, id: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-macro_rules! with_index {
-    ($idx:expr, $i:ident => $body:expr) => {
-        match $idx {
-            AnyIndex::W64($i) => $body,
-            AnyIndex::W128($i) => $body,
-        }
-    };
+/// Fingerprints from words as bytes (`words_to`), in the index's width.
+fn fingerprints_of(data: &[u8], width: Width) -> PyResult<Vec<Fingerprint>> {
+    Ok(match width {
+        Width::W64 => words_to::<u64>(data)?
+            .into_iter()
+            .map(Fingerprint::from_u64)
+            .collect(),
+        Width::W128 => words_to::<u128>(data)?
+            .into_iter()
+            .map(|w| Fingerprint::new(w, Width::W128))
+            .collect(),
+    })
 }
 
 fn matches_to_py(
@@ -438,10 +438,24 @@ impl PyIndex {
     /// The normalisation of the index's configuration, which verification
     /// features share.
     fn normalize(&self) -> PyResult<neardup_core::NormalizeConfig> {
-        self.config
+        self.bundle
+            .config
             .as_ref()
             .map(|c| c.normalize)
             .ok_or_else(|| err("this index has no configuration: give config= to compare texts"))
+    }
+
+    /// `fp` as a fingerprint of the index's width.
+    fn fingerprint(&self, fp: u128) -> PyResult<Fingerprint> {
+        let width = self.bundle.index.width();
+        if fp & !width.mask() != 0 {
+            return Err(err(format!(
+                "a {}-bit index takes {}-bit fingerprints",
+                width.bits(),
+                width.bits()
+            )));
+        }
+        Ok(Fingerprint::new(fp, width))
     }
 }
 
@@ -480,150 +494,114 @@ impl PyIndex {
             }
             None => (0..n as i64).for_each(|i| table.push_int(i)),
         }
-        let index = match bits {
-            64 => {
-                let fps = words_to::<u64>(data)?;
-                AnyIndex::W64(
-                    py.detach(|| {
-                        Index::build(
-                            design,
-                            fps.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
-                        )
-                    })
-                    .map_err(err)?,
+        let width = Width::from_bits(bits).map_err(err)?;
+        let fps = fingerprints_of(data, width)?;
+        let index = py
+            .detach(|| {
+                AnyIndex::build(
+                    design,
+                    fps.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
                 )
-            }
-            128 => {
-                let fps = words_to::<u128>(data)?;
-                AnyIndex::W128(
-                    py.detach(|| {
-                        Index::build(
-                            design,
-                            fps.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
-                        )
-                    })
-                    .map_err(err)?,
-                )
-            }
-            b => return Err(err(format!("fingerprint width {b}: use 64 or 128"))),
-        };
+            })
+            .map_err(err)?;
         Ok(PyIndex {
-            index,
-            ids: table,
-            config: config.map(|c| c.config.clone()),
+            bundle: Bundle {
+                index,
+                ids: table,
+                config: config.map(|c| c.config.clone()),
+            },
             sketches: Vec::new(),
         })
     }
 
-    /// Loads an index file (as `neardup index build` writes).
+    /// Opens an index file (as `neardup index build` writes, plain or
+    /// compressed), memory-mapped.
     #[staticmethod]
     fn load(path: &str) -> PyResult<Self> {
-        let bytes = std::fs::read(path).map_err(|e| PyIOError::new_err(format!("{path}: {e}")))?;
-        let file = IndexFile::open(Arc::new(bytes)).map_err(|e| err(format!("{path}: {e}")))?;
-        let ids = IdTable::read(&file).map_err(|e| err(format!("{path}: {e}")))?;
-        let config = match file.extra().get("config") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(c) => Some(serde_json::from_value(c.clone()).map_err(err)?),
-        };
-        let index = match file.bits() {
-            64 => AnyIndex::W64(file.index::<u64>().map_err(err)?),
-            _ => AnyIndex::W128(file.index::<u128>().map_err(err)?),
-        };
+        let bundle = Bundle::open(Path::new(path)).map_err(|e| match e {
+            neardup_core::Error::Io(io) => PyIOError::new_err(io.to_string()),
+            e => err(format!("{path}: {e}")),
+        })?;
         Ok(PyIndex {
-            index,
-            ids,
-            config,
+            bundle,
             sketches: Vec::new(),
         })
     }
 
-    /// Writes the index file atomically (temporary file, then rename).
-    fn save(&self, path: &str) -> PyResult<()> {
-        let (kind, sections) = self.ids.sections();
-        let extra =
-            serde_json::json!({"config": self.config, "ids": kind, "format": "neardup index"});
-        let refs: Vec<(&str, &[u8])> = sections.iter().map(|(n, b)| (*n, b.as_slice())).collect();
-        let mut bytes = Vec::new();
-        with_index!(&self.index, i => i.write_to(&extra, &refs, &mut bytes)).map_err(err)?;
-        let tmp = format!("{path}.tmp-{}", std::process::id());
-        let io = |e: std::io::Error| PyIOError::new_err(format!("{path}: {e}"));
-        std::fs::write(&tmp, &bytes).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            io(e)
-        })
+    /// Writes the index file atomically (a synced temporary file, then rename).
+    fn save(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        py.detach(|| self.bundle.save(Path::new(path)))
+            .map(drop)
+            .map_err(|e| match e {
+                neardup_core::Error::Io(io) => PyIOError::new_err(format!("{path}: {io}")),
+                e => err(format!("{path}: {e}")),
+            })
     }
 
     #[getter]
     fn bits(&self) -> u32 {
-        with_index!(&self.index, i => i.design().bits)
+        self.bundle.index.width().bits()
     }
 
     #[getter]
     fn k(&self) -> u32 {
-        with_index!(&self.index, i => i.design().k)
+        self.bundle.index.design().k
+    }
+
+    #[getter]
+    fn compressed(&self) -> bool {
+        self.bundle.index.is_compressed()
     }
 
     #[getter]
     fn config(&self) -> PyResult<Option<PyConfig>> {
-        self.config.clone().map(PyConfig::from_config).transpose()
+        self.bundle
+            .config
+            .clone()
+            .map(PyConfig::from_config)
+            .transpose()
     }
 
     fn __len__(&self) -> usize {
-        with_index!(&self.index, i => i.len())
+        self.bundle.index.len()
     }
 
     /// Matches of one fingerprint: [(id, distance)], nearest first.
     fn query(&self, py: Python<'_>, fp: u128, k: u32) -> PyResult<Py<PyList>> {
-        let ms = match &self.index {
-            AnyIndex::W64(i) => {
-                let q = u64::try_from(fp)
-                    .map_err(|_| err("a 64-bit index takes 64-bit fingerprints"))?;
-                i.query(q, k).map_err(err)?
-            }
-            AnyIndex::W128(i) => i.query(fp, k).map_err(err)?,
-        };
-        matches_to_py(py, &self.ids, &ms)
+        let ms = self
+            .bundle
+            .index
+            .query(self.fingerprint(fp)?, k)
+            .map_err(err)?;
+        matches_to_py(py, &self.bundle.ids, &ms)
     }
 
     /// Matches of many fingerprints (words as bytes), in parallel.
     fn query_batch(&self, py: Python<'_>, data: &[u8], k: u32) -> PyResult<Vec<Py<PyList>>> {
-        let all = match &self.index {
-            AnyIndex::W64(i) => {
-                let qs = words_to::<u64>(data)?;
-                py.detach(|| i.query_batch(&qs, k)).map_err(err)?
-            }
-            AnyIndex::W128(i) => {
-                let qs = words_to::<u128>(data)?;
-                py.detach(|| i.query_batch(&qs, k)).map_err(err)?
-            }
-        };
+        let fps = fingerprints_of(data, self.bundle.index.width())?;
+        let all = py
+            .detach(|| self.bundle.index.query_batch(&fps, k))
+            .map_err(err)?;
         all.iter()
-            .map(|ms| matches_to_py(py, &self.ids, ms))
+            .map(|ms| matches_to_py(py, &self.bundle.ids, ms))
             .collect()
     }
 
     fn add(&mut self, id: &Bound<'_, PyAny>, fp: u128) -> PyResult<()> {
-        let entry = self.ids.len() as u64;
-        match &mut self.index {
-            AnyIndex::W64(i) => {
-                let f = u64::try_from(fp)
-                    .map_err(|_| err("a 64-bit index takes 64-bit fingerprints"))?;
-                i.add(entry, f).map_err(err)?
-            }
-            AnyIndex::W128(i) => i.add(entry, fp).map_err(err)?,
-        }
-        push_py_id(&mut self.ids, id)
+        let entry = self.bundle.ids.len() as u64;
+        let fp = self.fingerprint(fp)?;
+        self.bundle.index.add(entry, fp).map_err(err)?;
+        push_py_id(&mut self.bundle.ids, id)
     }
 
     /// Keeps the verification sketch of every entry's text (texts in entry
     /// order, as the index was built).
     fn set_sketches(&mut self, py: Python<'_>, texts: Vec<PyBackedStr>) -> PyResult<()> {
-        if texts.len() != self.ids.len() {
+        if texts.len() != self.bundle.ids.len() {
             return Err(err(format!(
                 "{} texts for {} entries",
                 texts.len(),
-                self.ids.len()
+                self.bundle.ids.len()
             )));
         }
         let normalize = self.normalize()?;
@@ -640,7 +618,7 @@ impl PyIndex {
     /// Keeps the sketch of the text of the entry added last.
     fn add_sketch(&mut self, text: &str) -> PyResult<()> {
         let normalize = self.normalize()?;
-        let entry = self.ids.len() - 1;
+        let entry = self.bundle.ids.len() - 1;
         self.sketches.resize(entry, None);
         self.sketches
             .push(Some(Sketch::of(&shingles_for(text, &normalize))));
@@ -665,14 +643,11 @@ impl PyIndex {
                  fingerprints): build it with Index.build(texts=..., config=...) to verify",
             ));
         }
-        let ms = match &self.index {
-            AnyIndex::W64(i) => {
-                let q = u64::try_from(fp)
-                    .map_err(|_| err("a 64-bit index takes 64-bit fingerprints"))?;
-                i.query(q, k).map_err(err)?
-            }
-            AnyIndex::W128(i) => i.query(fp, k).map_err(err)?,
-        };
+        let ms = self
+            .bundle
+            .index
+            .query(self.fingerprint(fp)?, k)
+            .map_err(err)?;
         let q = Sketch::of(&shingles_for(text, &self.normalize()?));
         let mut items: Vec<Bound<'_, PyTuple>> = Vec::new();
         for m in &ms {
@@ -689,7 +664,7 @@ impl PyIndex {
             items.push(PyTuple::new(
                 py,
                 [
-                    id_to_py(py, self.ids.get(m.id))?,
+                    id_to_py(py, self.bundle.ids.get(m.id))?,
                     m.distance.into_pyobject(py)?.into_any().unbind(),
                     similarity.into_pyobject(py)?.into_any().unbind(),
                 ],
@@ -709,26 +684,27 @@ impl PyIndex {
                 wanted.insert(serde_json::to_string(&s).expect("a string").into_bytes());
             }
         }
-        let table = &self.ids;
+        let table = &self.bundle.ids;
         let remove = |entry: u64| match table.get(entry) {
             Some(IdRef::Int(n)) => wanted.contains(n.to_string().as_bytes()),
             Some(IdRef::Json(b)) => wanted.contains(b),
             None => false,
         };
-        Ok(with_index!(&mut self.index, i => i.delete(remove)))
+        self.bundle.index.delete(remove).map_err(err)
     }
 
     /// Every pair within k: [(id_a, id_b, distance)].
     fn self_join(&self, py: Python<'_>, k: u32) -> PyResult<Py<PyList>> {
-        let pairs = with_index!(&self.index, i => py.detach(|| i.self_join(k))).map_err(err)?;
+        let index = &self.bundle.index;
+        let pairs = py.detach(|| index.self_join(k)).map_err(err)?;
         let items: PyResult<Vec<Bound<'_, PyTuple>>> = pairs
             .iter()
             .map(|&(a, b, d)| {
                 PyTuple::new(
                     py,
                     [
-                        id_to_py(py, self.ids.get(a))?,
-                        id_to_py(py, self.ids.get(b))?,
+                        id_to_py(py, self.bundle.ids.get(a))?,
+                        id_to_py(py, self.bundle.ids.get(b))?,
                         d.into_pyobject(py)?.into_any().unbind(),
                     ],
                 )

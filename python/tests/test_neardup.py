@@ -146,6 +146,22 @@ def test_index_files_are_shared_with_the_cli(tmp_path):
     neardup.Index.build(fps, ids=[d["id"] for d in docs], config=neardup.FingerprintConfig()).save(mine)
     got = json.loads(cli("query", str(mine), "--text", text))["matches"]
     assert got == want
+    # Compressed tables (both codings) open too, answer the same, and refuse
+    # changes.
+    assert not idx.compressed
+    for coding in ["elias-fano", "gaps"]:
+        packed = tmp_path / f"packed-{coding}.ndx"
+        cli("index", "build", str(SAMPLE), "-o", str(packed), "--compressed", "--coding", coding, "-q")
+        c = neardup.Index.load(packed)
+        assert c.compressed and len(c) == len(idx) and c.config == idx.config
+        for d in docs[:20]:
+            assert c.query(d["text"]) == idx.query(d["text"])
+        def pairs(i):
+            return {(frozenset((a, b)), d) for a, b, d in i.self_join()}
+
+        assert pairs(c) == pairs(idx)
+        with pytest.raises(neardup.NeardupError, match="read-only"):
+            c.add("x", 1)
 
 
 def test_index_built_from_texts_uses_its_configuration(tmp_path):

@@ -91,7 +91,7 @@ fn writer(path: &Path, schema: Arc<Schema>) -> Result<ArrowWriter<Output>> {
 }
 
 fn finish(w: ArrowWriter<Output>) -> Result<()> {
-    w.into_inner()?.finish()
+    Ok(w.into_inner()?.finish()?)
 }
 
 /// Pairs: columns `a`, `b` (ids), `distance` (uint32) and, when scored,

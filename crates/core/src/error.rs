@@ -72,6 +72,25 @@ pub enum Error {
         got: u32,
     },
 
+    /// A distance larger than an index (or join design) was built to find.
+    #[error(
+        "k = {k} is larger than the index's maximum k = {max}: rebuild the index with a larger --k"
+    )]
+    KTooLarge {
+        /// The distance asked for.
+        k: u32,
+        /// The largest distance the tables find.
+        max: u32,
+    },
+
+    /// A change to an index whose tables cannot change (compressed tables).
+    #[error("{0}")]
+    ReadOnly(String),
+
+    /// An index or batch at the limit of its 32-bit entry numbers.
+    #[error("{0}")]
+    Full(String),
+
     /// An I/O error while writing or reading a stream given by the caller.
     #[error(transparent)]
     Io(#[from] std::io::Error),

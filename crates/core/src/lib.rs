@@ -38,6 +38,7 @@ pub mod index;
 pub mod jaccard;
 pub mod keep_by;
 pub mod normalize;
+pub mod output;
 pub mod python_simhash;
 pub mod rng;
 mod simhash;

@@ -362,3 +362,120 @@ fn tiny_compressed_indexes_round_trip() {
         assert_eq!(c.query(0xdead_beef ^ 0b1111, 3).unwrap(), Vec::new());
     }
 }
+
+// The bundle: every edge's one way to open an index file.
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Plain and compressed files of the same entries, written with ids and a
+    /// configuration and opened from disk (memory-mapped) as bundles, answer
+    /// queries and the self-join as brute force does; the compressed one
+    /// refuses changes with a read-only error, the plain one takes them and
+    /// saves them atomically.
+    #[test]
+    fn bundles_open_either_kind_from_disk(base in prop::collection::vec(any::<u64>(), 1..120), copies in 0usize..120, wide: bool, seed: u64) {
+        use neardup_core::index::{AnyIndex, Bundle, IdTable, bundle};
+        use neardup_core::{Fingerprint, FingerprintConfig, Width};
+        let mut rng = SplitMix64(seed);
+        let mut words = base.clone();
+        for _ in 0..copies {
+            let f = words[(rng.next() % words.len() as u64) as usize];
+            words.push(if rng.next() % 3 == 0 { f } else { f ^ (1 << (rng.next() % 64)) });
+        }
+        let width = if wide { Width::W128 } else { Width::W64 };
+        let fp = |w: u64| match width {
+            Width::W64 => Fingerprint::from_u64(w),
+            Width::W128 => Fingerprint::new((w as u128) << 64 | w.rotate_left(7) as u128, width),
+        };
+        let fps: Vec<Fingerprint> = words.iter().map(|&w| fp(w)).collect();
+        let k = 3;
+        let design = TableDesign::new(width.bits(), k, &[k + 2]).unwrap();
+        let mut ids = IdTable::default();
+        (0..fps.len()).for_each(|i| ids.push_int(i as i64 * 3));
+        let config = FingerprintConfig::default();
+        let dir = tempfile::tempdir().unwrap();
+        let (plain_path, compressed_path) = (dir.path().join("p.ndx"), dir.path().join("c.ndx"));
+        let entries = || fps.iter().enumerate().map(|(i, &f)| (i as u64, f));
+        let plain = AnyIndex::build(design.clone(), entries()).unwrap();
+        bundle::write_bundle(&plain, &ids, Some(&config), std::fs::File::create(&plain_path).unwrap()).unwrap();
+        let out = std::fs::File::create(&compressed_path).unwrap();
+        match width {
+            Width::W64 => {
+                let c = CompressedIndex::build(design.clone(), words.iter().enumerate().map(|(i, &w)| (i as u64, w)), 64, Coding::EliasFano).unwrap();
+                bundle::write_with(&ids, Some(&config), |e, s| c.write_to(e, s, out)).unwrap();
+            }
+            Width::W128 => {
+                let c = CompressedIndex::build(design.clone(), fps.iter().enumerate().map(|(i, f)| (i as u64, f.value())), 64, Coding::EliasFano).unwrap();
+                bundle::write_with(&ids, Some(&config), |e, s| c.write_to(e, s, out)).unwrap();
+            }
+        }
+        let brute = |q: Fingerprint| -> Vec<Match> {
+            let mut m: Vec<Match> = fps.iter().enumerate()
+                .filter(|(_, f)| f.distance(q).unwrap() <= k)
+                .map(|(i, f)| Match { distance: f.distance(q).unwrap(), id: i as u64 })
+                .collect();
+            m.sort_unstable();
+            m
+        };
+        let mut pairs = Vec::new();
+        for i in 0..fps.len() {
+            for j in i + 1..fps.len() {
+                let d = fps[i].distance(fps[j]).unwrap();
+                if d <= k { pairs.push((i as u64, j as u64, d)); }
+            }
+        }
+        let queries: Vec<Fingerprint> = (0..20).map(|i| fp(words[i % words.len()] ^ (1 << (rng.next() % 64)))).collect();
+        for (path, compressed) in [(&plain_path, false), (&compressed_path, true)] {
+            let b = Bundle::open(path).unwrap();
+            prop_assert_eq!(b.index.is_compressed(), compressed);
+            prop_assert_eq!(b.index.width(), width);
+            prop_assert_eq!(b.index.len(), fps.len());
+            prop_assert_eq!(b.config.as_ref(), Some(&config));
+            prop_assert_eq!(b.ids.len(), fps.len());
+            for &q in &queries {
+                prop_assert_eq!(b.index.query(q, k).unwrap(), brute(q));
+            }
+            let batch = b.index.query_batch(&queries, k).unwrap();
+            for (&q, got) in queries.iter().zip(&batch) {
+                prop_assert_eq!(got, &brute(q));
+            }
+            let mut joined = b.index.self_join(k).unwrap();
+            joined.iter_mut().for_each(|p| *p = (p.0.min(p.1), p.0.max(p.1), p.2));
+            joined.sort_unstable();
+            prop_assert_eq!(&joined, &pairs);
+            let too_far = matches!(b.index.query(fp(0), k + 1), Err(Error::KTooLarge { .. }));
+            prop_assert!(too_far);
+            let other = match width { Width::W64 => Fingerprint::new(1, Width::W128), Width::W128 => Fingerprint::from_u64(1) };
+            let mismatch = matches!(b.index.query(other, k), Err(Error::WidthMismatch { .. }));
+            prop_assert!(mismatch);
+        }
+        // Changes: refused by compressed tables, kept by plain ones.
+        let mut c = Bundle::open(&compressed_path).unwrap();
+        prop_assert!(matches!(c.index.add(7, fp(1)), Err(Error::ReadOnly(_))));
+        prop_assert!(matches!(c.index.delete(|_| true), Err(Error::ReadOnly(_))));
+        let mut p = Bundle::open(&plain_path).unwrap();
+        let fresh = fp(rng.next());
+        p.index.add(fps.len() as u64, fresh).unwrap();
+        p.ids.push_int(-1);
+        prop_assert_eq!(p.index.delete(|id| id == 0).unwrap(), 1);
+        p.save(&plain_path).unwrap();
+        let again = Bundle::open(&plain_path).unwrap();
+        prop_assert_eq!(again.index.len(), fps.len());
+        prop_assert!(again.index.query(fresh, 0).unwrap().iter().any(|m| m.id == fps.len() as u64));
+        prop_assert!(again.index.query(fps[0], 0).unwrap().iter().all(|m| m.id != 0));
+    }
+}
+
+#[test]
+fn bundle_open_names_the_path_of_a_missing_or_damaged_file() {
+    use neardup_core::index::Bundle;
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.ndx");
+    let e = Bundle::open(&missing).unwrap_err().to_string();
+    assert!(e.contains("missing.ndx"), "{e}");
+    let damaged = dir.path().join("damaged.ndx");
+    std::fs::write(&damaged, b"not an index at all, just some bytes of text").unwrap();
+    let e = Bundle::open(&damaged).unwrap_err();
+    assert!(matches!(e, Error::CorruptIndex(_)), "{e}");
+    assert!(e.to_string().contains("damaged.ndx"), "{e}");
+}

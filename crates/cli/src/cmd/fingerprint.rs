@@ -91,7 +91,7 @@ fn save_config_beside(path: &Path, config: &FingerprintConfig) -> Result<()> {
     }
     let mut json = serde_json::to_vec_pretty(config)?;
     json.push(b'\n');
-    write_atomic(&config_path_for(path), &json)
+    Ok(write_atomic(&config_path_for(path), &json)?)
 }
 
 fn write_tsv_id(id: &Id, out: &mut Vec<u8>) {

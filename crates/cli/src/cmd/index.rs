@@ -5,15 +5,13 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use neardup_core::index::{
-    Bits, Coding, CompressedIndex, IdRef, IdTable, Index, IndexFile, SharedBytes, plan,
+    Bits, Bundle, Coding, CompressedIndex, IdRef, IdTable, Index, IndexFile, bundle, plan,
 };
-use neardup_core::{FingerprintConfig, Width};
-use serde_json::json;
+use neardup_core::{Fingerprint, FingerprintConfig, Width};
 
 use crate::fpfile::IdList;
 use crate::gather::{Keep, SourceArgs, gather};
@@ -110,20 +108,11 @@ pub struct PathArg {
     pub path: PathBuf,
 }
 
-struct MappedFile(memmap2::Mmap);
-
-impl AsRef<[u8]> for MappedFile {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-/// An opened index file with its document ids and configuration.
+/// An opened index file: its tables, ids and configuration (core's
+/// [`Bundle`]), and the file itself for its checks and facts.
 pub struct Opened {
     pub file: IndexFile,
-    pub config: Option<FingerprintConfig>,
-    pub k: u32,
-    ids: IdTable,
+    pub bundle: Bundle,
 }
 
 /// Conversions between the command line's ids and an index file's.
@@ -166,35 +155,24 @@ impl IdTableExt for IdTable {
 
 /// Opens (memory-maps) an index file.
 pub fn open(path: &Path) -> Result<Opened> {
-    let f = File::open(path).with_context(|| format!("cannot open index {}", path.display()))?;
-    // SAFETY (of the map): the file is opened read-only; neardup replaces index
-    // files by rename, never in place, so the mapped bytes do not change under us.
-    // (Another program truncating the file while it is mapped could still fault.)
-    let map = unsafe { memmap2::Mmap::map(&f) }
-        .with_context(|| format!("cannot map {}", path.display()))?;
-    let data: SharedBytes = Arc::new(MappedFile(map));
-    let file = IndexFile::open(data).with_context(|| format!("{}", path.display()))?;
-    let extra = file.extra().clone();
-    let config = match extra.get("config") {
-        Some(serde_json::Value::Null) | None => None,
-        Some(c) => Some(
-            serde_json::from_value(c.clone())
-                .with_context(|| format!("{}: bad configuration in the index", path.display()))?,
-        ),
-    };
-    let ids = IdTable::read(&file).with_context(|| format!("{}", path.display()))?;
-    let k = file.design().k;
-    Ok(Opened {
-        file,
-        config,
-        k,
-        ids,
-    })
+    let file =
+        bundle::map_file(path).with_context(|| format!("cannot open index {}", path.display()))?;
+    let bundle = Bundle::of_file(&file).with_context(|| format!("{}", path.display()))?;
+    Ok(Opened { file, bundle })
 }
 
 impl Opened {
     pub fn id(&self, entry: u64) -> Option<Id> {
-        self.ids.get_id(entry)
+        self.bundle.ids.get_id(entry)
+    }
+
+    /// The largest distance the tables find.
+    pub fn k(&self) -> u32 {
+        self.bundle.index.design().k
+    }
+
+    pub fn config(&self) -> Option<&FingerprintConfig> {
+        self.bundle.config.as_ref()
     }
 }
 
@@ -210,14 +188,11 @@ fn write_index<B: Bits>(
     config: Option<&FingerprintConfig>,
     ids: &IdTable,
 ) -> Result<u64> {
-    let (kind, sections) = ids.sections();
-    let extra = json!({"config": config, "ids": kind, "format": "neardup index"});
-    let refs: Vec<(&str, &[u8])> = sections.iter().map(|(n, b)| (*n, b.as_slice())).collect();
     let mut out = Output::create(Some(path))?;
-    let n = match index {
-        Built::Plain(i) => i.write_to(&extra, &refs, &mut out)?,
-        Built::Compressed(i) => i.write_to(&extra, &refs, &mut out)?,
-    };
+    let n = bundle::write_with(ids, config, |extra, sections| match index {
+        Built::Plain(i) => i.write_to(extra, sections, &mut out),
+        Built::Compressed(i) => i.write_to(extra, sections, &mut out),
+    })?;
     out.finish()?;
     Ok(n)
 }
@@ -382,7 +357,7 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
     init_threads(a.run.threads)?;
     let (_lock, opened) = open_for_update(&a.index)?;
     refuse_compressed(&opened, &a.index)?;
-    match &opened.config {
+    match opened.config() {
         Some(c) => a.source.pipeline.preset = Some(c.clone()),
         None if a.source.fingerprints.is_none() => bail!(
             "{}: the index was built from fingerprints without a configuration; add fingerprints with --fingerprints",
@@ -391,41 +366,31 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
         None => {}
     }
     let g = gather(&a.source, &Keep::default(), a.run.quiet)?;
-    if let (Some(mine), Some(theirs)) = (&opened.config, &g.config) {
+    if let (Some(mine), Some(theirs)) = (opened.config(), &g.config) {
         mine.check_compatible(theirs)
             .with_context(|| format!("cannot add to {}", a.index.display()))?;
     }
-    if g.width.bits() != opened.file.bits() && !g.values.is_empty() {
+    let mut b = opened.bundle;
+    if g.width != b.index.width() && !g.values.is_empty() {
         bail!(
             "{}-bit fingerprints cannot go into a {}-bit index",
             g.width.bits(),
-            opened.file.bits()
+            b.index.width().bits()
         );
     }
-    let mut ids = IdTable::read(&opened.file)?;
-    let start = ids.len() as u64;
+    let start = b.ids.len() as u64;
     for i in 0..g.values.len() {
-        ids.push_id(g.ids.get(i));
+        b.ids.push_id(g.ids.get(i));
+        b.index
+            .add(start + i as u64, Fingerprint::new(g.values.get(i), g.width))?;
     }
-    let added = g.values.len();
-    match opened.file.bits() {
-        64 => {
-            let mut index = opened.file.index::<u64>()?;
-            for j in 0..g.values.len() {
-                index.add(start + j as u64, g.values.get(j) as u64)?;
-            }
-            write_index(&a.index, Built::Plain(&index), opened.config.as_ref(), &ids)?;
-        }
-        _ => {
-            let mut index = opened.file.index::<u128>()?;
-            for j in 0..g.values.len() {
-                index.add(start + j as u64, g.values.get(j))?;
-            }
-            write_index(&a.index, Built::Plain(&index), opened.config.as_ref(), &ids)?;
-        }
-    }
+    b.save(&a.index)?;
     if !a.run.quiet {
-        eprintln!("neardup: added {added} entries to {}", a.index.display());
+        eprintln!(
+            "neardup: added {} entries to {}",
+            g.values.len(),
+            a.index.display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -434,25 +399,14 @@ fn delete(a: DeleteArgs) -> Result<ExitCode> {
     let (_lock, opened) = open_for_update(&a.index)?;
     refuse_compressed(&opened, &a.index)?;
     let wanted: HashSet<&str> = a.ids.iter().map(String::as_str).collect();
-    let ids = IdTable::read(&opened.file)?;
+    let mut b = opened.bundle;
+    let ids = &b.ids;
     let remove = |entry: u64| {
         ids.get_id(entry)
             .is_some_and(|id| wanted.contains(id.to_string().as_str()))
     };
-    let removed = match opened.file.bits() {
-        64 => {
-            let mut index = opened.file.index::<u64>()?;
-            let n = index.delete(remove);
-            write_index(&a.index, Built::Plain(&index), opened.config.as_ref(), &ids)?;
-            n
-        }
-        _ => {
-            let mut index = opened.file.index::<u128>()?;
-            let n = index.delete(remove);
-            write_index(&a.index, Built::Plain(&index), opened.config.as_ref(), &ids)?;
-            n
-        }
-    };
+    let removed = b.index.delete(remove)?;
+    b.save(&a.index)?;
     eprintln!(
         "neardup: deleted {removed} entries from {}",
         a.index.display()
@@ -491,7 +445,7 @@ fn info(path: &Path) -> Result<ExitCode> {
     writeln!(out, "file         {}", path.display())?;
     writeln!(out, "entries      {}", f.entries())?;
     writeln!(out, "bits         {}", f.bits())?;
-    writeln!(out, "max k        {}", o.k)?;
+    writeln!(out, "max k        {}", o.k())?;
     writeln!(out, "design       {}", f.design().describe())?;
     if f.is_compressed() {
         let (bits, tables, coding) = match f.bits() {
@@ -512,7 +466,7 @@ fn info(path: &Path) -> Result<ExitCode> {
         f.len(),
         f.len() as f64 / f.entries().max(1) as f64
     )?;
-    match &o.config {
+    match o.config() {
         Some(c) => writeln!(out, "config       {} (digest {})", c.summary(), c.digest())?,
         None => writeln!(
             out,

@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use neardup_core::index::{Bits, CompressedIndex, Index, Match};
+use neardup_core::index::Match;
 use neardup_core::jaccard::{Verify, jaccard, shingles_for};
-use neardup_core::{Fingerprint, SimHasher, Width};
+use neardup_core::{Fingerprint, SimHasher};
 
-use super::index::{Opened, open};
+use super::index::open;
 use crate::input::{Id, InputArgs};
 use crate::output::Output;
 use crate::pipeline_args::{PipelineArgs, hasher_for};
@@ -94,50 +94,23 @@ pub struct Args {
 /// matches and features.
 type Pending = (Option<Id>, Fingerprint, Vec<Match>, Vec<u64>);
 
-enum Loaded {
-    W64(Index<u64>),
-    W128(Index<u128>),
-    Compressed64(CompressedIndex<u64>),
-    Compressed128(CompressedIndex<u128>),
-}
-
-impl Loaded {
-    fn query(&self, fp: Fingerprint, k: u32) -> Result<Vec<Match>> {
-        Ok(match self {
-            Loaded::W64(i) => i.query(neardup_core::index::bits::word_of(fp)?, k)?,
-            Loaded::W128(i) => i.query(neardup_core::index::bits::word_of(fp)?, k)?,
-            Loaded::Compressed64(i) => i.query(neardup_core::index::bits::word_of(fp)?, k)?,
-            Loaded::Compressed128(i) => i.query(neardup_core::index::bits::word_of(fp)?, k)?,
-        })
-    }
-}
-
-fn load<B: Bits>(o: &Opened) -> Result<Index<B>> {
-    Ok(o.file.index::<B>()?)
-}
-
 pub fn run(args: Args) -> Result<ExitCode> {
     init_threads(args.run.threads)?;
     let started = std::time::Instant::now();
     let quiet = args.run.quiet;
     let opened = open(&args.index)?;
-    let k = args.k.unwrap_or(opened.k);
-    if k > opened.k {
+    let k = args.k.unwrap_or(opened.k());
+    if k > opened.k() {
         bail!(
             "--k {k} is larger than the index's maximum k = {}: rebuild the index with --k {k}",
-            opened.k
+            opened.k()
         );
     }
-    let width = Width::from_bits(opened.file.bits())?;
-    let index = match (width, opened.file.is_compressed()) {
-        (Width::W64, false) => Loaded::W64(load(&opened)?),
-        (Width::W128, false) => Loaded::W128(load(&opened)?),
-        (Width::W64, true) => Loaded::Compressed64(opened.file.compressed_index()?),
-        (Width::W128, true) => Loaded::Compressed128(opened.file.compressed_index()?),
-    };
+    let index = &opened.bundle.index;
+    let width = index.width();
     let mut input = args.input.clone();
     let mut hasher = || -> Result<SimHasher> {
-        let Some(config) = &opened.config else {
+        let Some(config) = opened.config() else {
             bail!(
                 "the index was built from fingerprints without a configuration: query it with --simhash"
             );

@@ -1140,6 +1140,42 @@ impl<B: Bits> CompressedIndex<B> {
         self.fps.len()
     }
 
+    /// The table design.
+    pub fn design(&self) -> &TableDesign {
+        &self.design
+    }
+
+    /// Entries stored.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether it stores no entry.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Every entry as `(id, fingerprint)`, by fingerprint. A damaged file's
+    /// out-of-range entry numbers are skipped.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, B)> + '_ {
+        (0..self.fps.len()).flat_map(move |g| {
+            let (from, to) = (self.starts[g] as usize, self.starts[g + 1] as usize);
+            let ids = self.ids.get(from..to.min(self.ids.len())).unwrap_or(&[]);
+            ids.iter().map(move |&id| (id, self.fps[g]))
+        })
+    }
+
+    /// Every pair of entries within `k`, each once: `(id_a, id_b, distance)`.
+    pub fn self_join(&self, k: u32) -> Result<Vec<(u64, u64, u32)>, Error> {
+        self.check_k(k)?;
+        let (ids, fps): (Vec<u64>, Vec<B>) = self.entries().unzip();
+        let pairs = super::self_join(&fps, k, &self.design)?;
+        Ok(pairs
+            .into_iter()
+            .map(|(a, b, d)| (ids[a as usize], ids[b as usize], d))
+            .collect())
+    }
+
     /// Bytes held.
     pub fn memory(&self) -> usize {
         let tables: usize = match &self.tables {
@@ -1154,10 +1190,10 @@ impl<B: Bits> CompressedIndex<B> {
 
     fn check_k(&self, k: u32) -> Result<(), Error> {
         if k > self.design.k {
-            return Err(Error::InvalidConfig(format!(
-                "k = {k} is larger than this index's maximum k = {}",
-                self.design.k
-            )));
+            return Err(Error::KTooLarge {
+                k,
+                max: self.design.k,
+            });
         }
         Ok(())
     }
@@ -1235,7 +1271,7 @@ impl<B: Bits> CompressedIndex<B> {
             return queries.par_iter().map(|&q| self.query(q, k)).collect();
         }
         if queries.len() > u32::MAX as usize {
-            return Err(Error::InvalidConfig(
+            return Err(Error::Full(
                 "a batch holds fewer than 4,294,967,296 queries: split it".into(),
             ));
         }

@@ -409,7 +409,7 @@ impl IndexFile {
     /// The index, using the file's bytes in place (no copy).
     pub fn index<B: Bits>(&self) -> Result<Index<B>, Error> {
         if self.is_compressed() {
-            return Err(Error::InvalidConfig(
+            return Err(Error::ReadOnly(
                 "this index file holds compressed tables, which are read-only: query it, or \
                  rebuild it without --compressed to add or delete entries"
                     .into(),

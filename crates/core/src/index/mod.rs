@@ -5,6 +5,7 @@
 //! [`self_join`] finds every pair within k in one set, each pair once.
 
 pub mod bits;
+pub mod bundle;
 pub mod compress;
 pub mod design;
 pub mod ef;
@@ -18,6 +19,7 @@ pub(crate) mod table;
 use rayon::prelude::*;
 
 pub use bits::Bits;
+pub use bundle::{AnyIndex, Bundle};
 pub use compress::{Coding, CompressedIndex};
 pub use design::{Plan, PlanOption, Segment, Table, TableDesign, plan, plan_join};
 pub use file::IndexFile;
@@ -65,7 +67,7 @@ impl<B: Bits> Index<B> {
         }
         let (ids, fps): (Vec<u64>, Vec<B>) = entries.into_iter().unzip();
         if fps.len() >= u32::MAX as usize {
-            return Err(Error::InvalidConfig(
+            return Err(Error::Full(
                 "an index holds fewer than 4,294,967,295 fingerprints: split the collection".into(),
             ));
         }
@@ -134,10 +136,10 @@ impl<B: Bits> Index<B> {
 
     fn check_k(&self, k: u32) -> Result<(), Error> {
         if k > self.design.k {
-            return Err(Error::InvalidConfig(format!(
-                "k = {k} is larger than this index's maximum k = {}: rebuild the index with a larger --k",
-                self.design.k
-            )));
+            return Err(Error::KTooLarge {
+                k,
+                max: self.design.k,
+            });
         }
         Ok(())
     }
@@ -218,7 +220,9 @@ impl<B: Bits> Index<B> {
     /// absorb recent additions once they are an eighth of the indexed entries.
     pub fn add(&mut self, id: u64, fp: B) -> Result<(), Error> {
         if self.fps.len() + 1 >= u32::MAX as usize {
-            return Err(Error::InvalidConfig("the index is full".into()));
+            return Err(Error::Full(
+                "the index is full (4,294,967,294 entries): split the collection".into(),
+            ));
         }
         self.fps.to_mut().push(fp);
         self.ids.to_mut().push(id);
@@ -617,10 +621,7 @@ fn check_join<B: Bits>(sorted: &[B], k: u32, design: &TableDesign) -> Result<(),
         });
     }
     if k > design.k {
-        return Err(Error::InvalidConfig(format!(
-            "k = {k} is larger than the design's k = {}",
-            design.k
-        )));
+        return Err(Error::KTooLarge { k, max: design.k });
     }
     debug_assert!(
         sorted.windows(2).all(|w| w[0] < w[1]),
