@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::bits::word_of;
-use super::compress::CompressedIndex;
+use super::compressed::CompressedIndex;
 use super::design::TableDesign;
 use super::file::IndexFile;
 use super::ids::IdTable;

@@ -440,7 +440,14 @@ pub fn plan_join(bits: u32, k: u32, n: f64) -> Result<TableDesign, Error> {
 
 /// Directory bits for a table of `n` entries (the same rule the tables use).
 pub fn directory_bits(prefix_bits: u32, n: f64) -> u32 {
-    super::table::dir_bits_for(n.min(usize::MAX as f64) as usize, prefix_bits)
+    dir_bits_for(n.min(usize::MAX as f64) as usize, prefix_bits)
+}
+
+/// Directory bits for `n` entries: about eight entries per bucket (a cache line
+/// or two of keys), never more than the prefix.
+pub(crate) fn dir_bits_for(n: usize, prefix_bits: u32) -> u32 {
+    let log = usize::BITS - n.max(2).leading_zeros() - 1;
+    log.saturating_sub(3).clamp(1, 26).min(prefix_bits)
 }
 
 #[cfg(test)]

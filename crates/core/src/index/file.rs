@@ -62,24 +62,10 @@ struct Meta {
     dir_bits: Vec<u32>,
     sections: Vec<Section>,
     extra: serde_json::Value,
+    /// The compressed tables' own metadata (versions 2 and 3), which only
+    /// they read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    compressed: Option<CompressedMeta>,
-}
-
-/// What a compressed index needs beside its sections.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(super) struct CompressedMeta {
-    /// Distinct fingerprints, and the bits of their directory.
-    pub(super) distinct: u64,
-    pub(super) fps_dir_bits: u32,
-    /// Per table: blocks, keys per block, and the Huffman code length of every
-    /// symbol.
-    pub(super) blocks: Vec<u64>,
-    pub(super) block_keys: Vec<u32>,
-    pub(super) code_lengths: Vec<Vec<u8>>,
-    /// How the keys are coded (absent in version-2 files: the paper's codes).
-    #[serde(default)]
-    pub(super) coding: super::compress::Coding,
+    compressed: Option<serde_json::Value>,
 }
 
 pub(super) fn corrupt(reason: impl Into<String>) -> Error {
@@ -137,7 +123,7 @@ pub(super) struct Head<'a> {
     pub(super) entries: u64,
     pub(super) design: &'a TableDesign,
     pub(super) dir_bits: Vec<u32>,
-    pub(super) compressed: Option<CompressedMeta>,
+    pub(super) compressed: Option<serde_json::Value>,
 }
 
 /// Writes a file: header, the index's `own` sections and the caller's, metadata,
@@ -208,6 +194,7 @@ fn head_checksum(header: &[u8], meta: &[u8]) -> u64 {
 #[derive(Clone)]
 pub struct IndexFile {
     data: SharedBytes,
+    version: u32,
     bits: u32,
     entries: u64,
     meta: Meta,
@@ -231,9 +218,9 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 impl IndexFile {
-    /// Opens an index file's bytes: checks header, footer, metadata and the
-    /// structure of every section (not every byte: see [`IndexFile::verify`]).
-    pub fn open(data: SharedBytes) -> Result<IndexFile, Error> {
+    /// Opens the container: checks header, footer, metadata and the bounds of
+    /// every section; [`IndexFile::open`] then checks the tables' structure.
+    pub(super) fn open_container(data: SharedBytes) -> Result<IndexFile, Error> {
         let b = (*data).as_ref();
         if b.len() < HEADER + FOOTER {
             return Err(corrupt(format!(
@@ -283,29 +270,23 @@ impl IndexFile {
                 return Err(corrupt(format!("section {} lies outside the data", s.name)));
             }
         }
-        let expected = match &meta.compressed {
-            Some(c) => c.coding.format_version(),
-            None => FORMAT_VERSION,
-        };
-        if version != expected {
+        if (version == FORMAT_VERSION) != meta.compressed.is_none() {
             return Err(corrupt(
                 "the metadata does not match the format version (compressed tables)",
             ));
         }
-        let file = IndexFile {
+        Ok(IndexFile {
             data: data.clone(),
+            version,
             bits,
             entries,
             meta,
-        };
-        // Structural checks of the index sections, so queries never go astray.
-        match (bits, file.is_compressed()) {
-            (64, false) => drop(file.index::<u64>()?),
-            (_, false) => drop(file.index::<u128>()?),
-            (64, true) => drop(file.compressed_index::<u64>()?),
-            (_, true) => drop(file.compressed_index::<u128>()?),
-        }
-        Ok(file)
+        })
+    }
+
+    /// The format version (see the module's documentation).
+    pub(super) fn version(&self) -> u32 {
+        self.version
     }
 
     /// Checks every byte: each section against its checksum, and the padding
@@ -381,7 +362,7 @@ impl IndexFile {
         &self.meta.dir_bits
     }
 
-    pub(super) fn compressed_meta(&self) -> Option<&CompressedMeta> {
+    pub(super) fn compressed_meta(&self) -> Option<&serde_json::Value> {
         self.meta.compressed.as_ref()
     }
 

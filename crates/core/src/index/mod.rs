@@ -6,9 +6,8 @@
 
 pub mod bits;
 pub mod bundle;
-pub mod compress;
+pub mod compressed;
 pub mod design;
-pub mod ef;
 mod file;
 pub mod ids;
 pub mod mem;
@@ -20,7 +19,7 @@ use rayon::prelude::*;
 
 pub use bits::Bits;
 pub use bundle::{AnyIndex, Bundle};
-pub use compress::{Coding, CompressedIndex};
+pub use compressed::{Coding, CompressedIndex};
 pub use design::{Plan, PlanOption, Segment, Table, TableDesign, plan, plan_join};
 pub use file::IndexFile;
 pub use ids::{IdRef, IdTable};
@@ -596,6 +595,22 @@ pub fn join_sorted_unique_each<B: Bits>(
         per_table.into_iter().for_each(&mut sink);
     }
     Ok(())
+}
+
+impl IndexFile {
+    /// Opens an index file's bytes: checks header, footer, metadata and the
+    /// structure of every table (not every byte: see [`IndexFile::verify`]),
+    /// so that queries never go astray.
+    pub fn open(data: SharedBytes) -> Result<IndexFile, Error> {
+        let file = IndexFile::open_container(data)?;
+        match (file.bits(), file.is_compressed()) {
+            (64, false) => drop(file.index::<u64>()?),
+            (_, false) => drop(file.index::<u128>()?),
+            (64, true) => drop(file.compressed_index::<u64>()?),
+            (_, true) => drop(file.compressed_index::<u128>()?),
+        }
+        Ok(file)
+    }
 }
 
 /// Finds a fingerprint of `sorted` (distinct, ascending) again: a directory on

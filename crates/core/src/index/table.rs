@@ -41,12 +41,7 @@ pub(crate) fn anchor_directory<B: Bits>(anchors: &[B], prefix_bits: u32) -> (u32
     (bits, directory(anchors.iter().copied(), bits))
 }
 
-/// Directory bits for `n` entries: about eight entries per bucket (a cache line
-/// or two of keys), never more than the prefix.
-pub(crate) fn dir_bits_for(n: usize, prefix_bits: u32) -> u32 {
-    let log = usize::BITS - n.max(2).leading_zeros() - 1;
-    log.saturating_sub(3).clamp(1, 26).min(prefix_bits)
-}
+pub(crate) use super::design::dir_bits_for;
 
 impl<B: Bits> SortedTable<B> {
     /// Builds the table over `fps[i]` for every item `i`.

@@ -1,6 +1,6 @@
 //! Compressed tables in Elias–Fano coded blocks.
 //!
-//! The blocks of [`super::compress`], coded otherwise. A block keeps its first
+//! The blocks of [`super::gaps`], coded otherwise. A block keeps its first
 //! key whole (its anchor, kept apart for the search) and stores every other key
 //! as its difference v from the anchor, cut at a bit L chosen per block: the
 //! low L bits of every v at a fixed width, one after another, then the high
@@ -12,13 +12,14 @@
 //! zeros in the unary string, a word at a time, to the first key of its prefix,
 //! and reads that key's low bits where they lie.
 
-use super::bits::Bits;
-use super::compress::{BitWriter, GROUP_SHIFT, MAX_BLOCK_KEYS, TableParts, match_run, window_up};
-use super::design::Table;
-use super::file::corrupt;
-use super::slab::Slab;
-use super::table::prefetch;
+use super::bitio::{BitWriter, window_up};
+use super::blocks::{GROUP_SHIFT, MAX_BLOCK_KEYS, TableParts, match_run};
 use crate::error::Error;
+use crate::index::bits::Bits;
+use crate::index::design::Table;
+use crate::index::file::corrupt;
+use crate::index::slab::Slab;
+use crate::index::table::prefetch;
 
 /// A block's header: its first key whole, where its bytes start (from the start
 /// of its group of blocks), and how many low bits each of its keys stores.
@@ -123,10 +124,10 @@ impl<B: Bits> EfTable<B> {
         let block_keys =
             ((block_bytes as f64 * 8.0 / mean).round() as usize).clamp(1, MAX_BLOCK_KEYS);
         let blocks = sorted.len().div_ceil(block_keys);
-        let mut w = BitWriter::on(super::mem::with_huge_capacity(
+        let mut w = BitWriter::on(crate::index::mem::with_huge_capacity(
             (sorted.len() as f64 * mean / 8.0) as usize + 2 * blocks + 64,
         ));
-        let mut heads: Vec<EfHead<B>> = super::mem::with_huge_capacity(blocks);
+        let mut heads: Vec<EfHead<B>> = crate::index::mem::with_huge_capacity(blocks);
         let mut bases: Vec<u64> = Vec::new();
         for (b, block) in sorted.chunks(block_keys).enumerate() {
             if b & ((1 << GROUP_SHIFT) - 1) == 0 {
@@ -162,7 +163,8 @@ impl<B: Bits> EfTable<B> {
         let mut data = w.bytes;
         data.extend_from_slice(&[0u8; 8]);
         let anchors: Vec<B> = heads.iter().map(|h| h.anchor).collect();
-        let (dir_bits, block_dir) = super::table::anchor_directory(&anchors, table.prefix_bits());
+        let (dir_bits, block_dir) =
+            crate::index::table::anchor_directory(&anchors, table.prefix_bits());
         let (prefix, rest) = table.prefix_masks();
         EfTable {
             table: table.clone(),
@@ -226,7 +228,7 @@ impl<B: Bits> EfTable<B> {
                 return Err(damaged());
             }
         }
-        if !super::file::directory_is_sound(v.block_dir, v.heads.len() as u64) {
+        if !crate::index::file::directory_is_sound(v.block_dir, v.heads.len() as u64) {
             return Err(corrupt(format!("table {i}'s blocks are damaged")));
         }
         Ok(t)
@@ -346,7 +348,7 @@ impl<B: Bits> EfView<'_, B> {
             self.block_dir[p.slot + 1] as usize,
         );
         let heads = &self.heads[from.saturating_sub(1)..(to + 1).min(self.heads.len())];
-        super::table::prefetch_all(bytemuck::cast_slice(heads));
+        crate::index::table::prefetch_all(bytemuck::cast_slice(heads));
     }
 
     /// Finds the probe's first block and prefetches the bytes it will read:
