@@ -1011,6 +1011,22 @@ fn damaged_index_files_and_mismatched_queries_are_refused() {
     let o = run(&["index", "verify", damaged.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("checksum"), "{}", stderr(&o));
+    // A query with --check refuses it; the sound file passes the check.
+    let o = run(&[
+        "query",
+        damaged.to_str().unwrap(),
+        "--simhash",
+        "0",
+        "--check",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("d.ndx is damaged") && stderr(&o).contains("checksum"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["query", idx_s, "--simhash", "0", "--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let o = run(&["query", idx_s, "--text", "hello", "--features", "ngrams:5"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(

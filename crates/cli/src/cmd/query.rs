@@ -27,7 +27,15 @@ Examples:
   neardup query corpus.ndx --file page.txt --k 2
   neardup query corpus.ndx --simhash 3b8c0a4f9d2e6b71
   neardup query corpus.ndx --batch new.jsonl -o matches.jsonl
-  neardup query corpus.ndx --file page.txt --verify jaccard:0.8 --corpus corpus.jsonl"
+  neardup query corpus.ndx --file page.txt --verify jaccard:0.8 --corpus corpus.jsonl
+  neardup query copied.ndx --batch new.jsonl --check     # every byte checked first
+
+Damage: opening an index checks its header, metadata and the structure of
+every table (work in proportion to the directories, not to the entries), so a
+damaged file never crashes a query. Damage inside keys or ids can still give a
+wrong answer with exit status 0: pass --check to verify every byte against the
+file's checksums first (it reads the whole file), or run `neardup index verify`
+once after copying an index."
 )]
 pub struct Args {
     /// The index file.
@@ -85,6 +93,11 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "verify")]
     pub corpus: Option<PathBuf>,
 
+    /// Verify every byte of the index against its checksums before answering
+    /// (reads the whole file; see Damage below).
+    #[arg(long)]
+    pub check: bool,
+
     /// --threads for --batch; -q: no progress bar and no summary.
     #[command(flatten)]
     pub run: RunArgs,
@@ -99,6 +112,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let started = std::time::Instant::now();
     let quiet = args.run.quiet;
     let opened = open(&args.index)?;
+    if args.check {
+        opened.file.verify().with_context(|| {
+            format!(
+                "{} is damaged: rebuild it with `neardup index build`, or restore it from a copy",
+                args.index.display()
+            )
+        })?;
+    }
     let k = args.k.unwrap_or(opened.k());
     if k > opened.k() {
         bail!(
