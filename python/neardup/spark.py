@@ -188,7 +188,7 @@ def _dedup_distributed(
             hi = b.column("fp_hi").to_numpy().view(np.uint64)
             lo = b.column("fp_lo").to_numpy().view(np.uint64)
             words = (np.stack([hi, lo], axis=1).reshape(-1) if bits == 128 else lo).astype("<u8").tobytes()
-            keys = np.frombuffer(_rs.table_keys(design, words, bits), dtype="<u8").reshape(-1, 3)
+            keys = np.frombuffer(_rs.table_keys(design, words), dtype="<u8").reshape(-1, 3)
             tables = len(keys) // max(len(lo), 1)
             rep = lambda col: np.repeat(col, tables)  # noqa: E731
             yield pa.RecordBatch.from_arrays(
@@ -217,7 +217,7 @@ def _dedup_distributed(
     keyed = keyed.withColumn("block_i", F.least("block", "other")).withColumn("block_j", F.greatest("block", "other"))
     order = group + ["block_i", "block_j"]
     # Partitions of about two million key rows (~150 MB in the Python worker).
-    tables = len(json.loads(design)["tables"])
+    tables = design.tables
     parts = max(spark.sparkContext.defaultParallelism * 2, -(-n * tables // 2_000_000), 1)
     sorted_rows = keyed.repartition(parts, *order).sortWithinPartitions(*order)
     pair_schema = T.StructType(
@@ -232,7 +232,7 @@ def _dedup_distributed(
         col = lambda name: t.column(name).to_numpy().astype("<i8").tobytes()  # noqa: E731
         out = np.frombuffer(
             _rs.sorted_group_pairs(
-                design, bits, k,
+                design, k,
                 col("table"), col("key_hi"), col("key_lo"), col("block_i"), col("block_j"), col("block"),
                 col("_pos"), col("fp_hi"), col("fp_lo"),
             ),

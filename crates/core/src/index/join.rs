@@ -1,0 +1,419 @@
+//! The self-join (every pair within k in one set, each pair once) over the
+//! permuted tables: fingerprints collapsed by value, then each table's
+//! fingerprints grouped by its prefix and compared within groups, a pair
+//! reported only by the first table in which the two share the prefix.
+//! [`JoinKeys`] gives the same rule to a distributed runtime, which groups
+//! by key itself.
+
+use rayon::prelude::*;
+
+use super::bits::Bits;
+use super::design::{self, Table, TableDesign};
+use super::{mem, radix, table};
+use crate::error::Error;
+
+/// The first-table rule: a pair whose fingerprints differ in `diff` is
+/// reported by a table only if no earlier table (`earlier`: their prefix
+/// masks, in fingerprint positions) has them share its prefix.
+#[inline]
+fn first_table<B: Bits>(earlier: &[B], diff: B) -> bool {
+    !earlier.iter().any(|&m| diff.and(m) == B::zero())
+}
+
+/// The self-join's keys and rule for a runtime that groups rows itself (the
+/// Spark job's distributed path): each fingerprint goes to one group per
+/// table, keyed by its prefix bits there; a pair in a group is reported when
+/// within k and the group's table is the first where the two share the
+/// prefix, so every pair within k comes out of exactly one group.
+#[derive(Clone, Debug)]
+pub struct JoinKeys<B: Bits> {
+    /// Each table's prefix mask, in fingerprint positions.
+    masks: Vec<B>,
+}
+
+impl<B: Bits> JoinKeys<B> {
+    /// The keys of `design`'s tables.
+    pub fn new(design: &TableDesign) -> Result<JoinKeys<B>, Error> {
+        if design.bits != B::BITS {
+            return Err(Error::WidthMismatch {
+                expected: design.bits,
+                got: B::BITS,
+            });
+        }
+        Ok(JoinKeys {
+            masks: design.tables.iter().map(Table::prefix_mask::<B>).collect(),
+        })
+    }
+
+    /// Tables, that is, keys per fingerprint.
+    pub fn tables(&self) -> usize {
+        self.masks.len()
+    }
+
+    /// `fp`'s key in table `t`: its prefix bits there, the others zero.
+    pub fn key(&self, t: usize, fp: B) -> B {
+        fp.and(self.masks[t])
+    }
+
+    /// The distance of `a` and `b` when the group of table `t` (where they
+    /// share the prefix) reports them: within `k`, and no earlier table
+    /// shares their prefix.
+    pub fn reports(&self, t: usize, a: B, b: B, k: u32) -> Option<u32> {
+        let diff = a.xor(b);
+        let d = diff.distance(B::zero());
+        (d <= k && first_table(&self.masks[..t.min(self.masks.len())], diff)).then_some(d)
+    }
+}
+
+/// Fingerprints grouped by value: the distinct ones in ascending order, and the
+/// documents holding each.
+#[derive(Clone, Debug)]
+pub struct Collapsed<B: Bits> {
+    /// Distinct fingerprints, ascending.
+    pub distinct: Vec<B>,
+    /// Documents sorted by (fingerprint, document).
+    pub order: Vec<u32>,
+    /// `order[starts[g]..starts[g + 1]]` are the documents of `distinct[g]`, ascending.
+    pub starts: Vec<u32>,
+    /// The distinct index of each document.
+    pub group_of: Vec<u32>,
+}
+
+/// Large buffers one stage of a self-join hands to the next, so that each does not
+/// fault in fresh pages (the kernel zeroing them was a fifth of a 100-million join).
+#[derive(Debug, Default)]
+pub struct JoinScratch<B> {
+    bufs: Vec<Vec<B>>,
+}
+
+impl<B: Bits> Collapsed<B> {
+    /// Groups `fps` (document i has `fps[i]`) by value: one parallel sort.
+    pub fn new(fps: &[B]) -> Self {
+        Self::with_scratch(fps).0
+    }
+
+    /// [`Collapsed::new`], and its sort's buffers for [`join_sorted_unique_with`].
+    pub fn with_scratch(fps: &[B]) -> (Self, JoinScratch<B>) {
+        Self::sorted(Self::pairs_of(fps), mem::with_huge_capacity(fps.len()))
+    }
+
+    /// [`Collapsed::with_scratch`] that takes the fingerprints' own allocation
+    /// for the distinct list, rather than faulting in fresh memory for it.
+    pub fn from_vec(mut fps: Vec<B>) -> (Self, JoinScratch<B>) {
+        let pairs = Self::pairs_of(&fps);
+        fps.clear();
+        Self::sorted(pairs, fps)
+    }
+
+    /// (fingerprint, document) for every document.
+    fn pairs_of(fps: &[B]) -> Vec<(B, u32)> {
+        // Written in parallel, so that both cores fault in the fresh pages.
+        let mut pairs: Vec<(B, u32)> = mem::with_huge_capacity(fps.len());
+        pairs.par_extend(fps.par_iter().enumerate().map(|(i, &f)| (f, i as u32)));
+        pairs
+    }
+
+    /// Sorts `pairs` and groups them, writing the distinct fingerprints into
+    /// `distinct` (empty).
+    fn sorted(mut pairs: Vec<(B, u32)>, mut distinct: Vec<B>) -> (Self, JoinScratch<B>) {
+        let n = pairs.len();
+        // Radix by the top bits, then the (small) groups of equal top bits.
+        let d = table::dir_bits_for(pairs.len(), B::BITS).min(26);
+        let mut tmp = Vec::new();
+        radix::sort_by_top(&mut pairs, &mut tmp, d);
+        let mut lo = 0;
+        while lo < pairs.len() {
+            let top = pairs[lo].0.top(d);
+            let mut hi = lo + 1;
+            while hi < pairs.len() && pairs[hi].0.top(d) == top {
+                hi += 1;
+            }
+            if hi - lo > 1 {
+                pairs[lo..hi].sort_unstable();
+            }
+            lo = hi;
+        }
+        debug_assert!(distinct.is_empty());
+        // Fresh pages faulted in by both cores (see `mem::filled_huge`).
+        let mut starts = mem::filled_huge(n + 1, 0u32);
+        let mut group_of = mem::filled_huge(n, 0u32);
+        let mut groups = 0;
+        for (pos, &(f, doc)) in pairs.iter().enumerate() {
+            if pos == 0 || pairs[pos - 1].0 != f {
+                distinct.push(f);
+                starts[groups] = pos as u32;
+                groups += 1;
+            }
+            group_of[doc as usize] = groups as u32 - 1;
+        }
+        starts[groups] = n as u32;
+        starts.truncate(groups + 1);
+        let mut order = mem::with_huge_capacity(n);
+        order.par_extend(pairs.par_iter().map(|&(_, d)| d));
+        let collapsed = Collapsed {
+            distinct,
+            order,
+            starts,
+            group_of,
+        };
+        let scratch = JoinScratch {
+            bufs: vec![mem::recycle(pairs), mem::recycle(tmp)],
+        };
+        (collapsed, scratch)
+    }
+
+    /// The documents of group `g`, ascending.
+    pub fn members(&self, g: u32) -> &[u32] {
+        &self.order[self.starts[g as usize] as usize..self.starts[g as usize + 1] as usize]
+    }
+}
+
+/// Every pair `(i, j, distance)` with `i < j` and `fps[i]`, `fps[j]` within `k`,
+/// each pair once, sorted. Identical fingerprints are collapsed first and their
+/// pairs listed from the groups (see [`join_sorted_unique`]).
+pub fn self_join<B: Bits>(
+    fps: &[B],
+    k: u32,
+    design: &TableDesign,
+) -> Result<Vec<(u32, u32, u32)>, Error> {
+    let (c, scratch) = Collapsed::with_scratch(fps);
+    let mut out = Vec::new();
+    for g in 0..c.distinct.len() as u32 {
+        let m = c.members(g);
+        for (x, &a) in m.iter().enumerate() {
+            for &b in &m[x + 1..] {
+                out.push((a, b, 0));
+            }
+        }
+    }
+    for (u, v, d) in join_sorted_unique_with(&c.distinct, k, design, scratch)? {
+        for &a in c.members(u) {
+            for &b in c.members(v) {
+                out.push((a.min(b), a.max(b), d));
+            }
+        }
+    }
+    out.par_sort_unstable();
+    Ok(out)
+}
+
+/// Every pair `(i, j, distance)`, `i < j`, of `sorted` (distinct fingerprints in
+/// ascending order) within `k`, each pair once, sorted.
+///
+/// Per table (tables in parallel): the permuted keys alone are radix-sorted by
+/// their top bits (8 or 16 bytes per fingerprint, twice, while sorting), and each
+/// group of equal top bits is compared pairwise. A pair is reported only by the
+/// first table whose prefix it shares, checked in O(tables) per pair without any
+/// set of pairs. Reported keys are un-permuted and found again in `sorted` by
+/// binary search.
+pub fn join_sorted_unique<B: Bits>(
+    sorted: &[B],
+    k: u32,
+    design: &TableDesign,
+) -> Result<Vec<(u32, u32, u32)>, Error> {
+    join_sorted_unique_with(sorted, k, design, JoinScratch::default())
+}
+
+/// [`join_sorted_unique`], sorting in the buffers of `scratch` where they are
+/// large enough.
+pub fn join_sorted_unique_with<B: Bits>(
+    sorted: &[B],
+    k: u32,
+    design: &TableDesign,
+    scratch: JoinScratch<B>,
+) -> Result<Vec<(u32, u32, u32)>, Error> {
+    check_join(sorted, k, design)?;
+    let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
+    // One chunk of tables per thread, each with its scratch reused from table to
+    // table (`map_init` would make new scratch per split: fresh pages each time).
+    let tables: Vec<(usize, &Table)> = design.tables.iter().enumerate().collect();
+    let per_thread = tables.len().div_ceil(rayon::current_num_threads().max(1));
+    let chunks: Vec<&[(usize, &Table)]> = tables.chunks(per_thread.max(1)).collect();
+    let mut bufs = scratch.bufs;
+    bufs.resize_with(chunks.len(), Vec::new);
+    let n = sorted.len();
+    let per_table: Vec<Vec<(B, B, u32)>> = chunks
+        .into_par_iter()
+        .zip(bufs)
+        .flat_map_iter(|(chunk, mut buf)| {
+            // Keys and radix scratch, n words each, reused from table to table.
+            if buf.capacity() < 2 * n {
+                buf = mem::with_huge_capacity(2 * n);
+            }
+            buf.clear();
+            buf.resize(2 * n, B::zero());
+            let (keys, tmp) = buf.split_at_mut(n);
+            chunk
+                .iter()
+                .map(|&(ti, t)| {
+                    let mut out = Vec::new();
+                    join_table(sorted, t, &masks[..ti], k, keys, tmp, |a, b, d| {
+                        out.push((a, b, d))
+                    });
+                    out
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // Fingerprints back to their positions.
+    let position = positions(sorted);
+    let mut pairs: Vec<(u32, u32, u32)> = per_table
+        .into_par_iter()
+        .flatten()
+        .map(|(a, b, d)| {
+            let (ia, ib) = (position(a), position(b));
+            (ia.min(ib), ia.max(ib), d)
+        })
+        .collect();
+    pairs.par_sort_unstable();
+    Ok(pairs)
+}
+
+/// [`join_sorted_unique_with`] a few tables at a time: `sink` gets the pairs of
+/// each round of tables (as many tables as threads, joined in parallel) before
+/// the next round starts, so that memory holds one round's pairs rather than
+/// all of them. Every pair `(i, j, distance)`, `i < j`, reaches `sink` exactly
+/// once, in an order fixed by the design (not by the thread count's timing).
+pub fn join_sorted_unique_each<B: Bits>(
+    sorted: &[B],
+    k: u32,
+    design: &TableDesign,
+    scratch: JoinScratch<B>,
+    mut sink: impl FnMut(Vec<(u32, u32, u32)>),
+) -> Result<(), Error> {
+    check_join(sorted, k, design)?;
+    let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
+    let n = sorted.len();
+    let position = positions(sorted);
+    let tables: Vec<(usize, &Table)> = design.tables.iter().enumerate().collect();
+    let threads = rayon::current_num_threads().max(1);
+    let mut bufs = scratch.bufs;
+    bufs.resize_with(threads.min(tables.len()), Vec::new);
+    for round in tables.chunks(threads) {
+        let per_table: Vec<Vec<(u32, u32, u32)>> = round
+            .par_iter()
+            .zip(bufs.par_iter_mut())
+            .map(|(&(ti, t), buf)| {
+                if buf.capacity() < 2 * n {
+                    *buf = mem::with_huge_capacity(2 * n);
+                }
+                buf.clear();
+                buf.resize(2 * n, B::zero());
+                let (keys, tmp) = buf.split_at_mut(n);
+                let mut out = Vec::new();
+                join_table(sorted, t, &masks[..ti], k, keys, tmp, |a, b, d| {
+                    let (ia, ib) = (position(a), position(b));
+                    out.push((ia.min(ib), ia.max(ib), d));
+                });
+                out
+            })
+            .collect();
+        per_table.into_iter().for_each(&mut sink);
+    }
+    Ok(())
+}
+
+/// Finds a fingerprint of `sorted` (distinct, ascending) again: a directory on
+/// the top bits narrows each search to a few entries (two cache misses, not a
+/// binary search's twenty-odd over gigabytes).
+fn positions<B: Bits>(sorted: &[B]) -> impl Fn(B) -> u32 + Sync + '_ {
+    let dir_bits = table::dir_bits_for(sorted.len(), B::BITS);
+    let dir = table::directory(sorted.iter().copied(), dir_bits);
+    move |f: B| {
+        let b = f.top(dir_bits) as usize;
+        let (from, to) = (dir[b] as usize, dir[b + 1] as usize);
+        let i = from + sorted[from..to].partition_point(|&x| x < f);
+        debug_assert_eq!(sorted[i], f, "a stored fingerprint");
+        i as u32
+    }
+}
+
+fn check_join<B: Bits>(sorted: &[B], k: u32, design: &TableDesign) -> Result<(), Error> {
+    if design.bits != B::BITS {
+        return Err(Error::WidthMismatch {
+            expected: design.bits,
+            got: B::BITS,
+        });
+    }
+    if k > design.k {
+        return Err(Error::KTooLarge { k, max: design.k });
+    }
+    debug_assert!(
+        sorted.windows(2).all(|w| w[0] < w[1]),
+        "input must be sorted and distinct"
+    );
+    Ok(())
+}
+
+/// One table's pairs, as fingerprint values, each given to `emit(a, b, distance)`.
+/// `keys` and `tmp`, as long as `fps`, are scratch reused from table to table.
+///
+/// The fingerprints are grouped by the table's prefix but never permuted:
+/// distances do not depend on the bit order, so only the few bits that pick
+/// a bucket are gathered (at 128 bits and large k a design cuts 18 blocks,
+/// and a whole permutation per fingerprint and table dominated the join).
+fn join_table<B: Bits>(
+    fps: &[B],
+    t: &Table,
+    earlier_masks: &[B],
+    k: u32,
+    keys: &mut [B],
+    tmp: &mut [B],
+    mut emit: impl FnMut(B, B, u32),
+) {
+    let d = table::dir_bits_for(fps.len(), t.prefix_bits());
+    let pieces = t.top_pieces(d);
+    let top = |x: &B| design::top_of(&pieces, *x);
+    radix::sort_by_key_into(fps, top, keys, tmp, d);
+    // Prefixes can be longer than 64 bits at f = 128: compare masked words.
+    let prefix = t.prefix_mask::<B>();
+    let same_prefix = |a: B, b: B| a.xor(b).and(prefix) == B::zero();
+    let mut lo = 0;
+    while lo < keys.len() {
+        let bucket_top = top(&keys[lo]);
+        let hi = lo
+            + keys[lo..]
+                .iter()
+                .take_while(|x| top(x) == bucket_top)
+                .count();
+        let bucket = &mut keys[lo..hi];
+        lo = hi;
+        if bucket.len() < 2 {
+            continue;
+        }
+        // Large buckets are sorted so that equal prefixes form runs; small ones
+        // are compared whole, checking the prefix per pair.
+        let small = bucket.len() <= 32;
+        if !small {
+            bucket.sort_unstable_by_key(|&x| x.and(prefix));
+        }
+        let mut run_start = 0;
+        while run_start < bucket.len() {
+            let run_end = if small {
+                bucket.len()
+            } else {
+                let first = bucket[run_start];
+                run_start
+                    + bucket[run_start..]
+                        .iter()
+                        .take_while(|&&e| same_prefix(e, first))
+                        .count()
+            };
+            let run = &bucket[run_start..run_end];
+            for (x, &a) in run.iter().enumerate() {
+                for &b in &run[x + 1..] {
+                    let diff = a.xor(b);
+                    let dist = diff.distance(B::zero());
+                    if dist > k || (small && diff.and(prefix) != B::zero()) {
+                        continue;
+                    }
+                    if !first_table(earlier_masks, diff) {
+                        continue; // an earlier table reports it
+                    }
+                    emit(a, b, dist);
+                }
+            }
+            run_start = run_end;
+        }
+    }
+}

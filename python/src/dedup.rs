@@ -1,0 +1,152 @@
+//! Batch dedup over positions (texts' fingerprints and feature sets, or
+//! vectors), clusters from representatives, and the default k.
+
+use pyo3::prelude::*;
+
+use neardup_core::Width;
+use neardup_core::dedup::{Dedup, Policy, clusters};
+use neardup_core::index::{Bits, plan_join};
+
+use crate::fingerprint::vector_rows;
+use crate::index::words_to;
+use crate::{err, parse_policy, u64s};
+
+/// Batch dedup of fingerprints (and optionally feature sets): pairs as
+/// (a, b, distance, jaccard or -1) over positions, and each position's
+/// representative.
+#[pyfunction]
+#[pyo3(signature = (data, bits, k, policy, threshold=None, sets=None))]
+#[allow(clippy::type_complexity)]
+pub(crate) fn dedup_positions(
+    py: Python<'_>,
+    data: &[u8],
+    bits: u32,
+    k: u32,
+    policy: &str,
+    threshold: Option<f64>,
+    sets: Option<Vec<Vec<u8>>>,
+) -> PyResult<(Vec<(u32, u32, u32, f64)>, Vec<u32>)> {
+    let policy = parse_policy(policy)?;
+    let sets: Option<Vec<Vec<u64>>> = sets.map(|s| s.iter().map(|b| u64s(b)).collect());
+    fn run<B: Bits>(
+        fps: Vec<B>,
+        k: u32,
+        policy: Policy,
+        verify: Option<(f64, &[Vec<u64>])>,
+    ) -> Result<(Vec<(u32, u32, u32, f64)>, Vec<u32>), neardup_core::Error> {
+        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        let mut d = Dedup::new(&fps, k, &design)?;
+        if let Some((t, sets)) = verify {
+            d = d.verify(t, |i| sets[i as usize].as_slice());
+        }
+        let mut pairs = Vec::new();
+        d.for_each_scored_pair(|a, b, dist, j| {
+            pairs.push((a, b, dist, j.unwrap_or(-1.0)));
+            Ok::<(), ()>(())
+        })
+        .expect("collecting");
+        Ok((pairs, d.representatives(policy)))
+    }
+    let verify = match (threshold, &sets) {
+        (Some(t), Some(s)) => Some((t, s.as_slice())),
+        (None, _) => None,
+        (Some(_), None) => return Err(err("verification needs the feature sets")),
+    };
+    let out = match bits {
+        64 => {
+            let fps = words_to::<u64>(data)?;
+            py.detach(|| run(fps, k, policy, verify))
+        }
+        128 => {
+            let fps = words_to::<u128>(data)?;
+            py.detach(|| run(fps, k, policy, verify))
+        }
+        b => return Err(err(format!("fingerprint width {b}: use 64 or 128"))),
+    };
+    out.map_err(err)
+}
+
+/// Batch dedup of fingerprints verified by the exact cosine similarity of
+/// their row-major float32 vectors: pairs as (a, b, distance, cosine) over
+/// positions, and each position's representative.
+#[pyfunction]
+#[pyo3(signature = (data, bits, k, policy, threshold, vectors, dim))]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+pub(crate) fn dedup_vectors(
+    py: Python<'_>,
+    data: &[u8],
+    bits: u32,
+    k: u32,
+    policy: &str,
+    threshold: f64,
+    vectors: &[u8],
+    dim: usize,
+) -> PyResult<(Vec<(u32, u32, u32, f64)>, Vec<u32>)> {
+    let policy = parse_policy(policy)?;
+    let rows = vector_rows(vectors, dim, false)?;
+    fn run<B: Bits>(
+        fps: Vec<B>,
+        k: u32,
+        policy: Policy,
+        threshold: f64,
+        rows: &[f32],
+        dim: usize,
+    ) -> Result<(Vec<(u32, u32, u32, f64)>, Vec<u32>), neardup_core::Error> {
+        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        let row = |i: u32| &rows[i as usize * dim..(i as usize + 1) * dim];
+        let d = Dedup::new(&fps, k, &design)?.verify_by(
+            threshold,
+            |i| Some(neardup_core::vector::digest(row(i))),
+            |a, b| neardup_core::vector::cosine(row(a), row(b)),
+        );
+        let mut pairs = Vec::new();
+        d.for_each_scored_pair(|a, b, dist, c| {
+            pairs.push((a, b, dist, c.unwrap_or(-1.0)));
+            Ok::<(), ()>(())
+        })
+        .expect("collecting");
+        Ok((pairs, d.representatives(policy)))
+    }
+    let out = match bits {
+        64 => {
+            let fps = words_to::<u64>(data)?;
+            if fps.len() * dim != rows.len() {
+                return Err(err("one vector per fingerprint is needed"));
+            }
+            py.detach(|| run(fps, k, policy, threshold, &rows, dim))
+        }
+        128 => {
+            let fps = words_to::<u128>(data)?;
+            if fps.len() * dim != rows.len() {
+                return Err(err("one vector per fingerprint is needed"));
+            }
+            py.detach(|| run(fps, k, policy, threshold, &rows, dim))
+        }
+        b => return Err(err(format!("fingerprint width {b}: use 64 or 128"))),
+    };
+    out.map_err(err)
+}
+
+/// The smallest k at which pairs of cosine similarity `cos` are within k
+/// with probability `recall` (capped at bits / 8), and the probability then.
+#[pyfunction]
+pub(crate) fn vector_k(bits: u32, cos: f64, recall: f64) -> (u32, f64) {
+    let max = bits / 8;
+    let k = neardup_core::vector::k_for_recall(bits, cos, recall, max).unwrap_or(max);
+    (k, neardup_core::vector::recall_at(bits, k, cos))
+}
+
+/// Cluster lists from representatives: [(representative, [members])].
+#[pyfunction]
+pub(crate) fn clusters_of(reps: Vec<u32>) -> Vec<(u32, Vec<u32>)> {
+    clusters(&reps)
+}
+
+/// The default candidate distance of a dedup (as `neardup dedup`).
+#[pyfunction]
+pub(crate) fn default_k(bits: u32, verify: bool) -> PyResult<u32> {
+    Ok(neardup_core::dedup::default_k(
+        Width::from_bits(bits).map_err(err)?,
+        verify,
+    ))
+}

@@ -1,0 +1,242 @@
+//! Fingerprints of texts (one, a list, an Arrow column), of vectors and of
+//! weighted features, and the verification features and exact similarities of
+//! pairs.
+
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::PyBytes;
+use rayon::prelude::*;
+
+use neardup_core::jaccard::{shingles_for, verified_jaccard};
+use neardup_core::{Fingerprint, Input};
+
+use crate::config::PyConfig;
+use crate::{bytemuck_bytes, err, fp_to_int, run_parallel, u64s, words_of};
+
+/// The fingerprint of one text, as an int.
+#[pyfunction]
+pub(crate) fn fingerprint(py: Python<'_>, config: &PyConfig, text: PyBackedStr) -> u128 {
+    if text.len() > 1 << 16 {
+        py.detach(|| fp_to_int(config.hasher.fingerprint(&text)))
+    } else {
+        fp_to_int(config.hasher.fingerprint(&text))
+    }
+}
+
+/// Fingerprints of many texts, in parallel with the GIL released; the words
+/// as little-endian bytes.
+#[pyfunction]
+#[pyo3(signature = (config, texts, threads=None))]
+pub(crate) fn fingerprints_list<'py>(
+    py: Python<'py>,
+    config: &PyConfig,
+    texts: Vec<PyBackedStr>,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let width = config.config.bits;
+    let words = py.detach(|| {
+        run_parallel(threads, || {
+            let fps: Vec<Fingerprint> = texts
+                .par_iter()
+                .with_min_len(64)
+                .map(|t| config.hasher.fingerprint(t))
+                .collect();
+            words_of(&fps, width)
+        })
+    })?;
+    Ok(PyBytes::new(py, bytemuck_bytes(&words)))
+}
+
+/// Fingerprints of an Arrow string array given by its buffers: offsets (i32,
+/// or i64 when `large`), the UTF-8 data, the array's offset and length, and
+/// the validity bitmap (nulls fingerprint as empty texts).
+#[pyfunction]
+#[pyo3(signature = (config, offsets, data, offset, length, large, validity=None, threads=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fingerprints_arrow<'py>(
+    py: Python<'py>,
+    config: &PyConfig,
+    offsets: &[u8],
+    data: &[u8],
+    offset: usize,
+    length: usize,
+    large: bool,
+    validity: Option<&[u8]>,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let width = config.config.bits;
+    let at = |i: usize| -> Option<usize> {
+        if large {
+            let b = offsets.get(i * 8..i * 8 + 8)?;
+            usize::try_from(i64::from_le_bytes(b.try_into().ok()?)).ok()
+        } else {
+            let b = offsets.get(i * 4..i * 4 + 4)?;
+            usize::try_from(i32::from_le_bytes(b.try_into().ok()?)).ok()
+        }
+    };
+    let mut spans = Vec::with_capacity(length);
+    for i in offset..offset + length {
+        let valid = validity.is_none_or(|v| v.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1));
+        let (s, e) = (
+            at(i).ok_or_else(|| err("arrow offsets are shorter than the array"))?,
+            at(i + 1).ok_or_else(|| err("arrow offsets are shorter than the array"))?,
+        );
+        if s > e || e > data.len() {
+            return Err(err("arrow offsets point outside the data buffer"));
+        }
+        spans.push(if valid { (s, e) } else { (0, 0) });
+    }
+    let words = py
+        .detach(|| {
+            run_parallel(threads, || {
+                let fps: Result<Vec<Fingerprint>, String> = spans
+                    .par_iter()
+                    .with_min_len(64)
+                    .map(|&(s, e)| {
+                        let text = std::str::from_utf8(&data[s..e])
+                            .map_err(|e| format!("invalid UTF-8 in the arrow data: {e}"))?;
+                        Ok(config.hasher.fingerprint(text))
+                    })
+                    .collect();
+                fps.map(|f| words_of(&f, width))
+            })
+        })?
+        .map_err(err)?;
+    Ok(PyBytes::new(py, bytemuck_bytes(&words)))
+}
+
+/// The verification features of each text (sorted 64-bit shingle hashes)
+/// after the configuration's normalisation, each as little-endian bytes.
+#[pyfunction]
+pub(crate) fn shingle_sets<'py>(
+    py: Python<'py>,
+    config: &PyConfig,
+    texts: Vec<PyBackedStr>,
+) -> Vec<Bound<'py, PyBytes>> {
+    let normalize = config.config.normalize;
+    let sets: Vec<Vec<u64>> = py.detach(|| {
+        texts
+            .par_iter()
+            .map(|t| shingles_for(t, &normalize))
+            .collect()
+    });
+    sets.iter()
+        .map(|s| PyBytes::new(py, bytemuck_bytes(s)))
+        .collect()
+}
+
+/// Jaccard similarity of pairs of feature sets given as bytes.
+#[pyfunction]
+pub(crate) fn jaccard_pairs(
+    py: Python<'_>,
+    a: Vec<Vec<u8>>,
+    b: Vec<Vec<u8>>,
+) -> PyResult<Vec<f64>> {
+    if a.len() != b.len() {
+        return Err(err("jaccard_pairs: the two lists differ in length"));
+    }
+    Ok(py.detach(|| {
+        a.par_iter()
+            .zip(b.par_iter())
+            .map(|(x, y)| verified_jaccard(&u64s(x), &u64s(y)))
+            .collect()
+    }))
+}
+
+/// Row-major vectors as single precision: `data` holds float32 entries, or
+/// float64 when `f64`, `dim` per row.
+pub(crate) fn vector_rows(data: &[u8], dim: usize, f64: bool) -> PyResult<Vec<f32>> {
+    let size = if f64 { 8 } else { 4 };
+    if dim == 0 || !data.len().is_multiple_of(dim * size) {
+        return Err(err(format!(
+            "{} bytes are not whole rows of {dim} {}-byte numbers",
+            data.len(),
+            size
+        )));
+    }
+    Ok(if f64 {
+        data.chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
+            .collect()
+    } else {
+        data.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect()
+    })
+}
+
+/// Fingerprints of row-major vectors (`first` is the first row's number, for
+/// messages), in parallel with the GIL released; the words as little-endian
+/// bytes. A row that is not finite or all zeros is an error naming it.
+#[pyfunction]
+#[pyo3(signature = (config, data, dim, f64=false, first=0, threads=None))]
+pub(crate) fn fingerprints_vectors<'py>(
+    py: Python<'py>,
+    config: &PyConfig,
+    data: &[u8],
+    dim: usize,
+    f64: bool,
+    first: usize,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let width = config.config.bits;
+    let words = py.detach(|| {
+        run_parallel(threads, || -> PyResult<Vec<u64>> {
+            let rows = vector_rows(data, dim, f64)?;
+            let fps: Result<Vec<Fingerprint>, String> = rows
+                .par_chunks_exact(dim)
+                .enumerate()
+                .with_min_len(64)
+                .map(|(i, v)| {
+                    config
+                        .hasher
+                        .fingerprint_input(Input::Vector(v))
+                        .map_err(|e| format!("row {}: {e}", first + i))
+                })
+                .collect();
+            Ok(words_of(&fps.map_err(err)?, width))
+        })
+    })??;
+    Ok(PyBytes::new(py, bytemuck_bytes(&words)))
+}
+
+/// The fingerprint of one document of the configuration's kind: a str, a
+/// list of floats (a vector) or a list of (feature, weight) pairs.
+#[pyfunction]
+pub(crate) fn fingerprint_input(config: &PyConfig, doc: &Bound<'_, PyAny>) -> PyResult<u128> {
+    let fp = if let Ok(text) = doc.extract::<PyBackedStr>() {
+        config.hasher.fingerprint_input(Input::Text(&text))
+    } else if let Ok(features) = doc.extract::<Vec<(String, f64)>>() {
+        config.hasher.fingerprint_input(Input::Features(&features))
+    } else if let Ok(v) = doc.extract::<Vec<f32>>() {
+        config.hasher.fingerprint_input(Input::Vector(&v))
+    } else {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "a document is a str, a sequence of numbers (a vector) or of (feature, weight) pairs",
+        ));
+    };
+    fp.map(fp_to_int).map_err(err)
+}
+
+/// The cosine similarity of each pair of vectors (float32 little-endian bytes).
+#[pyfunction]
+pub(crate) fn cosine_pairs(py: Python<'_>, a: Vec<Vec<u8>>, b: Vec<Vec<u8>>) -> PyResult<Vec<f64>> {
+    if a.len() != b.len() {
+        return Err(err("two lists of the same length are needed"));
+    }
+    py.detach(|| {
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| {
+                let (x, y): (&[f32], &[f32]) = (
+                    bytemuck::try_cast_slice(x).map_err(|_| err("vector bytes are misaligned"))?,
+                    bytemuck::try_cast_slice(y).map_err(|_| err("vector bytes are misaligned"))?,
+                );
+                if x.len() != y.len() {
+                    return Err(err("two vectors of different dimensions"));
+                }
+                Ok(neardup_core::vector::cosine(x, y))
+            })
+            .collect()
+    })
+}
