@@ -41,18 +41,18 @@ pub struct PipelineArgs {
 
     /// A compatibility profile. `python-simhash` reproduces PyPI simhash's
     /// fingerprints bit for bit and fixes every other pipeline setting.
-    #[arg(long, value_name = "NAME", value_parser = ["native", "python-simhash"],
+    #[arg(long, value_name = "NAME", value_parser = keyword::<Profile>(Profile::NAMES),
           conflicts_with_all = ["bits", "tokenizer", "features", "weights", "top", "hash", "seed", "stopwords", "html", "idf"])]
-    pub profile: Option<String>,
+    pub profile: Option<Profile>,
 
     /// Fingerprint width.
-    #[arg(long, value_name = "BITS", value_parser = ["64", "128"])]
-    pub bits: Option<String>,
+    #[arg(long, value_name = "BITS", value_parser = keyword::<Width>(Width::NAMES))]
+    pub bits: Option<Width>,
 
     /// How text is cut into tokens: auto (jieba for Chinese runs, Unicode words
     /// otherwise), words (UAX #29), jieba, chars.
-    #[arg(long, value_name = "NAME", value_parser = ["auto", "words", "jieba", "chars"])]
-    pub tokenizer: Option<String>,
+    #[arg(long, value_name = "NAME", value_parser = keyword::<Tokenizer>(Tokenizer::NAMES))]
+    pub tokenizer: Option<Tokenizer>,
 
     /// What a feature is: tokens, shingles:W (W consecutive tokens) or ngrams:N
     /// (N consecutive characters), with W and N from 1 to 16.
@@ -61,16 +61,16 @@ pub struct PipelineArgs {
 
     /// Feature weights: tf, binary, tfidf (with --idf FILE, or jieba's built-in
     /// table through its keyword extractor), textrank (jieba).
-    #[arg(long, value_name = "NAME", value_parser = ["tf", "binary", "tfidf", "textrank"])]
-    pub weights: Option<String>,
+    #[arg(long, value_name = "NAME", value_parser = keyword::<Weights>(Weights::NAMES))]
+    pub weights: Option<Weights>,
 
     /// Keep only the N heaviest features of each document.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub top: Option<u64>,
 
     /// Feature hash function.
-    #[arg(long, value_name = "NAME", value_parser = ["xxh3", "fnv1a", "md5", "siphash"])]
-    pub hash: Option<String>,
+    #[arg(long, value_name = "NAME", value_parser = keyword::<HashFunction>(HashFunction::NAMES))]
+    pub hash: Option<HashFunction>,
 
     /// Seed of the hash function (xxh3, siphash) and of vector hyperplanes.
     #[arg(long, value_name = "N")]
@@ -97,8 +97,8 @@ pub struct PipelineArgs {
     /// first vector's dimension) or features (feature -> weight). Commands
     /// that read inputs tell it from them (--vector-field, --features-field,
     /// .npy); `serve` and `config` take it here.
-    #[arg(long, value_name = "KIND", value_parser = ["text", "vector", "features"])]
-    pub kind: Option<String>,
+    #[arg(long, value_name = "KIND", value_parser = keyword::<InputKind>(InputKind::NAMES))]
+    pub kind: Option<InputKind>,
 
     /// What the inputs say the documents are, set by commands.
     #[arg(skip)]
@@ -109,27 +109,73 @@ pub struct PipelineArgs {
     pub preset: Option<FingerprintConfig>,
 }
 
+/// A flag whose values are a core type's own spellings (`names`): listed in
+/// --help and in clap's errors, parsed by the type's `FromStr`, so that the
+/// command line never keeps a second list of them.
+fn keyword<T>(names: &'static [&'static str]) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+{
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(names.iter().copied()).map(|s: String| {
+        s.parse::<T>()
+            .unwrap_or_else(|_| unreachable!("{s} is one of the type's own names"))
+    })
+}
+
 fn parse_features(s: &str) -> Result<Features, String> {
     s.parse().map_err(|e: neardup_core::Error| e.to_string())
 }
 
 impl PipelineArgs {
     /// The configuration the flags describe, and the IDF table if one is used.
+    /// Whether any pipeline flag was given (not counting what commands set).
+    pub fn any_given(&self) -> bool {
+        let PipelineArgs {
+            config,
+            profile,
+            bits,
+            tokenizer,
+            features,
+            weights,
+            top,
+            hash,
+            seed,
+            stopwords,
+            html,
+            idf,
+            dim,
+            kind,
+            hint: _,
+            preset: _,
+        } = self;
+        config.is_some()
+            || profile.is_some()
+            || bits.is_some()
+            || tokenizer.is_some()
+            || features.is_some()
+            || weights.is_some()
+            || top.is_some()
+            || hash.is_some()
+            || seed.is_some()
+            || *stopwords
+            || *html
+            || idf.is_some()
+            || dim.is_some()
+            || kind.is_some()
+    }
+
     pub fn resolve(&self) -> Result<(FingerprintConfig, Option<IdfTable>)> {
         let mut config = match (&self.config, &self.preset) {
             (Some(path), _) => read_config(path)?,
             (None, Some(preset)) => preset.clone(),
             (None, None) => FingerprintConfig::default(),
         };
-        if self.profile.as_deref() == Some("python-simhash") {
+        if self.profile == Some(Profile::PythonSimhash) {
             return Ok((FingerprintConfig::python_simhash(), None));
         }
         // Vectors and features keep only the width and seed of a text preset.
-        let flag = self
-            .kind
-            .as_deref()
-            .map(str::parse::<InputKind>)
-            .transpose()?;
+        let flag = self.kind;
         if let (Some(flag), Some(hint)) = (flag, self.hint) {
             if flag != hint {
                 bail!(
@@ -160,26 +206,26 @@ impl PipelineArgs {
         if let Some(d) = self.dim {
             config.dim = Some(d as usize);
         }
-        if self.profile.as_deref() == Some("native") {
+        if self.profile == Some(Profile::Native) {
             config.profile = Profile::Native;
         }
-        if let Some(b) = &self.bits {
-            config.bits = Width::from_bits(b.parse()?)?;
+        if let Some(b) = self.bits {
+            config.bits = b;
         }
-        if let Some(t) = &self.tokenizer {
-            config.tokenizer = t.parse::<Tokenizer>()?;
+        if let Some(t) = self.tokenizer {
+            config.tokenizer = t;
         }
         if let Some(f) = self.features {
             config.features = f;
         }
-        if let Some(w) = &self.weights {
-            config.weights = w.parse::<Weights>()?;
+        if let Some(w) = self.weights {
+            config.weights = w;
         }
         if let Some(n) = self.top {
             config.top = Some(n as usize);
         }
-        if let Some(h) = &self.hash {
-            config.hash = h.parse::<HashFunction>()?;
+        if let Some(h) = self.hash {
+            config.hash = h;
         }
         if let Some(s) = self.seed {
             config.seed = s;

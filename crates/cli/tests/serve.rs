@@ -328,3 +328,66 @@ fn an_address_in_use_creates_no_collection() {
     assert!(err.contains(&addr) && err.contains("--addr"), "{err}");
     assert!(!data.exists(), "the collection was created: {err}");
 }
+
+/// `serve` on an existing collection with a pipeline flag that differs from
+/// its creation settings exits with an error, whichever flag it is; the same
+/// flags as at creation start it.
+#[test]
+fn restarting_with_other_pipeline_flags_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, addr) = start_with(dir.path(), &["--hash", "fnv1a"]);
+    let doc = json!({"documents": [{"id": "a", "text": "the harbour master opened the gates"}]});
+    let (status, _) = http(addr, "POST", "/v1/documents", Some(&doc)).expect("the server answers");
+    assert!((200..300).contains(&status), "{status}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    // Runs `serve` with `flags` until it exits or starts listening (then it
+    // is stopped): its stderr, and whether it started.
+    let run = |flags: &[&str]| -> (String, bool) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_neardup"))
+            .args([
+                "serve",
+                "--data",
+                dir.path().to_str().unwrap(),
+                "--addr",
+                "127.0.0.1:0",
+            ])
+            .args(flags)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut err = String::new();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut started = false;
+        for line in lines.by_ref().take(50) {
+            let line = line.unwrap();
+            started |= line.starts_with("neardup: listening on");
+            err.push_str(&line);
+            err.push('\n');
+            if started {
+                break;
+            }
+        }
+        child.kill().ok();
+        child.wait().unwrap();
+        (err, started)
+    };
+    for flags in [
+        &["--hash", "md5"][..],
+        &["--seed", "7"],
+        &["--stopwords"],
+        &["--html"],
+        &["--top", "50"],
+        &["--bits", "128"],
+    ] {
+        let (err, started) = run(flags);
+        assert!(!started, "{flags:?} was accepted");
+        assert!(
+            err.contains("created with other settings"),
+            "{flags:?}: {err}"
+        );
+    }
+    let (err, started) = run(&["--hash", "fnv1a"]);
+    assert!(started, "{err}");
+}

@@ -21,6 +21,9 @@ pub enum Width {
 }
 
 impl Width {
+    /// Every accepted spelling (the number of bits), for help texts.
+    pub const NAMES: &'static [&'static str] = &["64", "128"];
+
     /// The number of bits, 64 or 128.
     pub const fn bits(self) -> u32 {
         match self {
@@ -44,6 +47,18 @@ impl Width {
             128 => Ok(Width::W128),
             other => Err(Error::InvalidConfig(format!(
                 "fingerprint width {other} is not supported: use 64 or 128"
+            ))),
+        }
+    }
+}
+
+impl std::str::FromStr for Width {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Width, Error> {
+        match s.parse::<u32>() {
+            Ok(bits) => Width::from_bits(bits),
+            Err(_) => Err(Error::InvalidConfig(format!(
+                "fingerprint width {s:?} is not a number: use 64 or 128"
             ))),
         }
     }

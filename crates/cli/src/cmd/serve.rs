@@ -57,8 +57,8 @@ pub struct Args {
     pub token: Option<String>,
 
     /// What the token protects.
-    #[arg(long, value_parser = ["writes", "all"], default_value = "writes")]
-    pub protect: String,
+    #[arg(long, value_enum, default_value_t = ProtectArg::Writes)]
+    pub protect: ProtectArg,
 
     /// Largest request body, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
@@ -93,6 +93,15 @@ const DEFAULT_MAX_K: u32 = 3;
 /// Default planned size of a new collection.
 const DEFAULT_EXPECTED: f64 = 1e7;
 
+/// `--protect`: which requests need the token.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtectArg {
+    /// POST /v1/documents and DELETE.
+    Writes,
+    /// Every route but /healthz.
+    All,
+}
+
 pub fn run(args: Args) -> Result<ExitCode> {
     // The service's own events (failed commits, refused connections, a slow
     // shutdown) on stderr; NEARDUP_LOG=debug and the like for more.
@@ -103,15 +112,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
+    // Every pipeline flag counts (the destructuring in any_given lists them
+    // all): one left out would silently be ignored on an existing collection.
     let creating_flags = args.max_k.is_some()
         || args.verify.is_some()
         || args.expected_documents.is_some()
-        || args.pipeline.config.is_some()
-        || args.pipeline.profile.is_some()
-        || args.pipeline.bits.is_some()
-        || args.pipeline.tokenizer.is_some()
-        || args.pipeline.features.is_some()
-        || args.pipeline.weights.is_some();
+        || args.pipeline.any_given();
     let create = || -> Result<Settings, ServiceError> {
         let (config, idf) = args
             .pipeline
@@ -142,15 +148,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
              to serve without one"
         );
     }
-    if args.protect == "all" && args.token.is_none() {
+    if args.protect == ProtectArg::All && args.token.is_none() {
         bail!("--protect all needs a token: give --token or set NEARDUP_TOKEN");
     }
     let options = Options {
         token: args.token.clone(),
-        protect: if args.protect == "all" {
-            Protect::All
-        } else {
-            Protect::Writes
+        protect: match args.protect {
+            ProtectArg::All => Protect::All,
+            ProtectArg::Writes => Protect::Writes,
         },
         max_body: args.max_body,
         body_timeout: Duration::from_secs_f64(args.body_timeout),
@@ -165,7 +170,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     })?;
     let app = App::open(&args.data, create, options)
         .with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
-    if creating_flags && app.loaded > 0 {
+    if creating_flags {
         let wanted = create()?;
         if wanted.config != app.settings.config
             || wanted.max_k != app.settings.max_k
