@@ -291,15 +291,12 @@ def _words(fps: Any, bits: int) -> bytes:
 
 def distance(a: int, b: int, bits: int = 64) -> int:
     """Hamming distance between two fingerprints of ``bits`` bits."""
-    mask = (1 << bits) - 1
-    return bin((a ^ b) & mask).count("1")
+    return _rs.distance(a, b, bits)
 
 
 def similarity(a: int, b: int, bits: int = 64) -> float:
     """Estimated cosine similarity of the feature vectors, cos(pi * d / f)."""
-    import math
-
-    return math.cos(math.pi * distance(a, b, bits) / bits)
+    return _rs.similarity(a, b, bits)
 
 
 def to_hex(fp: int, bits: int = 64) -> str:
@@ -500,13 +497,8 @@ def _verify_threshold(verify: Union[bool, str, None, float]) -> Optional[float]:
         return 0.8
     if isinstance(verify, (int, float)):
         return float(verify)
-    if isinstance(verify, str) and verify.startswith("jaccard:"):
-        try:
-            t = float(verify[len("jaccard:"):])
-        except ValueError:
-            t = -1.0
-        if 0.0 <= t <= 1.0:
-            return t
+    if isinstance(verify, str):
+        return _rs.verify_threshold(verify)
     raise NeardupError(f"verify={verify!r}: use 'jaccard:T' with T in [0, 1], e.g. 'jaccard:0.8', or False")
 
 

@@ -8,7 +8,7 @@ use pyo3::types::PyBytes;
 use rayon::prelude::*;
 
 use neardup_core::jaccard::{shingles_for, verified_jaccard};
-use neardup_core::{Fingerprint, Input};
+use neardup_core::{Fingerprint, Input, Width};
 
 use crate::config::PyConfig;
 use crate::{bytemuck_bytes, err, fp_to_int, run_parallel, u64s, words_of};
@@ -239,4 +239,35 @@ pub(crate) fn cosine_pairs(py: Python<'_>, a: Vec<Vec<u8>>, b: Vec<Vec<u8>>) -> 
             })
             .collect()
     })
+}
+
+/// The fingerprints `a` and `b` of `bits` bits, as core's (each masked to
+/// the width).
+fn pair(a: u128, b: u128, bits: u32) -> PyResult<(Fingerprint, Fingerprint)> {
+    let w = Width::from_bits(bits).map_err(err)?;
+    Ok((Fingerprint::new(a, w), Fingerprint::new(b, w)))
+}
+
+/// Hamming distance of two fingerprints of `bits` bits.
+#[pyfunction]
+pub(crate) fn distance(a: u128, b: u128, bits: u32) -> PyResult<u32> {
+    let (a, b) = pair(a, b, bits)?;
+    a.distance(b).map_err(err)
+}
+
+/// Estimated cosine similarity of the feature vectors behind two
+/// fingerprints of `bits` bits: cos(pi * d / f).
+#[pyfunction]
+pub(crate) fn similarity(a: u128, b: u128, bits: u32) -> PyResult<f64> {
+    let (a, b) = pair(a, b, bits)?;
+    a.similarity(b).map_err(err)
+}
+
+/// The threshold of a `jaccard:T` verification rule, as the command line
+/// parses `--verify`.
+#[pyfunction]
+pub(crate) fn verify_threshold(rule: &str) -> PyResult<f64> {
+    rule.parse::<neardup_core::jaccard::Verify>()
+        .map(|v| v.threshold)
+        .map_err(err)
 }

@@ -86,6 +86,9 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIndex>()?;
     m.add("NeardupError", m.py().get_type::<NeardupError>())?;
     m.add_function(wrap_pyfunction!(fingerprint::fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(distance, m)?)?;
+    m.add_function(wrap_pyfunction!(similarity, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_threshold, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprints_list, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprints_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(shingle_sets, m)?)?;

@@ -2,6 +2,7 @@
 
 import json
 import os
+import math
 import random
 import subprocess
 from pathlib import Path
@@ -241,3 +242,20 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(neardup, extraglobs={"neardup": neardup}, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 5 and result.failed == 0
+
+
+@pytest.mark.parametrize("bits", [64, 128])
+def test_distance_and_similarity_match_their_definitions(bits):
+    rng = random.Random(bits + 1)
+    for _ in range(200):
+        a, b = rng.getrandbits(bits), rng.getrandbits(bits)
+        d = bin(a ^ b).count("1")
+        assert neardup.distance(a, b, bits) == d
+        assert abs(neardup.similarity(a, b, bits) - math.cos(math.pi * d / bits)) < 1e-12
+
+
+def test_verify_rules_are_the_command_lines():
+    assert neardup.dedup(["a b c d", "a b c d"], verify="jaccard:0.5").pairs
+    for bad in ["jaccard:1.5", "jaccard:x", "cosine:0.5", "0.8"]:
+        with pytest.raises(neardup.NeardupError, match="jaccard:T"):
+            neardup.dedup(["a b c d", "a b c d"], verify=bad)
