@@ -1,8 +1,10 @@
-//! Reading fingerprint files: the JSON Lines `{"id", "simhash"}` that
-//! `neardup fingerprint` writes, or its `--tsv` form. Parsed in parallel.
+//! Fingerprint files: the JSON Lines `{"id", "simhash"}` that `neardup
+//! fingerprint` writes, or its `--tsv` form, with the configuration saved
+//! beside them; written line by line, read back in parallel.
 
 use std::borrow::Cow;
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use neardup_core::index::mem::with_huge_capacity;
@@ -11,6 +13,7 @@ use rayon::prelude::*;
 use serde::Deserialize;
 
 use crate::input::Id;
+use crate::output::write_atomic;
 
 /// Each record's line (byte range) and the file's bytes.
 pub type Records = (Vec<(usize, usize)>, Vec<u8>);
@@ -395,7 +398,7 @@ fn finish(path: &Path, parsed: Parsed, bytes: Option<Vec<u8>>) -> Result<Fingerp
     let records = bytes.map(|b| (kept, b));
     let name = path.display().to_string();
     let width = width.map(|(w, _)| w);
-    let config_path = crate::cmd::fingerprint::config_path_for(path);
+    let config_path = config_path_for(path);
     let config = if config_path.exists() {
         Some(crate::pipeline_args::read_config(&config_path)?)
     } else {
@@ -531,8 +534,85 @@ fn parse_line(line: &[u8], lineno: i64) -> Result<Option<(Id, Fingerprint)>> {
     let id = id
         .parse::<i64>()
         .map(Id::Int)
-        .unwrap_or_else(|_| Id::Str(id.to_owned()));
+        .unwrap_or_else(|_| Id::Str(unescape_tsv(id)));
     Ok(Some((id, Fingerprint::parse_hex(hex.trim())?)))
+}
+
+/// A TSV id as [`write_line`] escapes it: `\t`, `\n`, `\r` and `\\` back
+/// to the characters (any other backslash is kept).
+fn unescape_tsv(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    let mut chars = id.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('\\') => out.push('\\'),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// Appends the line of document `id` with fingerprint `fp`: JSON
+/// `{"id": ..., "simhash": "<hex>"}`, or `id<TAB>hex` with `tsv` (tabs,
+/// newlines and backslashes in string ids escaped).
+pub fn write_line(id: &Id, fp: Fingerprint, tsv: bool, out: &mut Vec<u8>) {
+    if tsv {
+        write_tsv_id(id, out);
+        let _ = writeln!(out, "\t{fp}");
+    } else {
+        out.extend_from_slice(b"{\"id\":");
+        id.write_json(out);
+        let _ = writeln!(out, ",\"simhash\":\"{fp}\"}}");
+    }
+}
+
+/// `FILE.config.json`, read back by commands that take fingerprint files.
+pub fn config_path_for(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".config.json");
+    PathBuf::from(name)
+}
+
+pub fn save_config_beside(path: &Path, config: &FingerprintConfig) -> Result<()> {
+    if path.as_os_str() == "-" {
+        return Ok(());
+    }
+    let mut json = serde_json::to_vec_pretty(config)?;
+    json.push(b'\n');
+    Ok(write_atomic(&config_path_for(path), &json)?)
+}
+
+fn write_tsv_id(id: &Id, out: &mut Vec<u8>) {
+    match id {
+        Id::Int(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Id::Str(s) => {
+            for c in s.chars() {
+                match c {
+                    '\t' => out.extend_from_slice(b"\\t"),
+                    '\n' => out.extend_from_slice(b"\\n"),
+                    '\r' => out.extend_from_slice(b"\\r"),
+                    '\\' => out.extend_from_slice(b"\\\\"),
+                    c => {
+                        let mut buf = [0; 4];
+                        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -559,5 +639,40 @@ mod tests {
             }
         }
         assert_eq!(fast_hex(b"0123"), None);
+    }
+
+    /// What write_line writes, parse_line reads back: every id and
+    /// fingerprint in JSON Lines; in TSV every id but strings that look like
+    /// integers (TSV has no quotes), tabs, newlines and backslashes included.
+    #[test]
+    fn written_lines_read_back() {
+        let ids = [
+            Id::Int(0),
+            Id::Int(-42),
+            Id::Str("plain".into()),
+            Id::Str("tab\there".into()),
+            Id::Str("new\nline\r".into()),
+            Id::Str("back\\slash \\t not a tab".into()),
+            Id::Str("quote \" and é 中文".into()),
+            Id::Str("".into()),
+        ];
+        let fps = [
+            Fingerprint::from_u64(0x0123_4567_89ab_cdef),
+            Fingerprint::new(u128::MAX - 5, Width::W128),
+        ];
+        for tsv in [false, true] {
+            for id in &ids {
+                for &fp in &fps {
+                    let mut line = Vec::new();
+                    write_line(id, fp, tsv, &mut line);
+                    assert_eq!(line.last(), Some(&b'\n'));
+                    let body = &line[..line.len() - 1];
+                    assert!(!body.contains(&b'\n'), "{line:?}");
+                    let (got_id, got_fp) = parse_line(body, 7).unwrap().unwrap();
+                    assert_eq!(got_fp, fp, "{id:?} tsv={tsv}");
+                    assert_eq!(got_id.to_string(), id.to_string(), "tsv={tsv}");
+                }
+            }
+        }
     }
 }

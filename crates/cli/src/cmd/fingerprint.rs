@@ -1,15 +1,15 @@
 //! `neardup fingerprint`: documents in, `{"id", "simhash"}` out.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Result;
-use neardup_core::FingerprintConfig;
 
-use crate::input::{Id, InputArgs};
-use crate::output::{Output, write_atomic};
+use crate::fpfile;
+use crate::input::InputArgs;
+use crate::output::Output;
 use crate::pipeline_args::{PipelineArgs, hasher_for};
 use crate::run::{RunArgs, for_each_batch, init_threads, summary};
 
@@ -55,14 +55,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         |docs, fps| {
             for (doc, fp) in docs.iter().zip(fps) {
                 line.clear();
-                if args.tsv {
-                    write_tsv_id(&doc.id, &mut line);
-                    writeln!(line, "\t{fp}")?;
-                } else {
-                    line.extend_from_slice(b"{\"id\":");
-                    doc.id.write_json(&mut line);
-                    writeln!(line, ",\"simhash\":\"{fp}\"}}")?;
-                }
+                fpfile::write_line(&doc.id, fp, args.tsv, &mut line);
                 out.write_all(&line)?;
             }
             Ok(())
@@ -70,48 +63,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     )?;
     out.finish()?;
     if let Some(path) = &args.output {
-        save_config_beside(path, hasher.config())?;
+        fpfile::save_config_beside(path, hasher.config())?;
     }
     if !args.run.quiet && (args.output.is_some() || !std::io::stdout().is_terminal()) {
         eprintln!("neardup: {}", summary(&stats, started.elapsed()));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `FILE.config.json`, read back by commands that take fingerprint files.
-pub fn config_path_for(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".config.json");
-    PathBuf::from(name)
-}
-
-fn save_config_beside(path: &Path, config: &FingerprintConfig) -> Result<()> {
-    if path.as_os_str() == "-" {
-        return Ok(());
-    }
-    let mut json = serde_json::to_vec_pretty(config)?;
-    json.push(b'\n');
-    Ok(write_atomic(&config_path_for(path), &json)?)
-}
-
-fn write_tsv_id(id: &Id, out: &mut Vec<u8>) {
-    match id {
-        Id::Int(n) => {
-            let _ = write!(out, "{n}");
-        }
-        Id::Str(s) => {
-            for c in s.chars() {
-                match c {
-                    '\t' => out.extend_from_slice(b"\\t"),
-                    '\n' => out.extend_from_slice(b"\\n"),
-                    '\r' => out.extend_from_slice(b"\\r"),
-                    '\\' => out.extend_from_slice(b"\\\\"),
-                    c => {
-                        let mut buf = [0; 4];
-                        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-                    }
-                }
-            }
-        }
-    }
 }
