@@ -64,6 +64,7 @@ enum Command {
     Truth(cmd::truth::Args),
     /// Measure throughput on real text.
     #[command(subcommand)]
+    #[cfg(feature = "bench")]
     Bench(cmd::bench::Command),
 }
 
@@ -78,6 +79,7 @@ fn main() -> ExitCode {
         Command::Index(c) => cmd::index::run(c),
         Command::Query(a) => cmd::query::run(a),
         Command::Idf(c) => cmd::idf::run(c),
+        #[cfg(feature = "bench")]
         Command::Bench(c) => cmd::bench::run(c),
         Command::Eval(a) => cmd::eval::run(a),
         Command::Serve(a) => cmd::serve::run(a),

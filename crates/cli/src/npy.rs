@@ -126,6 +126,7 @@ pub fn decode_row(bytes: &[u8], f64: bool) -> Vec<f32> {
 
 /// Writes a float32 `.npy` array of shape (rows, dim) from row-major `data`
 /// (for benchmarks and tests).
+#[cfg(any(test, feature = "bench"))]
 pub fn write_f32(out: &mut impl std::io::Write, dim: usize, data: &[f32]) -> std::io::Result<()> {
     let rows = data.len() / dim;
     let mut dict =

@@ -1,9 +1,14 @@
 //! One module per subcommand.
 
+#[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "bench")]
 pub mod bench_dedup;
+#[cfg(feature = "bench")]
 pub mod bench_index;
+#[cfg(feature = "bench")]
 pub mod bench_serve;
+#[cfg(feature = "bench")]
 pub mod bench_vectors;
 pub mod compare;
 pub mod config;
