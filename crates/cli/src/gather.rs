@@ -9,12 +9,12 @@ use neardup_core::jaccard::{is_short, shingles_for};
 use neardup_core::spill::{Spill, SpillWriter, Summary};
 use neardup_core::{FingerprintConfig, InputKind, Width};
 
-use crate::cmd::dedup::VectorStore;
 use crate::fpfile::{self, IdList, Values};
 use crate::input::Body;
 use crate::input::InputArgs;
 use crate::pipeline_args::{PipelineArgs, hasher_for};
 use crate::run::{for_each_batch, summary};
+use crate::vector_store::VectorStore;
 use neardup_core::keep_by::{KeepBy, SortKey};
 
 /// Where fingerprints come from: documents, fingerprinted with the pipeline

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod cmd;
 mod fpfile;
 mod gather;
+mod index_file;
 mod input;
 mod npy;
 mod output;
@@ -14,6 +15,8 @@ mod parquet_io;
 mod pipeline_args;
 mod run;
 mod table_out;
+mod units;
+mod vector_store;
 
 /// Near-duplicate detection with SimHash fingerprints (Charikar; Manku, Jain &
 /// Das Sarma, WWW 2007).

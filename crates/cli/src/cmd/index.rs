@@ -8,14 +8,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use neardup_core::index::{
-    Bits, Bundle, Coding, CompressedIndex, IdRef, IdTable, Index, IndexFile, bundle, plan,
-};
+use neardup_core::index::{Bits, Coding, CompressedIndex, IdTable, Index, bundle, plan};
 use neardup_core::{Fingerprint, FingerprintConfig, Width};
 
-use crate::fpfile::IdList;
 use crate::gather::{Keep, SourceArgs, gather};
-use crate::input::Id;
+use crate::index_file::{IdTableExt, Opened, open};
 use crate::output::Output;
 use crate::run::{RunArgs, init_threads, with_spinner};
 
@@ -51,7 +48,7 @@ pub struct BuildArgs {
     #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub k: u32,
     /// Memory budget for the tables (e.g. 8G); without it, the fastest design.
-    #[arg(long, value_parser = super::plan::parse_bytes)]
+    #[arg(long, value_parser = crate::units::parse_bytes)]
     pub memory: Option<f64>,
     /// The index file to write.
     #[arg(short, long, value_name = "PATH")]
@@ -106,74 +103,6 @@ pub struct DeleteArgs {
 pub struct PathArg {
     /// The index file.
     pub path: PathBuf,
-}
-
-/// An opened index file: its tables, ids and configuration (core's
-/// [`Bundle`]), and the file itself for its checks and facts.
-pub struct Opened {
-    pub file: IndexFile,
-    pub bundle: Bundle,
-}
-
-/// Conversions between the command line's ids and an index file's.
-trait IdTableExt {
-    fn from_list(list: &IdList) -> IdTable;
-    fn get_id(&self, entry: u64) -> Option<Id>;
-    fn push_id(&mut self, id: Id);
-}
-
-impl IdTableExt for IdTable {
-    fn from_list(list: &IdList) -> IdTable {
-        match list {
-            IdList::Ints(v) => IdTable::Ints(v.clone()),
-            IdList::Any(v) => {
-                let mut t = IdTable::default();
-                v.iter().cloned().for_each(|id| t.push_id(id));
-                t
-            }
-        }
-    }
-
-    fn get_id(&self, entry: u64) -> Option<Id> {
-        match self.get(entry)? {
-            IdRef::Int(n) => Some(Id::Int(n)),
-            IdRef::Json(b) => serde_json::from_slice(b).ok(),
-        }
-    }
-
-    fn push_id(&mut self, id: Id) {
-        match id {
-            Id::Int(n) => self.push_int(n),
-            id => {
-                let mut b = Vec::new();
-                id.write_json(&mut b);
-                self.push_json(&b);
-            }
-        }
-    }
-}
-
-/// Opens (memory-maps) an index file.
-pub fn open(path: &Path) -> Result<Opened> {
-    let file =
-        bundle::map_file(path).with_context(|| format!("cannot open index {}", path.display()))?;
-    let bundle = Bundle::of_file(&file).with_context(|| format!("{}", path.display()))?;
-    Ok(Opened { file, bundle })
-}
-
-impl Opened {
-    pub fn id(&self, entry: u64) -> Option<Id> {
-        self.bundle.ids.get_id(entry)
-    }
-
-    /// The largest distance the tables find.
-    pub fn k(&self) -> u32 {
-        self.bundle.index.design().k
-    }
-
-    pub fn config(&self) -> Option<&FingerprintConfig> {
-        self.bundle.config.as_ref()
-    }
 }
 
 /// An index of either kind, for writing.

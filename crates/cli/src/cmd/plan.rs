@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 use neardup_core::index::plan;
 
+use crate::units::{parse_bytes, parse_count};
+
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Example:
   neardup plan --n 1e9 --k 3 --memory 64G")]
@@ -33,46 +35,6 @@ fn parse_bits(s: &str) -> Result<u32, String> {
         "128" => Ok(128),
         _ => Err(format!("{s}: use 64 or 128")),
     }
-}
-
-pub fn parse_count(s: &str) -> Result<f64, String> {
-    let v = if let Some(exp) = s.strip_prefix("2^") {
-        exp.parse::<i32>()
-            .map(|e| 2f64.powi(e))
-            .map_err(|e| e.to_string())
-    } else {
-        s.replace('_', "").parse::<f64>().map_err(|e| e.to_string())
-    }?;
-    if !(v >= 1.0 && v.is_finite()) {
-        return Err(format!(
-            "{s}: give a count of at least 1 (e.g. 1e9 or 2^34)"
-        ));
-    }
-    Ok(v)
-}
-
-pub fn parse_bytes(s: &str) -> Result<f64, String> {
-    let (num, unit) = s.trim().split_at(
-        s.trim()
-            .find(|c: char| c.is_ascii_alphabetic())
-            .unwrap_or(s.trim().len()),
-    );
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s}: expected a size such as 64G or 512M"))?;
-    let mult = match unit
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 1.0,
-        "K" => 1024.0,
-        "M" => 1024f64.powi(2),
-        "G" => 1024f64.powi(3),
-        "T" => 1024f64.powi(4),
-        _ => return Err(format!("{s}: unknown unit; use K, M, G or T")),
-    };
-    Ok(n * mult)
 }
 
 fn human(bytes: f64) -> String {

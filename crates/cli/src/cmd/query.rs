@@ -11,7 +11,7 @@ use neardup_core::index::Match;
 use neardup_core::jaccard::{Verify, jaccard, shingles_for};
 use neardup_core::{Fingerprint, SimHasher};
 
-use super::index::open;
+use crate::index_file::open;
 use crate::input::{Id, InputArgs};
 use crate::output::Output;
 use crate::pipeline_args::{PipelineArgs, hasher_for};
