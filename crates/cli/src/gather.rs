@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use neardup_core::jaccard::{is_short, shingles_for};
+use neardup_core::jaccard::is_short;
 use neardup_core::spill::{Spill, SpillWriter, Summary};
 use neardup_core::{FingerprintConfig, InputKind, Width};
 
@@ -127,7 +127,6 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     };
     let mut blank = 0u64;
     let mut vectors = (verify && vector_input).then(|| VectorStore::new(0));
-    let normalize = hasher.config().normalize;
     let mut short = 0u64;
     let by_key = keep.keep_by != KeepBy::First;
     let mut keys: Vec<SortKey> = Vec::new();
@@ -141,13 +140,16 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
                     .key(doc.text(), doc.raw.as_deref())
                     .map_err(|e| format!("{}: {e}", doc.place))
             });
-            let set = (verify && !vector_input).then(|| {
-                let set = shingles_for(doc.text(), &normalize);
-                let summary = Summary::of(&set);
-                (set, summary)
-            });
             let short = matches!(doc.body, Body::Text(_)) && is_short(doc.text());
-            (doc.fingerprint(&hasher), short, set, key)
+            if !verify || vector_input {
+                return (doc.fingerprint(&hasher), short, None, key);
+            }
+            // The verification features, from the fingerprint's own where the
+            // two coincide (hashed with the hasher's key, the same for all).
+            let mut set = Vec::new();
+            let fingerprint = doc.fingerprint_and_shingles(&hasher, &mut set);
+            let summary = Summary::of(&set);
+            (fingerprint, short, Some((set, summary)), key)
         },
         |docs, fps| {
             for (doc, (fp, is_short, set, key)) in docs.into_iter().zip(fps) {

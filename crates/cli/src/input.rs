@@ -265,6 +265,23 @@ impl Doc {
             .expect("checked when the record was parsed")
     }
 
+    /// Its fingerprint and, into `shingles`, its verification features
+    /// ([`SimHasher::fingerprint_and_shingles`]); documents other than text
+    /// have none.
+    pub fn fingerprint_and_shingles(
+        &self,
+        hasher: &SimHasher,
+        shingles: &mut Vec<u64>,
+    ) -> Fingerprint {
+        match &self.body {
+            Body::Text(t) => hasher.fingerprint_and_shingles(t, shingles),
+            _ => {
+                shingles.clear();
+                self.fingerprint(hasher)
+            }
+        }
+    }
+
     /// The vector's dimension, for vectors.
     pub fn dim(&self) -> Option<usize> {
         match &self.body {

@@ -25,7 +25,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::config::NormalizeConfig;
 use crate::error::Error;
@@ -139,6 +139,36 @@ pub fn shingles_with(
     scratch: &mut ShingleScratch,
     out: &mut Vec<u64>,
 ) {
+    shingles_keyed(text, normalize, ShingleKey::STORED, scratch, out)
+}
+
+/// How a word shingle becomes its hash: its words joined by `joiner`, hashed
+/// by xxh3 with `seed`. Only sets made with one key are comparable; the key
+/// changes no similarity (a word holds neither joiner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShingleKey {
+    pub joiner: u8,
+    pub seed: u64,
+}
+
+impl ShingleKey {
+    /// The key of [`shingles`] and [`shingles_for`], which the service's
+    /// stored sketches were made with.
+    pub const STORED: ShingleKey = ShingleKey {
+        joiner: 0x1f,
+        seed: 0,
+    };
+}
+
+/// [`shingles_with`], word shingles hashed with `key` (character shingles do
+/// not depend on it).
+pub fn shingles_keyed(
+    text: &str,
+    normalize: &NormalizeConfig,
+    key_of: ShingleKey,
+    scratch: &mut ShingleScratch,
+    out: &mut Vec<u64>,
+) {
     out.clear();
     let ShingleScratch {
         norm,
@@ -171,6 +201,35 @@ pub fn shingles_with(
             return;
         }
     }
+    word_shingles(norm, key_of, spans, key, out);
+}
+
+/// [`shingles_keyed`] of a text normalised as it normalises it (as the
+/// fingerprint of word features does, too), into `out` (cleared first).
+pub(crate) fn shingles_of_normalized(
+    norm: &str,
+    key_of: ShingleKey,
+    scratch: &mut ShingleScratch,
+    out: &mut Vec<u64>,
+) {
+    out.clear();
+    // Text normalised without whitespace folding, or left alone, has no
+    // character of a spaceless script: the test holds for every branch.
+    if letters_if_continuous(norm, &mut scratch.letters) {
+        char_shingles(&scratch.letters, out);
+        return;
+    }
+    word_shingles(norm, key_of, &mut scratch.words, &mut scratch.key, out);
+}
+
+/// The sorted, distinct hashes of the word 3-shingles of `norm`.
+fn word_shingles(
+    norm: &str,
+    key_of: ShingleKey,
+    spans: &mut Vec<(usize, usize)>,
+    key: &mut Vec<u8>,
+    out: &mut Vec<u64>,
+) {
     spans.clear();
     let base = norm.as_ptr() as usize;
     words(norm, &mut |w: &str| {
@@ -187,11 +246,11 @@ pub fn shingles_with(
         key.clear();
         for (j, &(s, e)) in window.iter().enumerate() {
             if j > 0 {
-                key.push(0x1f);
+                key.push(key_of.joiner);
             }
             key.extend_from_slice(&norm.as_bytes()[s..e]);
         }
-        out.push(xxh3_64(key));
+        out.push(xxh3_64_with_seed(key, key_of.seed));
     }
     out.sort_unstable();
     out.dedup();

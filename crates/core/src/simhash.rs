@@ -15,10 +15,12 @@ use crate::error::Error;
 use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
-use crate::normalize::{all_invariant, normalize_into};
+use crate::jaccard::{SHINGLE, ShingleKey, ShingleScratch, shingles_keyed, shingles_of_normalized};
+use crate::normalize::{all_invariant, is_spaceless_script, next_non_ascii, normalize_into};
 use crate::tokenize::{for_each_token, jieba};
 use crate::vector::Hyperplanes;
 use crate::{MAX_WIDTH, python_simhash};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// One weighted feature of a document, as [`SimHasher::features`] lists them.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +42,7 @@ pub struct Scratch {
     shingle: String,
     joined: Vec<u8>,
     counts: HashMap<u128, (f64, f64)>,
+    shingles: ShingleScratch,
 }
 
 /// Makes fingerprints as a [`FingerprintConfig`] says.
@@ -236,11 +239,174 @@ impl SimHasher {
         sums.finish()
     }
 
+    /// How [`SimHasher::fingerprint_and_shingles`] hashes word shingles: words
+    /// joined by a space, xxh3 with the configuration's seed (the default
+    /// pipeline's own feature hash).
+    pub fn shingle_key(&self) -> ShingleKey {
+        ShingleKey {
+            joiner: b' ',
+            seed: self.config.seed,
+        }
+    }
+
+    /// The fingerprint of `text` and, into `shingles`, its verification
+    /// features, with this thread's buffers
+    /// ([`SimHasher::fingerprint_and_shingles_with`]).
+    pub fn fingerprint_and_shingles(&self, text: &str, shingles: &mut Vec<u64>) -> Fingerprint {
+        SCRATCH.with(|s| self.fingerprint_and_shingles_with(text, &mut s.borrow_mut(), shingles))
+    }
+
+    /// The fingerprint of `text` ([`SimHasher::fingerprint_with`]) and, into
+    /// `shingles`, its verification features: exactly what
+    /// [`shingles_keyed`] makes with the configuration's normalisation and
+    /// [`SimHasher::shingle_key`]. Where the fingerprint reads the words the
+    /// shingles are made of (term-frequency UAX #29 words or word 3-shingles,
+    /// text without a character of a script written without spaces), the text
+    /// is normalised and cut into words once, and a fingerprint of 3-shingles
+    /// hashed by 64-bit xxh3 gives its own hashes; otherwise the shingles are
+    /// made apart.
+    pub fn fingerprint_and_shingles_with(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        shingles: &mut Vec<u64>,
+    ) -> Fingerprint {
+        shingles.clear();
+        let (normalize, key) = (&self.config.normalize, self.shingle_key());
+        let Some(features) = self.shared_words() else {
+            let fingerprint = self.fingerprint_with(text, scratch);
+            shingles_keyed(text, normalize, key, &mut scratch.shingles, shingles);
+            return fingerprint;
+        };
+        // The text `fingerprint_with` cuts into words for this configuration.
+        let skip = self.can_skip_normalisation(text);
+        let Scratch {
+            norm,
+            tmp,
+            joined,
+            shingles: shingle_scratch,
+            ..
+        } = scratch;
+        let mut lower = false;
+        let view: &str = if !skip {
+            self.normalize_for_tokens_into(text, norm, tmp);
+            norm
+        } else if features == Shares::Shingles {
+            // Shingles copy their words and lower-case them on the way.
+            lower = normalize.casefold;
+            text
+        } else if normalize.casefold && text.bytes().any(|b| b.is_ascii_uppercase()) {
+            tmp.clear();
+            tmp.push_str(text);
+            tmp.make_ascii_lowercase();
+            tmp
+        } else {
+            text
+        };
+        // (Text left alone by normalisation holds no spaceless script.)
+        if !skip && has_spaceless(view) {
+            // Chinese or Japanese: jieba's words, or character shingles.
+            let fingerprint = match features {
+                Shares::Shingles => {
+                    let batch = UnitBatch::new(Width::W64, Xxh3x64(self.config.seed));
+                    self.unit_shingles(view, false, SHINGLE, joined, batch)
+                }
+                Shares::Tokens => self.unit_fingerprint(view, false, joined, self.hasher),
+            };
+            shingles_of_normalized(view, key, shingle_scratch, shingles);
+            return fingerprint;
+        }
+        let fingerprint = match features {
+            Shares::Shingles => {
+                let hash = Xxh3x64(self.config.seed);
+                let batch = UnitBatch::collecting(Width::W64, hash, shingles);
+                self.unit_shingles(view, lower, SHINGLE, joined, batch)
+            }
+            Shares::Tokens => {
+                let batch = UnitBatch::new(self.width(), self.hasher);
+                self.unit_tokens_and_shingles(view, batch, key, joined, shingles)
+            }
+        };
+        shingles.sort_unstable();
+        shingles.dedup();
+        fingerprint
+    }
+
+    /// Term-frequency fingerprint of `norm`'s words, and their 3-shingles'
+    /// hashes (keyed by `key`, unsorted) into `out`.
+    fn unit_tokens_and_shingles<H: HashBytes>(
+        &self,
+        norm: &str,
+        mut batch: UnitBatch<'_, H>,
+        key: ShingleKey,
+        buf: &mut Vec<u8>,
+        out: &mut Vec<u64>,
+    ) -> Fingerprint {
+        let base = norm.as_ptr() as usize;
+        let bytes = norm.as_bytes();
+        let mut hash_of = |words: &[&str]| {
+            buf.clear();
+            for (j, w) in words.iter().enumerate() {
+                if j > 0 {
+                    buf.push(key.joiner);
+                }
+                buf.extend_from_slice(w.as_bytes());
+            }
+            xxh3_64_with_seed(buf, key.seed)
+        };
+        let mut last = ["", ""];
+        let mut seen = 0usize;
+        for_each_token(self.config.tokenizer, norm, &mut |t| {
+            batch.add(t.as_ptr() as usize - base, t.len(), bytes);
+            if seen >= 2 {
+                out.push(hash_of(&[last[0], last[1], t]));
+            }
+            last = [last[1], t];
+            seen += 1;
+        });
+        // A text of fewer words than a shingle is one shingle: all of them.
+        match seen {
+            1 => out.push(hash_of(&last[1..])),
+            2 => out.push(hash_of(&last)),
+            _ => {}
+        }
+        batch.finish(bytes)
+    }
+
+    /// Which features are made of the words the verification shingles are,
+    /// if they are: term frequency, UAX #29 words (`words`, or `auto`, which
+    /// cuts only Han with jieba), no stop words, all features kept; the
+    /// words themselves or their 3-shingles hashed by 64-bit xxh3.
+    fn shared_words(&self) -> Option<Shares> {
+        let c = &self.config;
+        let words = c.profile == Profile::Native
+            && c.input == InputKind::Text
+            && matches!(c.weights, Weights::Tf)
+            && c.top.is_none()
+            && matches!(c.tokenizer, Tokenizer::Words | Tokenizer::Auto)
+            && self.stopwords.is_none();
+        match c.features {
+            _ if !words => None,
+            Features::Tokens => Some(Shares::Tokens),
+            Features::Shingles(SHINGLE)
+                if c.hash == HashFunction::Xxh3 && self.width() == Width::W64 =>
+            {
+                Some(Shares::Shingles)
+            }
+            _ => None,
+        }
+    }
+
     /// Normalises `text` into `scratch.norm`, without whitespace folding
     /// when it cannot change the features: word tokens (or shingles of them,
     /// which join their words with single spaces whatever separated them) of
     /// text whose words folding cannot join.
     fn normalize_for_tokens(&self, text: &str, scratch: &mut Scratch) {
+        self.normalize_for_tokens_into(text, &mut scratch.norm, &mut scratch.tmp)
+    }
+
+    /// [`SimHasher::normalize_for_tokens`] into `norm`, with `tmp` for its work.
+    fn normalize_for_tokens_into(&self, text: &str, norm: &mut String, tmp: &mut String) {
         let config = &self.config.normalize;
         let words = matches!(self.config.tokenizer, Tokenizer::Words | Tokenizer::Auto)
             && matches!(
@@ -258,9 +424,9 @@ impl SimHasher {
                 whitespace: false,
                 ..*config
             };
-            scratch.normalize(&unfolded, text);
+            normalize_into(&unfolded, text, norm, tmp);
         } else {
-            scratch.normalize(config, text);
+            normalize_into(config, text, norm, tmp);
         }
     }
 
@@ -315,7 +481,7 @@ impl SimHasher {
         lower: bool,
         w: usize,
         joined: &mut Vec<u8>,
-        mut batch: UnitBatch<H>,
+        mut batch: UnitBatch<'_, H>,
     ) -> Fingerprint {
         joined.clear();
         joined.reserve(norm.len() + 1);
@@ -632,11 +798,37 @@ impl Input<'_> {
 /// are random: hashed in document order, those branches mispredict about once a
 /// feature. The sums do not depend on the order, so features (byte ranges of one
 /// buffer) wait in a group for their length class and are hashed together.
-struct UnitBatch<H> {
+struct UnitBatch<'a, H> {
     hash: H,
     sums: UnitSums,
     groups: [[(usize, usize); BATCH_GROUP]; 4],
     len: [usize; 4],
+    /// Where the features' hashes also go, if anywhere (64-bit hashes only).
+    collect: Option<&'a mut Vec<u64>>,
+}
+
+/// Which of a configuration's features are made of the verification
+/// shingles' words ([`SimHasher::fingerprint_and_shingles_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shares {
+    /// The words themselves.
+    Tokens,
+    /// Their 3-shingles, hashed as the verification shingles are.
+    Shingles,
+}
+
+/// Does `text` hold a character of a script written without spaces?
+fn has_spaceless(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while let Some(k) = next_non_ascii(b, i) {
+        let c = text[k..].chars().next().expect("a character boundary");
+        if is_spaceless_script(c) {
+            return true;
+        }
+        i = k + c.len_utf8();
+    }
+    false
 }
 
 /// Appends `piece`, a slice of `whole`, to `out`, ASCII-lower-cased if `lower`:
@@ -695,13 +887,23 @@ impl HashBytes for FeatureHasher {
 /// Features per length group of a [`UnitBatch`].
 const BATCH_GROUP: usize = 32;
 
-impl<H: HashBytes> UnitBatch<H> {
+impl<'a, H: HashBytes> UnitBatch<'a, H> {
     fn new(width: Width, hash: H) -> Self {
         UnitBatch {
             hash,
             sums: UnitSums::new(width),
             groups: [[(0, 0); BATCH_GROUP]; 4],
             len: [0; 4],
+            collect: None,
+        }
+    }
+
+    /// A batch that also appends every feature's hash to `out`.
+    fn collecting(width: Width, hash: H, out: &'a mut Vec<u64>) -> Self {
+        debug_assert_eq!(width, Width::W64, "only 64-bit hashes are collected");
+        UnitBatch {
+            collect: Some(out),
+            ..UnitBatch::new(width, hash)
         }
     }
 
@@ -733,6 +935,9 @@ impl<H: HashBytes> UnitBatch<H> {
             *h = self.hash.hash(&bytes[offset..offset + len]);
         }
         self.sums.add_all(&hashes[..group.len()]);
+        if let Some(out) = self.collect.as_mut() {
+            out.extend(hashes[..group.len()].iter().map(|&h| h as u64));
+        }
         self.len[class] = 0;
     }
 

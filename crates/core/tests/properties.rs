@@ -503,3 +503,60 @@ proptest! {
         }
     }
 }
+
+/// A configuration from the parts that decide whether a fingerprint's features
+/// are the verification shingles (the default pipeline) or not.
+fn shingle_sharing_config() -> impl Strategy<Value = FingerprintConfig> {
+    (
+        prop::sample::select(vec![Tokenizer::Auto, Tokenizer::Words, Tokenizer::Jieba]),
+        prop::sample::select(vec![
+            Features::Shingles(3),
+            Features::Shingles(2),
+            Features::Tokens,
+        ]),
+        prop::sample::select(vec![Weights::Tf, Weights::Binary]),
+        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        (any::<bool>(), prop::sample::select(vec![0u64, 7])),
+    )
+        .prop_map(
+            |(tokenizer, features, weights, (casefold, whitespace, html, wide), (stop, seed))| {
+                let mut config = FingerprintConfig {
+                    tokenizer,
+                    features,
+                    weights,
+                    stopwords: stop,
+                    bits: width_of(wide),
+                    seed,
+                    ..Default::default()
+                };
+                config.normalize.casefold = casefold;
+                config.normalize.whitespace = whitespace;
+                config.normalize.html = html;
+                config
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Fingerprinting and shingling in one pass gives the fingerprint alone
+    /// and the shingles alone, whichever configuration and script.
+    #[test]
+    fn fingerprint_and_shingles_equal_each_alone(
+        config in shingle_sharing_config(),
+        text in prop_oneof![english(), mixed()],
+    ) {
+        use neardup_core::jaccard::{ShingleScratch, shingles_keyed};
+        let hasher = SimHasher::new(config.clone()).unwrap();
+        let mut got = vec![1, 2, 3];
+        let fp = hasher.fingerprint_and_shingles_with(&text, &mut Default::default(), &mut got);
+        prop_assert_eq!(fp, hasher.fingerprint(&text));
+        let mut want = Vec::new();
+        let key = hasher.shingle_key();
+        shingles_keyed(&text, &config.normalize, key, &mut ShingleScratch::default(), &mut want);
+        prop_assert_eq!(&got, &want);
+        // The key changes hashes, never which shingles there are.
+        prop_assert_eq!(got.len(), neardup_core::jaccard::shingles_for(&text, &config.normalize).len());
+    }
+}
