@@ -12,7 +12,7 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 use neardup_core::dedup::{Policy, for_each_pair_streamed, representatives_of_pairs};
 use neardup_core::index::{Bits, plan_join};
-use neardup_core::jaccard::{jaccard_at_least, shingles_for};
+use neardup_core::jaccard::jaccard_at_least;
 use neardup_core::keep_by::{KeepBy, SortKey};
 use neardup_core::spill::Summary;
 use neardup_core::{Fingerprint, IdfTable, SimHasher, Weights};
@@ -374,7 +374,6 @@ pub fn spark_rows<'py>(
         keep_by: keep_by.as_ref(),
     };
     let spans = spans(offsets, data.len(), offset, length, large, validity)?;
-    let normalize = config.config.normalize;
     let hasher: &SimHasher = &config.hasher;
     let results: Vec<Result<Option<Row>, String>> = py.detach(|| {
         spans
@@ -406,9 +405,18 @@ pub fn spark_rows<'py>(
                         },
                     }
                 };
-                let set = (summaries || features).then(|| shingles_for(&rec.text, &normalize));
+                // The verification features from the fingerprint's own pass
+                // where they share words (one key for every row of the job).
+                let (fp, set) = match summaries || features {
+                    true => {
+                        let mut set = Vec::new();
+                        let fp = hasher.fingerprint_and_shingles(&rec.text, &mut set);
+                        (fp, Some(set))
+                    }
+                    false => (hasher.fingerprint(&rec.text), None),
+                };
                 Ok(Some(Row {
-                    fp: hasher.fingerprint(&rec.text),
+                    fp,
                     id: rec.id,
                     key: rec.key,
                     set,
