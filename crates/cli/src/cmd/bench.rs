@@ -150,11 +150,21 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
             "  {:<30} {:>10} {:>10} {:>8}   (end to end from JSON Lines, best of {REPEATS})",
             "configuration", "1 thread", "N threads", "scaling"
         )?;
+        // The baseline: the `simhash` crate (whitespace-separated words,
+        // SipHash, no normalisation), read and parsed the same way.
+        let baseline = best_of(REPEATS, || single_thread(&path, simhash::simhash))?;
+        writeln!(
+            out,
+            "  {:<30} {:>7.0} MB/s   (baseline: the simhash crate, whitespace words, no normalisation)",
+            "simhash crate 0.3",
+            bytes as f64 / 1e6 / baseline
+        )?;
         for (name, config) in configs {
             let hasher = SimHasher::new(config)?;
             // Warm up: load jieba's dictionary and touch the code before timing.
             hasher.fingerprint(&docs[0]);
-            let one = best_of(REPEATS, || single_thread(&path, &hasher))?;
+            let fingerprint = |text: &str| hasher.fingerprint(text).as_u64();
+            let one = best_of(REPEATS, || single_thread(&path, fingerprint))?;
             let mut line = format!("  {name:<30} {:>7.0} MB/s", bytes as f64 / 1e6 / one);
             let n = args.max_threads.max(1);
             if n > 1 {
@@ -165,6 +175,7 @@ pub fn run(cmd: Command) -> Result<ExitCode> {
                     one / multi
                 ));
             }
+            line.push_str(&format!("   {:.2}x the simhash crate", baseline / one));
             writeln!(out, "{line}")?;
         }
     }
@@ -243,7 +254,7 @@ fn config(tokenizer: Tokenizer, features: Features) -> FingerprintConfig {
 }
 
 /// Reads, parses and fingerprints the file on this one thread; seconds.
-fn single_thread(path: &Path, hasher: &SimHasher) -> Result<f64> {
+fn single_thread(path: &Path, fingerprint: impl Fn(&str) -> u64) -> Result<f64> {
     let args = jsonl_args(path);
     let started = Instant::now();
     let mut reader = crate::input::DocReader::new(&args)?;
@@ -251,7 +262,7 @@ fn single_thread(path: &Path, hasher: &SimHasher) -> Result<f64> {
     while let Some(batch) = reader.next_batch()? {
         for record in batch {
             match record.parse(&args, false) {
-                Ok(Some(doc)) => checksum ^= hasher.fingerprint(doc.text()).as_u64(),
+                Ok(Some(doc)) => checksum ^= fingerprint(doc.text()),
                 Ok(None) => {}
                 Err(e) => bail!("{e:?}"),
             }
