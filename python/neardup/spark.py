@@ -527,11 +527,11 @@ def dedup(
     key_field = keep_by.split(":")[1] if (json_col is None and keep_by.startswith("field:")) else None
     skip = skip_invalid
 
-    def rows_of(b, p, summaries, features):
+    def rows_of(b, p, summaries, features, fingerprints=True):
         c = _worker_config(cfg_json, base_json, idf_b)
         r = _rs.spark_rows(c, *_text_buffers(b.column(body)), json_col is not None, text_col, id_col,
                            keep_by=rule if (json_col is not None or keep_by == "longest") else None,
-                           summaries=summaries, features=features)
+                           summaries=summaries, features=features, fingerprints=fingerprints)
         if r["errors"] and not skip:
             row, msg = r["errors"][0]
             at = int(p[row])
@@ -940,7 +940,7 @@ def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshol
         one = table.take(pa.array(first))
         sets = []
         for batch in one.to_batches(max_chunksize=32768):
-            r, rows = rows_of(batch, batch.column("_pos").to_numpy(), False, True)
+            r, rows = rows_of(batch, batch.column("_pos").to_numpy(), False, True, fingerprints=False)
             sets += r["features"]
         held = one.column("_pos").to_numpy()  # sorted: np.unique's order
         a = np.searchsorted(held, p["pa"][sel]).astype(np.uint32)

@@ -343,9 +343,11 @@ struct Row {
 /// `ids` (JSON text of each id, JSON Lines only), `key_kind`/`key_num`/
 /// `key_str` (with `keep_by`), `summaries` (SUMMARY_BYTES each), `features`
 /// (a list of bytes, sorted u64 hashes), `errors` ((row, message) of invalid
-/// records; the caller fails or skips them).
+/// records; the caller fails or skips them). With `fingerprints=False` (the
+/// exact check, which needs the features only) `fp` is all zeros and no
+/// fingerprint is made: Chinese text is then not cut by jieba.
 #[pyfunction]
-#[pyo3(signature = (config, offsets, data, offset, length, large, validity, json, text_field, id_field, keep_by=None, summaries=false, features=false))]
+#[pyo3(signature = (config, offsets, data, offset, length, large, validity, json, text_field, id_field, keep_by=None, summaries=false, features=false, fingerprints=true))]
 #[allow(clippy::too_many_arguments)]
 pub fn spark_rows<'py>(
     py: Python<'py>,
@@ -362,6 +364,7 @@ pub fn spark_rows<'py>(
     keep_by: Option<&str>,
     summaries: bool,
     features: bool,
+    fingerprints: bool,
 ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
     let keep_by: Option<KeepBy> = keep_by
         .map(|k| k.parse::<KeepBy>())
@@ -407,13 +410,21 @@ pub fn spark_rows<'py>(
                 };
                 // The verification features from the fingerprint's own pass
                 // where they share words (one key for every row of the job).
-                let (fp, set) = match summaries || features {
-                    true => {
+                let sets = summaries || features;
+                let (fp, set) = match (fingerprints, sets) {
+                    (true, true) => {
                         let mut set = Vec::new();
                         let fp = hasher.fingerprint_and_shingles(&rec.text, &mut set);
                         (fp, Some(set))
                     }
-                    false => (hasher.fingerprint(&rec.text), None),
+                    (true, false) => (hasher.fingerprint(&rec.text), None),
+                    (false, _) => {
+                        let mut set = Vec::new();
+                        if sets {
+                            hasher.shingles(&rec.text, &mut set);
+                        }
+                        (hasher.fingerprint(""), sets.then_some(set))
+                    }
                 };
                 Ok(Some(Row {
                     fp,

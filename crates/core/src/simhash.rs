@@ -249,6 +249,21 @@ impl SimHasher {
         }
     }
 
+    /// `text`'s verification features alone, into `shingles`, as
+    /// [`SimHasher::fingerprint_and_shingles`] makes them (the same key).
+    pub fn shingles(&self, text: &str, shingles: &mut Vec<u64>) {
+        SCRATCH.with(|s| {
+            let scratch = &mut s.borrow_mut().shingles;
+            shingles_keyed(
+                text,
+                &self.config.normalize,
+                self.shingle_key(),
+                scratch,
+                shingles,
+            )
+        })
+    }
+
     /// The fingerprint of `text` and, into `shingles`, its verification
     /// features, with this thread's buffers
     /// ([`SimHasher::fingerprint_and_shingles_with`]).
