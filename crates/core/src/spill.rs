@@ -289,6 +289,37 @@ impl Spill {
 mod tests {
     use super::*;
     use crate::jaccard::{jaccard, shingles};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The sketch of a set, sorted or not, is each bin's minimum, found
+        /// here by looking at every hash.
+        #[test]
+        fn sketch_keeps_each_bins_minimum(
+            mut set in prop_oneof![
+                prop::collection::vec(any::<u64>(), 0..2000),
+                prop::collection::vec(any::<u64>().prop_map(|h| h & !(0xF << 58)), 0..300),
+            ],
+            sort: bool,
+        ) {
+            if sort {
+                set.sort_unstable();
+            }
+            let mut mins = [u64::MAX; SKETCH_BINS];
+            for &h in &set {
+                let bin = (h >> 58) as usize;
+                mins[bin] = mins[bin].min(h);
+            }
+            let sketch = Sketch::of(&set);
+            for (bin, &m) in mins.iter().enumerate() {
+                let want = match m {
+                    u64::MAX => EMPTY,
+                    m => (crate::rng::SplitMix64(m).next() % 255) as u8,
+                };
+                prop_assert_eq!(sketch.0[bin], want);
+            }
+        }
+    }
 
     #[test]
     fn reads_back_what_was_written_and_scores_exactly() {
