@@ -47,6 +47,40 @@ pub(crate) fn fingerprints_list<'py>(
     Ok(PyBytes::new(py, bytemuck_bytes(&words)))
 }
 
+/// The byte ranges of an Arrow string array's values in its data buffer
+/// (None for a null), from its offsets (i32, or i64 when `large`), the array's
+/// offset and length and its validity bitmap; checked against the buffers.
+pub(crate) fn arrow_spans(
+    offsets: &[u8],
+    data_len: usize,
+    offset: usize,
+    length: usize,
+    large: bool,
+    validity: Option<&[u8]>,
+) -> PyResult<Vec<Option<(usize, usize)>>> {
+    let at = |i: usize| -> PyResult<usize> {
+        let value = if large {
+            let b = offsets.get(i * 8..i * 8 + 8);
+            b.and_then(|b| usize::try_from(i64::from_le_bytes(b.try_into().ok()?)).ok())
+        } else {
+            let b = offsets.get(i * 4..i * 4 + 4);
+            b.and_then(|b| usize::try_from(i32::from_le_bytes(b.try_into().ok()?)).ok())
+        };
+        value.ok_or_else(|| err("arrow offsets are shorter than the array"))
+    };
+    (offset..offset + length)
+        .map(|i| {
+            let valid =
+                validity.is_none_or(|v| v.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1));
+            let (s, e) = (at(i)?, at(i + 1)?);
+            if s > e || e > data_len {
+                return Err(err("arrow offsets point outside the data buffer"));
+            }
+            Ok(valid.then_some((s, e)))
+        })
+        .collect()
+}
+
 /// Fingerprints of an Arrow string array given by its buffers: offsets (i32,
 /// or i64 when `large`), the UTF-8 data, the array's offset and length, and
 /// the validity bitmap (nulls fingerprint as empty texts).
@@ -65,27 +99,11 @@ pub(crate) fn fingerprints_arrow<'py>(
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let width = config.config.bits;
-    let at = |i: usize| -> Option<usize> {
-        if large {
-            let b = offsets.get(i * 8..i * 8 + 8)?;
-            usize::try_from(i64::from_le_bytes(b.try_into().ok()?)).ok()
-        } else {
-            let b = offsets.get(i * 4..i * 4 + 4)?;
-            usize::try_from(i32::from_le_bytes(b.try_into().ok()?)).ok()
-        }
-    };
-    let mut spans = Vec::with_capacity(length);
-    for i in offset..offset + length {
-        let valid = validity.is_none_or(|v| v.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1));
-        let (s, e) = (
-            at(i).ok_or_else(|| err("arrow offsets are shorter than the array"))?,
-            at(i + 1).ok_or_else(|| err("arrow offsets are shorter than the array"))?,
-        );
-        if s > e || e > data.len() {
-            return Err(err("arrow offsets point outside the data buffer"));
-        }
-        spans.push(if valid { (s, e) } else { (0, 0) });
-    }
+    let spans: Vec<(usize, usize)> =
+        arrow_spans(offsets, data.len(), offset, length, large, validity)?
+            .into_iter()
+            .map(|span| span.unwrap_or((0, 0)))
+            .collect();
     let words = py
         .detach(|| {
             run_parallel(threads, || {

@@ -17,6 +17,7 @@ use neardup_core::keep_by::{KeepBy, SortKey};
 use neardup_core::spill::Summary;
 use neardup_core::{Fingerprint, IdfTable, SimHasher, Weights};
 
+use crate::fingerprint::arrow_spans;
 use crate::{PyConfig, bytemuck_bytes, err, parse_policy, u64s};
 
 /// Bytes of a document's verification summary: its feature count (u32), the
@@ -161,38 +162,6 @@ fn each_candidate(
             "fingerprint width {b}: use 64 or 128"
         ))),
     }
-}
-
-/// The string spans of an Arrow string array's rows; `None` for nulls.
-fn spans(
-    offsets: &[u8],
-    data_len: usize,
-    offset: usize,
-    length: usize,
-    large: bool,
-    validity: Option<&[u8]>,
-) -> PyResult<Vec<Option<(usize, usize)>>> {
-    let at = |i: usize| -> Option<usize> {
-        if large {
-            let b = offsets.get(i * 8..i * 8 + 8)?;
-            usize::try_from(i64::from_le_bytes(b.try_into().ok()?)).ok()
-        } else {
-            let b = offsets.get(i * 4..i * 4 + 4)?;
-            usize::try_from(i32::from_le_bytes(b.try_into().ok()?)).ok()
-        }
-    };
-    let bad = || err("arrow offsets point outside the data buffer");
-    (offset..offset + length)
-        .map(|i| {
-            let valid =
-                validity.is_none_or(|v| v.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1));
-            let (s, e) = (at(i).ok_or_else(bad)?, at(i + 1).ok_or_else(bad)?);
-            if s > e || e > data_len {
-                return Err(bad());
-            }
-            Ok(valid.then_some((s, e)))
-        })
-        .collect()
 }
 
 /// A JSON Lines record's text, id (as JSON text) and keep-by key.
@@ -376,7 +345,7 @@ pub fn spark_rows<'py>(
         id: id_field,
         keep_by: keep_by.as_ref(),
     };
-    let spans = spans(offsets, data.len(), offset, length, large, validity)?;
+    let spans = arrow_spans(offsets, data.len(), offset, length, large, validity)?;
     let hasher: &SimHasher = &config.hasher;
     let results: Vec<Result<Option<Row>, String>> = py.detach(|| {
         spans

@@ -187,16 +187,23 @@ pub fn is_invariant(c: char) -> bool {
 /// Is every character of `text` left alone by normalisation, up to ASCII case
 /// ([`is_invariant`])? ASCII is skipped eight bytes at a time.
 pub fn all_invariant(text: &str) -> bool {
+    !any_non_ascii(text, |c| !is_invariant(c))
+}
+
+/// Does `pred` hold for a non-ASCII character of `text`? ASCII is skipped
+/// eight bytes at a time.
+#[inline]
+pub(crate) fn any_non_ascii(text: &str, mut pred: impl FnMut(char) -> bool) -> bool {
     let b = text.as_bytes();
     let mut i = 0;
     while let Some(k) = next_non_ascii(b, i) {
-        let c = text[k..].chars().next().expect("a character boundary");
-        if !is_invariant(c) {
-            return false;
+        let c = char_at(text, k);
+        if pred(c) {
+            return true;
         }
         i = k + c.len_utf8();
     }
-    true
+    false
 }
 
 fn normalize_slow(
@@ -250,11 +257,8 @@ pub fn is_spaceless_script(c: char) -> bool {
 /// without folding, which can then be skipped: it costs most of normalisation
 /// on scraped text, whose whitespace comes in runs. (A superset is checked.)
 pub fn folding_may_change_words(text: &str) -> bool {
-    let b = text.as_bytes();
-    let mut i = 0;
-    while let Some(k) = next_non_ascii(b, i) {
-        let c = char_at(text, k);
-        if matches!(c as u32,
+    any_non_ascii(text, |c| {
+        matches!(c as u32,
             0x2E80..=0xA4CF
             | 0xF900..=0xFAFF
             | 0xFE10..=0xFE1F
@@ -262,12 +266,7 @@ pub fn folding_may_change_words(text: &str) -> bool {
             | 0xFF00..=0xFFEF
             | 0x1F200..=0x1F2FF
             | 0x20000..=0x3FFFF)
-        {
-            return true;
-        }
-        i = k + c.len_utf8();
-    }
-    false
+    })
 }
 
 /// Is `c` a Han ideograph?

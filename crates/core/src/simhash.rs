@@ -16,7 +16,7 @@ use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
 use crate::jaccard::{SHINGLE, ShingleKey, ShingleScratch, shingles_keyed, shingles_of_normalized};
-use crate::normalize::{all_invariant, is_spaceless_script, next_non_ascii, normalize_into};
+use crate::normalize::{all_invariant, any_non_ascii, is_spaceless_script, normalize_into};
 use crate::tokenize::{for_each_token, jieba};
 use crate::vector::Hyperplanes;
 use crate::{MAX_WIDTH, python_simhash};
@@ -184,32 +184,13 @@ impl SimHasher {
             self.config.top.is_some() || !matches!(self.config.weights, Weights::Tf);
         if !needs_aggregation {
             // Term frequency: every occurrence adds weight 1; no counting needed.
-            let skip = self.can_skip_normalisation(text);
-            let shingles = matches!(self.config.features, Features::Shingles(_));
-            // Shingles copy their tokens anyway, and lower-case them on the way.
-            let lower = skip && shingles && self.config.normalize.casefold;
-            let view: &str = if skip {
-                // Text that normalisation leaves alone up to ASCII case: the same
-                // tokens, from a lower-cased copy (or the text itself).
-                if !shingles
-                    && self.config.normalize.casefold
-                    && text.bytes().any(|b| b.is_ascii_uppercase())
-                {
-                    let lower = &mut scratch.tmp;
-                    lower.clear();
-                    lower.push_str(text);
-                    lower.make_ascii_lowercase();
-                    lower
-                } else {
-                    text
-                }
-            } else {
-                self.normalize_for_tokens(text, scratch);
-                &scratch.norm
-            };
+            let Scratch {
+                norm, tmp, joined, ..
+            } = scratch;
+            let view = self.unit_view(text, norm, tmp);
+            let (view, lower) = (view.text, view.lower);
             // The hash function is chosen once, outside the loop, so that the whole
             // chain from tokenizer to sums inlines.
-            let joined = &mut scratch.joined;
             return match (self.config.hash, self.width()) {
                 (HashFunction::Xxh3, Width::W64) => {
                     self.unit_fingerprint(view, lower, joined, Xxh3x64(self.config.seed))
@@ -293,8 +274,6 @@ impl SimHasher {
             shingles_keyed(text, normalize, key, &mut scratch.shingles, shingles);
             return fingerprint;
         };
-        // The text `fingerprint_with` cuts into words for this configuration.
-        let skip = self.can_skip_normalisation(text);
         let Scratch {
             norm,
             tmp,
@@ -302,24 +281,14 @@ impl SimHasher {
             shingles: shingle_scratch,
             ..
         } = scratch;
-        let mut lower = false;
-        let view: &str = if !skip {
-            self.normalize_for_tokens_into(text, norm, tmp);
-            norm
-        } else if features == Shares::Shingles {
-            // Shingles copy their words and lower-case them on the way.
-            lower = normalize.casefold;
-            text
-        } else if normalize.casefold && text.bytes().any(|b| b.is_ascii_uppercase()) {
-            tmp.clear();
-            tmp.push_str(text);
-            tmp.make_ascii_lowercase();
-            tmp
-        } else {
-            text
-        };
+        // The text `fingerprint_with` cuts into words for this configuration.
+        let UnitView {
+            text: view,
+            lower,
+            normalised,
+        } = self.unit_view(text, norm, tmp);
         // (Text left alone by normalisation holds no spaceless script.)
-        if !skip && has_spaceless(view) {
+        if normalised && any_non_ascii(view, is_spaceless_script) {
             // Chinese or Japanese: jieba's words, or character shingles.
             let fingerprint = match features {
                 Shares::Shingles => {
@@ -409,6 +378,47 @@ impl SimHasher {
                 Some(Shares::Shingles)
             }
             _ => None,
+        }
+    }
+
+    /// The text a term-frequency fingerprint cuts into tokens: `text` itself
+    /// (or a lower-cased copy in `tmp`) where normalisation would leave its
+    /// tokens alone up to ASCII case, else its normal form in `norm`.
+    fn unit_view<'a>(
+        &self,
+        text: &'a str,
+        norm: &'a mut String,
+        tmp: &'a mut String,
+    ) -> UnitView<'a> {
+        if !self.can_skip_normalisation(text) {
+            self.normalize_for_tokens_into(text, norm, tmp);
+            return UnitView {
+                text: norm,
+                lower: false,
+                normalised: true,
+            };
+        }
+        let casefold = self.config.normalize.casefold;
+        // Shingles copy their tokens anyway, and lower-case them on the way.
+        if matches!(self.config.features, Features::Shingles(_)) {
+            return UnitView {
+                text,
+                lower: casefold,
+                normalised: false,
+            };
+        }
+        let text = if casefold && text.bytes().any(|b| b.is_ascii_uppercase()) {
+            tmp.clear();
+            tmp.push_str(text);
+            tmp.make_ascii_lowercase();
+            tmp
+        } else {
+            text
+        };
+        UnitView {
+            text,
+            lower: false,
+            normalised: false,
         }
     }
 
@@ -822,6 +832,15 @@ struct UnitBatch<'a, H> {
     collect: Option<&'a mut Vec<u64>>,
 }
 
+/// What [`SimHasher::unit_view`] gives: the text to cut into tokens, whether
+/// shingles lower-case its tokens as they copy them, and whether it is the
+/// normal form (else the text as given, which holds no spaceless script).
+struct UnitView<'a> {
+    text: &'a str,
+    lower: bool,
+    normalised: bool,
+}
+
 /// Which of a configuration's features are made of the verification
 /// shingles' words ([`SimHasher::fingerprint_and_shingles_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -830,20 +849,6 @@ enum Shares {
     Tokens,
     /// Their 3-shingles, hashed as the verification shingles are.
     Shingles,
-}
-
-/// Does `text` hold a character of a script written without spaces?
-fn has_spaceless(text: &str) -> bool {
-    let b = text.as_bytes();
-    let mut i = 0;
-    while let Some(k) = next_non_ascii(b, i) {
-        let c = text[k..].chars().next().expect("a character boundary");
-        if is_spaceless_script(c) {
-            return true;
-        }
-        i = k + c.len_utf8();
-    }
-    false
 }
 
 /// Appends `piece`, a slice of `whole`, to `out`, ASCII-lower-cased if `lower`:

@@ -123,6 +123,14 @@ pub struct TableDesign {
 pub const MAX_TABLES: usize = 1024;
 
 impl TableDesign {
+    /// Refuses a query distance beyond the one the design finds exactly.
+    pub fn check_k(&self, k: u32) -> Result<(), Error> {
+        if k > self.k {
+            return Err(Error::KTooLarge { k, max: self.k });
+        }
+        Ok(())
+    }
+
     /// The design cutting the bits into `levels[0]` blocks, picking `levels[0] − k`,
     /// then cutting the remaining bits into `levels[1]` blocks, and so on.
     pub fn new(bits: u32, k: u32, levels: &[u32]) -> Result<TableDesign, Error> {

@@ -138,19 +138,9 @@ impl<B: Bits> Index<B> {
             .map(|i| (self.ids[i], self.fps[i]))
     }
 
-    fn check_k(&self, k: u32) -> Result<(), Error> {
-        if k > self.design.k {
-            return Err(Error::KTooLarge {
-                k,
-                max: self.design.k,
-            });
-        }
-        Ok(())
-    }
-
     /// Every live entry within `k` of `query`, each once, nearest first (ties by id).
     pub fn query(&self, query: B, k: u32) -> Result<Vec<Match>, Error> {
-        self.check_k(k)?;
+        self.design.check_k(k)?;
         let mut found = Vec::new();
         self.query_into(query, k, &mut found);
         Ok(self.finish(found))
@@ -209,7 +199,7 @@ impl<B: Bits> Index<B> {
 
     /// [`Index::query`] for many queries, in parallel; answers in query order.
     pub fn query_batch(&self, queries: &[B], k: u32) -> Result<Vec<Vec<Match>>, Error> {
-        self.check_k(k)?;
+        self.design.check_k(k)?;
         Ok(queries
             .par_iter()
             .map_init(Vec::new, |found, &q| {
@@ -292,7 +282,7 @@ impl<B: Bits> Index<B> {
     /// Every pair of live entries within `k`, each once: `(id_a, id_b, distance)`
     /// with `a` stored before `b`.
     pub fn self_join(&self, k: u32) -> Result<Vec<(u64, u64, u32)>, Error> {
-        self.check_k(k)?;
+        self.design.check_k(k)?;
         let live: Vec<usize> = (0..self.fps.len()).filter(|&i| !self.deleted[i]).collect();
         let fps: Vec<B> = live.iter().map(|&i| self.fps[i]).collect();
         let pairs = self_join(&fps, k, &self.design)?;

@@ -263,7 +263,7 @@ impl<B: Bits> CompressedIndex<B> {
 
     /// Every pair of entries within `k`, each once: `(id_a, id_b, distance)`.
     pub fn self_join(&self, k: u32) -> Result<Vec<(u64, u64, u32)>, Error> {
-        self.check_k(k)?;
+        self.design.check_k(k)?;
         let (ids, fps): (Vec<u64>, Vec<B>) = self.entries().unzip();
         let pairs = super::self_join(&fps, k, &self.design)?;
         Ok(pairs
@@ -284,19 +284,9 @@ impl<B: Bits> CompressedIndex<B> {
             + self.ids.len() * 8
     }
 
-    fn check_k(&self, k: u32) -> Result<(), Error> {
-        if k > self.design.k {
-            return Err(Error::KTooLarge {
-                k,
-                max: self.design.k,
-            });
-        }
-        Ok(())
-    }
-
     /// Every entry within `k` of `query`, each once, nearest first (ties by id).
     pub fn query(&self, query: B, k: u32) -> Result<Vec<Match>, Error> {
-        self.check_k(k)?;
+        self.design.check_k(k)?;
         let mut found = Vec::new();
         match &self.tables {
             Tables::Gaps(t) => {
@@ -353,7 +343,7 @@ impl<B: Bits> CompressedIndex<B> {
     /// one walk along each table, as the paper's batch mode does: every block is
     /// decoded at most once per walk, however many queries it serves.
     pub fn query_batch(&self, queries: &[B], k: u32) -> Result<Vec<Vec<Match>>, Error> {
-        self.check_k(k)?;
+        self.design.check_k(k)?;
         // The paper's codes walk a table by decoding each block it reaches
         // whole. Elias–Fano blocks are read in place by both ways, and a walk
         // only pays for its sorting from about 8 queries per block (measured
