@@ -697,6 +697,8 @@ def dedup(
             table.column("key_str").take(new_order).to_pylist(),
         )
     del table
+    _log(quiet, f"collect: {n:,} fingerprints{' and summaries' if threshold is not None else ''} on the driver in "
+         f"{time.time() - t1:.1f} s")
     texts = records.select(*{c: None for c in meta + [body]})
     if pairs or policy != "components":
         kept, scores, undecided = _rs.spark_join(words.tobytes(), bits, k, sums, threshold)
@@ -800,36 +802,60 @@ def dedup(
     return SparkDedupResult(out_pairs, clusters, deduped, stages, json_col is not None)
 
 
-# Fingerprints of at most this many documents are joined on the driver (about
-# 110 bytes each there: 16 of fingerprint, 84 of verification summary, 8 of
-# position); above it the fully distributed path runs.
-def _buckets(n_docs: int, undecided: Any, cap: int = 20_000) -> tuple:
+def _buckets(undecided: Any, cap: int = 20_000) -> dict:
     """Routes the exact check: each undecided pair to a bucket, and each of
     its documents to the buckets of its pairs. Pairs of one connected
     component share a bucket (each document travels once); a component of
     more than ``cap`` documents is spread by document, and a pair goes to its
     first document's bucket (its second is copied there).
 
-    Returns (pair buckets, (document, bucket) routes, bucket count)."""
+    Returns the plan, in about 9 bytes per pair and 12 per document:
+    ``docs`` (the documents, sorted), the pairs ``i``, ``j`` (indices into
+    ``docs``, u32) and ``d`` (distance, u8) sorted by bucket, where bucket b's
+    pairs are ``starts[b]:starts[b + 1]``, and the routes ``route_doc``
+    (indices into ``docs``) and ``route_bucket``."""
     docs, inv = np.unique(undecided[:, :2], return_inverse=True)
-    inv = inv.reshape(-1, 2)
+    inv = inv.reshape(-1, 2).astype(np.uint32)
     m = len(docs)
     reps = np.frombuffer(
-        _rs.resolve_pairs(m, inv[:, 0].astype(np.uint32).tobytes(), inv[:, 1].astype(np.uint32).tobytes(), "components"),
+        _rs.resolve_pairs(m, np.ascontiguousarray(inv[:, 0]).tobytes(), np.ascontiguousarray(inv[:, 1]).tobytes(), "components"),
         dtype=np.uint32,
-    ).astype(np.int64)
+    )
     size = np.bincount(reps, minlength=m)
     buckets = max(1, -(-m // cap))
-    key = np.where(size[reps] > cap, np.arange(m), reps).astype(np.uint64)
-    doc_bucket = ((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)).astype(np.int64) % buckets
+    key = np.where(size[reps] > cap, np.arange(m, dtype=np.uint64), reps.astype(np.uint64))
+    doc_bucket = ((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)) % np.uint64(buckets)
+    del key, reps, size
     pair_bucket = doc_bucket[inv[:, 0]]
-    routes = np.unique(np.concatenate([np.column_stack([inv[:, 0], pair_bucket]), np.column_stack([inv[:, 1], pair_bucket])]), axis=0)
-    return pair_bucket, docs[routes[:, 0]], routes[:, 1], buckets
+    order = np.argsort(pair_bucket, kind="stable")
+    starts = np.searchsorted(pair_bucket[order], np.arange(buckets + 1, dtype=np.uint64))
+    # A pair's first document is in its bucket; its second only when the two
+    # share a bucket, else it is copied there (one route per document and bucket).
+    away = doc_bucket[inv[:, 1]] != pair_bucket
+    home = np.zeros(m, dtype=bool)
+    home[inv[:, 0]] = True
+    home[inv[~away, 1]] = True
+    own = np.flatnonzero(home)
+    away = np.flatnonzero(away)
+    copies = np.unique(inv[away, 1].astype(np.uint64) * np.uint64(buckets) + pair_bucket[away])
+    return {
+        "docs": docs,
+        "i": inv[order, 0],
+        "j": inv[order, 1],
+        "d": undecided[order, 2].astype(np.uint8),
+        "starts": starts,
+        "route_doc": np.concatenate([own, (copies // np.uint64(buckets)).astype(np.int64)]),
+        "route_bucket": np.concatenate([doc_bucket[own], copies % np.uint64(buckets)]).astype(np.int64),
+        "buckets": buckets,
+    }
 
 
-# Undecided pairs checked per spanning round beyond its spanning forest (24
-# bytes each on the driver while they are checked).
-SPAN_BUDGET = 2_000_000
+# Undecided pairs checked per spanning round beyond its spanning forest: at
+# most about 100 bytes each on the driver while a round routes them (its
+# pairs, their routes and the plan the executors receive, 9 bytes a pair).
+# Each further round joins the fingerprints again and reads the input again,
+# so the budget is set for one round on corpora of tens of GB.
+SPAN_BUDGET = 12_000_000
 
 
 def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
@@ -855,7 +881,10 @@ def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
         kept_parts.append(k_r)
         score_parts.append(np.frombuffer(s_r, dtype="<f8"))
         candidates += len(k_r) + len(und)
-        stages["candidates"] += time.time() - t
+        took = time.time() - t
+        stages["candidates"] += took
+        _log(quiet, f"candidates, round {rounds}: {len(k_r):,} pairs kept by the summaries, {len(und):,} left to the "
+             f"exact check in {took:.1f} s")
         t = time.time()
         if len(und):
             v, vs = check(und)
@@ -866,6 +895,8 @@ def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
             # Every forest pair passed: the pairs left out joined documents the
             # forest connects, now by verified pairs.
             complete = complete or bool(passed[:forest].all())
+            _log(quiet, f"verify, round {rounds}: {len(v):,} of {len(und):,} pairs at Jaccard >= {threshold} "
+                 f"in {time.time() - t:.1f} s")
         stages["verify"] += time.time() - t
         if complete:
             break
@@ -892,31 +923,28 @@ def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshol
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    pair_bucket, route_doc, route_bucket, buckets = _buckets(len(pos), undecided)
-    order = np.argsort(pair_bucket, kind="stable")
-    plan = {
-        "bucket": pair_bucket[order],
-        "pa": pos[undecided[order, 0]],
-        "pb": pos[undecided[order, 1]],
-        "i": undecided[order, 0],
-        "j": undecided[order, 1],
-        "d": undecided[order, 2],
-    }
+    plan = _buckets(undecided)
+    docs, buckets = plan.pop("docs"), plan["buckets"]
+    plan["held"] = pos[docs]  # each document's position in the input
+    route_doc, route_bucket = plan.pop("route_doc"), plan.pop("route_bucket")
     shared = spark.sparkContext.broadcast(plan)
-    routes = _local(spark, {"_pos": pos[route_doc], "bucket": route_bucket})
+    routes = _local(spark, {"_pos": plan["held"][route_doc], "bucket": route_bucket})
     # About one bucket's worth of documents (at most 20,000) per task, so that
     # a Python worker holds a bounded share of the texts however many move.
     cores = spark.sparkContext.defaultParallelism
     parts = max(cores, min(buckets, max(4 * cores, -(-len(route_doc) // 20_000))))
-    needed = spark.sparkContext.broadcast(np.unique(pos[route_doc]))
+    del route_doc, route_bucket
+    needed = spark.sparkContext.broadcast(np.sort(plan["held"]))
     text_schema = T.StructType([T.StructField("_pos", T.LongType(), False), records.schema[body]])
 
     def needed_rows(batches):
         # Numbered in the worker; only the documents to check go back.
         state = {}
+        want = needed.value
         for b in batches:
             p = pos_of(b, state)
-            mine = np.isin(p, needed.value)
+            at = np.minimum(np.searchsorted(want, p), len(want) - 1)
+            mine = want[at] == p
             if mine.any():
                 yield pa.RecordBatch.from_arrays([pa.array(p[mine]), b.column(body).filter(pa.array(mine))], names=["_pos", body])
 
@@ -932,8 +960,8 @@ def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshol
         table = pa.Table.from_batches(got)
         p = shared.value
         mine = np.unique(table.column("bucket").to_numpy())
-        lo, hi = np.searchsorted(p["bucket"], mine), np.searchsorted(p["bucket"], mine, side="right")
-        sel = np.concatenate([np.arange(x, y) for x, y in zip(lo, hi)]) if len(mine) else np.array([], dtype=np.int64)
+        starts = p["starts"]
+        sel = np.concatenate([np.arange(starts[x], starts[x + 1]) for x in mine]) if len(mine) else np.array([], dtype=np.int64)
         # Each document once, however many buckets of this partition hold it.
         ps = table.column("_pos").to_numpy()
         _, first = np.unique(ps, return_index=True)
@@ -943,19 +971,23 @@ def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshol
             r, rows = rows_of(batch, batch.column("_pos").to_numpy(), False, True, fingerprints=False)
             sets += r["features"]
         held = one.column("_pos").to_numpy()  # sorted: np.unique's order
-        a = np.searchsorted(held, p["pa"][sel]).astype(np.uint32)
-        b = np.searchsorted(held, p["pb"][sel]).astype(np.uint32)
+        i, j = p["i"][sel], p["j"][sel]
+        a = np.searchsorted(held, p["held"][i]).astype(np.uint32)
+        b = np.searchsorted(held, p["held"][j]).astype(np.uint32)
         js = np.array(_rs.exact_indexed(sets, a.tobytes(), b.tobytes(), t))
         keep = js >= t
         yield pa.RecordBatch.from_arrays(
-            [pa.array(p[c][sel][keep]) for c in "ijd"] + [pa.array(js[keep])], names=["i", "j", "d", "score"]
+            [pa.array(x[keep].astype(np.int64)) for x in (i, j, p["d"][sel])] + [pa.array(js[keep])],
+            names=["i", "j", "d", "score"],
         )
 
     exact = _to_arrow(routed.mapInArrow(check, schema))
     shared.unpersist()
     needed.unpersist()
     if exact.num_rows:
+        # The check names documents by their index in `docs`.
         ijd = np.column_stack([exact.column(c).to_numpy() for c in "ijd"])
+        ijd[:, 0], ijd[:, 1] = docs[ijd[:, 0]], docs[ijd[:, 1]]
         kept = np.concatenate([kept, ijd])
         scores = np.concatenate([scores, exact.column("score").to_numpy()])
     return kept, scores

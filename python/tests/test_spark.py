@@ -445,3 +445,50 @@ def test_standalone_cluster_equals_cli(tmp_path):
                     p.kill()
                     p.wait()
         logs.close()
+
+
+@pytest.mark.parametrize("cap", [2, 5, 1000])
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_check_routes_each_pair_with_both_documents(cap, seed):
+    """The exact check's plan (no Spark needed): every undecided pair is in
+    exactly one bucket, both its documents are routed there, a connected
+    group of at most `cap` documents shares one bucket, and no document goes
+    to a bucket none of its pairs is in; checked against a direct model."""
+    import numpy as np
+    from neardup.spark import _buckets
+
+    rng = random.Random(seed)
+    n = rng.randrange(2, 60)
+    pairs = {tuple(sorted(rng.sample(range(n), 2))) for _ in range(rng.randrange(1, 120))}
+    undecided = np.array([(a, b, rng.randrange(16)) for a, b in sorted(pairs)], dtype=np.int64)
+    plan = _buckets(undecided, cap=cap)
+    docs, starts = plan["docs"], plan["starts"]
+    assert list(docs) == sorted({d for p in pairs for d in p})
+    assert starts[0] == 0 and starts[-1] == len(pairs) and all(np.diff(starts) >= 0)
+    bucket_of_pair = {}
+    for bucket in range(plan["buckets"]):
+        for x in range(starts[bucket], starts[bucket + 1]):
+            key = (int(docs[plan["i"][x]]), int(docs[plan["j"][x]]))
+            assert key not in bucket_of_pair
+            bucket_of_pair[key] = (bucket, int(plan["d"][x]))
+    assert {k: d for k, (_, d) in bucket_of_pair.items()} == {(int(a), int(b)): int(d) for a, b, d in undecided}
+    routes = {(int(docs[d]), int(b)) for d, b in zip(plan["route_doc"], plan["route_bucket"])}
+    assert len(routes) == len(plan["route_doc"])  # one route per document and bucket
+    needed = {(d, b) for (a, c), (b, _) in bucket_of_pair.items() for d in (a, c)}
+    assert routes == needed
+    # Connected groups (by a direct union-find) of at most `cap` documents: one bucket.
+    parent = list(range(n))
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        parent[find(a)] = find(b)
+    groups = {}
+    for a, b in pairs:
+        groups.setdefault(find(a), set()).update((a, b))
+    for members in groups.values():
+        if len(members) <= cap:
+            assert len({bucket_of_pair[p][0] for p in pairs if find(p[0]) in {find(m) for m in members}}) == 1
