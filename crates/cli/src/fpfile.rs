@@ -74,10 +74,10 @@ impl Values {
     /// Appends `fp`; an empty 64-bit list becomes a 128-bit one for a 128-bit
     /// fingerprint (callers refuse mixed widths).
     pub fn push(&mut self, fp: Fingerprint) {
-        if fp.width() == Width::W128 {
-            if let Values::W64(v) = self {
-                *self = Values::W128(v.iter().map(|&x| x as u128).collect());
-            }
+        if fp.width() == Width::W128
+            && let Values::W64(v) = self
+        {
+            *self = Values::W128(v.iter().map(|&x| x as u128).collect());
         }
         match self {
             Values::W64(v) => v.push(fp.as_u64()),

@@ -85,11 +85,11 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     let started = Instant::now();
     if let Some(path) = source.fingerprints.as_deref() {
         let mut f = fpfile::read(path, records)?;
-        if let Some(file_config) = &f.config {
-            if pipeline.config.is_some() {
-                let (config, _) = pipeline.resolve()?;
-                config.check_compatible(file_config)?;
-            }
+        if let Some(file_config) = &f.config
+            && pipeline.config.is_some()
+        {
+            let (config, _) = pipeline.resolve()?;
+            config.check_compatible(file_config)?;
         }
         return Ok(Gathered {
             ids: std::mem::replace(&mut f.ids, IdList::Ints(Vec::new())),

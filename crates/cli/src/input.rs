@@ -519,13 +519,13 @@ impl Record {
 /// A vector's entries are finite and not all zero, and it has the configured
 /// dimension.
 fn check_vector(v: &[f32], dim: Option<usize>) -> Result<(), String> {
-    if let Some(d) = dim {
-        if v.len() != d {
-            return Err(format!(
-                "the vector has {} dimensions, but the configuration's vectors have {d}",
-                v.len()
-            ));
-        }
+    if let Some(d) = dim
+        && v.len() != d
+    {
+        return Err(format!(
+            "the vector has {} dimensions, but the configuration's vectors have {d}",
+            v.len()
+        ));
     }
     neardup_core::vector::check_vector(v).map_err(|e| e.to_string())
 }
@@ -755,16 +755,15 @@ impl DocReader {
                 batch.push(record);
             }
         }
-        if batch.is_empty() {
-            if let Some(ids) = &mut self.ids {
-                if ids.next()?.is_some() {
-                    bail!(
-                        "{}:{}: the ids file has more lines than the .npy inputs have rows",
-                        ids.name,
-                        ids.line
-                    );
-                }
-            }
+        if batch.is_empty()
+            && let Some(ids) = &mut self.ids
+            && ids.next()?.is_some()
+        {
+            bail!(
+                "{}:{}: the ids file has more lines than the .npy inputs have rows",
+                ids.name,
+                ids.line
+            );
         }
         Ok((!batch.is_empty()).then_some(batch))
     }

@@ -132,7 +132,7 @@ pub fn write_f32(out: &mut impl std::io::Write, dim: usize, data: &[f32]) -> std
     let mut dict =
         format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {dim}), }}");
     // Pad so that the data starts at a multiple of 64 bytes, ending with '\n'.
-    while (MAGIC.len() + 4 + dict.len() + 1) % 64 != 0 {
+    while !(MAGIC.len() + 4 + dict.len() + 1).is_multiple_of(64) {
         dict.push(' ');
     }
     dict.push('\n');

@@ -172,10 +172,10 @@ impl ParquetRows {
     /// The next row, or `None` at the end of the file.
     pub fn next_row(&mut self) -> Result<Option<Row>> {
         loop {
-            if let Some(b) = &self.batch {
-                if self.at < b.num_rows() {
-                    break;
-                }
+            if let Some(b) = &self.batch
+                && self.at < b.num_rows()
+            {
+                break;
             }
             match self.reader.next() {
                 None => return Ok(None),

@@ -176,13 +176,13 @@ impl PipelineArgs {
         }
         // Vectors and features keep only the width and seed of a text preset.
         let flag = self.kind;
-        if let (Some(flag), Some(hint)) = (flag, self.hint) {
-            if flag != hint {
-                bail!(
-                    "--kind {flag} contradicts the inputs, which are {}",
-                    hint.plural()
-                );
-            }
+        if let (Some(flag), Some(hint)) = (flag, self.hint)
+            && flag != hint
+        {
+            bail!(
+                "--kind {flag} contradicts the inputs, which are {}",
+                hint.plural()
+            );
         }
         let kind = flag
             .or(self.hint)
@@ -246,16 +246,16 @@ impl PipelineArgs {
                 }
                 config.weights = Weights::TfIdf;
                 let table = read_idf(&path)?;
-                if let Some(r) = &config.idf {
-                    if r.digest != table.digest() {
-                        bail!(
-                            "{}: this IDF table ({}) is not the one the configuration names ({}); \
+                if let Some(r) = &config.idf
+                    && r.digest != table.digest()
+                {
+                    bail!(
+                        "{}: this IDF table ({}) is not the one the configuration names ({}); \
                              pass the table the configuration was made with",
-                            path.display(),
-                            table.digest(),
-                            r.digest
-                        );
-                    }
+                        path.display(),
+                        table.digest(),
+                        r.digest
+                    );
                 }
                 config.idf = Some(IdfRef {
                     // Absolute, so that a saved configuration finds its table
@@ -279,15 +279,15 @@ impl PipelineArgs {
         };
         let jieba_keywords = config.weights == Weights::TextRank
             || (config.weights == Weights::TfIdf && idf.is_none());
-        if let (true, Some(t)) = (jieba_keywords, &self.tokenizer) {
-            if config.tokenizer != Tokenizer::Jieba {
-                bail!(
-                    "--tokenizer {t} is not used by --weights {}: without an IDF table, jieba's \
+        if let (true, Some(t)) = (jieba_keywords, &self.tokenizer)
+            && config.tokenizer != Tokenizer::Jieba
+        {
+            bail!(
+                "--tokenizer {t} is not used by --weights {}: without an IDF table, jieba's \
                      keyword extractor cuts the text itself; leave --tokenizer out, or learn a \
                      table with `neardup idf build --tokenizer {t}` and pass it with --idf",
-                    config.weights
-                );
-            }
+                config.weights
+            );
         }
         config.validate()?;
         Ok((config, idf))

@@ -16,7 +16,7 @@ const K: u32 = 3;
 fn corpus(n: usize, rng: &mut SplitMix64) -> Vec<u64> {
     let mut v: Vec<u64> = Vec::with_capacity(n);
     for i in 0..n {
-        if i > 0 && rng.next() % 100 == 0 {
+        if i > 0 && rng.next().is_multiple_of(100) {
             let mut x = v[(rng.next() % i as u64) as usize];
             for _ in 0..1 + rng.next() % 3 {
                 x ^= 1 << (rng.next() % 64);

@@ -13,11 +13,11 @@ fn english() -> String {
     let mut text = String::new();
     for line in sample.lines() {
         let v: serde_json::Value = serde_json::from_str(line).expect("sample is JSON Lines");
-        if let Some(t) = v["text"].as_str() {
-            if t.is_ascii() {
-                text.push_str(t);
-                text.push('\n');
-            }
+        if let Some(t) = v["text"].as_str()
+            && t.is_ascii()
+        {
+            text.push_str(t);
+            text.push('\n');
         }
     }
     text.repeat((1 << 20) / text.len().max(1) + 1)

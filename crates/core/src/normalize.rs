@@ -52,12 +52,12 @@ pub fn normalize_into(config: &NormalizeConfig, text: &str, out: &mut String, tm
         // A simple non-ASCII character followed by a simple one (or the end).
         let c = char_at(text, i);
         let len = c.len_utf8();
-        if let Some(mapped) = simple_map(config, c) {
-            if i + len >= n || simple_map(config, char_at(text, i + len)).is_some() {
-                ws.push(mapped, out);
-                i += len;
-                continue;
-            }
+        if let Some(mapped) = simple_map(config, c)
+            && (i + len >= n || simple_map(config, char_at(text, i + len)).is_some())
+        {
+            ws.push(mapped, out);
+            i += len;
+            continue;
         }
         // A segment for the full Unicode path: up to the next simple character.
         let mut j = i + len;

@@ -33,19 +33,18 @@ impl Output {
             Some(p) => p,
         };
         let existing = std::fs::metadata(p).ok();
-        if let Some(m) = &existing {
-            if !m.is_file() && !m.is_dir() {
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(p)
-                    .map_err(|e| {
-                        context(e, format_args!("cannot open {} for writing", p.display()))
-                    })?;
-                return Ok(Output {
-                    writer: BufWriter::with_capacity(1 << 16, Box::new(file)),
-                    pending: None,
-                });
-            }
+        if let Some(m) = &existing
+            && !m.is_file()
+            && !m.is_dir()
+        {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .map_err(|e| context(e, format_args!("cannot open {} for writing", p.display())))?;
+            return Ok(Output {
+                writer: BufWriter::with_capacity(1 << 16, Box::new(file)),
+                pending: None,
+            });
         }
         let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
         let target = if is_link && existing.is_some() {

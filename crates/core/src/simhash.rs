@@ -753,13 +753,13 @@ impl SimHasher {
     /// an entry that is not finite, an all-zero vector, and, when the
     /// configuration fixes a dimension, a vector of another.
     pub fn fingerprint_dense(&self, vector: &[f32]) -> Result<Fingerprint, Error> {
-        if let Some(dim) = self.config.dim {
-            if vector.len() != dim {
-                return Err(Error::InvalidVector(format!(
-                    "{} dimensions, but this configuration's vectors have {dim}",
-                    vector.len()
-                )));
-            }
+        if let Some(dim) = self.config.dim
+            && vector.len() != dim
+        {
+            return Err(Error::InvalidVector(format!(
+                "{} dimensions, but this configuration's vectors have {dim}",
+                vector.len()
+            )));
         }
         let planes = self.planes.get_or_init(|| {
             let dim = self.config.dim.unwrap_or(vector.len());

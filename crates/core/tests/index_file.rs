@@ -203,7 +203,7 @@ proptest! {
         let mut fps = base.clone();
         for _ in 0..copies {
             let f = fps[(rng.next() % fps.len() as u64) as usize];
-            fps.push(if rng.next() % 3 == 0 { f } else { f ^ (1 << (rng.next() % 64)) });
+            fps.push(if rng.next().is_multiple_of(3) { f } else { f ^ (1 << (rng.next() % 64)) });
         }
         let queries: Vec<u64> = (0..5000).map(|i| if i % 2 == 0 { rng.next() } else { fps[i % fps.len()] ^ (1 << (rng.next() % 64)) }).collect();
         if wide {
@@ -380,7 +380,7 @@ proptest! {
         let mut words = base.clone();
         for _ in 0..copies {
             let f = words[(rng.next() % words.len() as u64) as usize];
-            words.push(if rng.next() % 3 == 0 { f } else { f ^ (1 << (rng.next() % 64)) });
+            words.push(if rng.next().is_multiple_of(3) { f } else { f ^ (1 << (rng.next() % 64)) });
         }
         let width = if wide { Width::W128 } else { Width::W64 };
         let fp = |w: u64| match width {

@@ -526,7 +526,7 @@ fn own_vocabulary(text: &str, seed: u64) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 8);
     let pick = |piece: &str| -> Option<u64> {
         let h = SplitMix64(seed ^ hash_of(piece)).next();
-        (h % 5 == 0).then_some(h)
+        h.is_multiple_of(5).then_some(h)
     };
     let mut word = String::new();
     let flush = |word: &mut String, out: &mut String| {

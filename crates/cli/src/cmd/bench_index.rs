@@ -64,7 +64,7 @@ pub fn corpus(n: usize, seed: u64) -> Vec<u64> {
     let mut rng = Rng::new(seed);
     let mut v = Vec::with_capacity(n);
     for i in 0..n {
-        if i > 0 && rng.next() % 100 == 0 {
+        if i > 0 && rng.next().is_multiple_of(100) {
             let j = (rng.next() % i as u64) as usize;
             let x = rng.flip(v[j]);
             v.push(x);

@@ -96,7 +96,7 @@ fn text(rng: &mut SplitMix64, words: usize) -> String {
             s.push(' ');
         }
         s.push_str(WORDS[(rng.next() % WORDS.len() as u64) as usize]);
-        if rng.next() % 5 == 0 {
+        if rng.next().is_multiple_of(5) {
             s.push_str(&(rng.next() % 1000).to_string());
         }
     }
@@ -148,7 +148,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 let docs: Vec<(String, [u8; 8])> = (0..m)
                     .map(|i| {
                         let fp = rng.next();
-                        if (done + i) % (n / 1000).max(1) == 0 {
+                        if (done + i).is_multiple_of((n / 1000).max(1)) {
                             sample.push(fp);
                         }
                         (

@@ -136,7 +136,7 @@ fn bench_dedup(args: &VectorsArgs) -> Result<()> {
             let mut block = random_vectors(rows, DIM, start as u64 + 7);
             for r in 0..rows {
                 // One row in ten copies an earlier row, with noise of a tenth.
-                if start + r >= 10 && rng.next() % 10 == 0 {
+                if start + r >= 10 && rng.next().is_multiple_of(10) {
                     let src = (rng.next() % (start + r) as u64) as usize;
                     for j in 0..DIM {
                         let x = if src >= start {

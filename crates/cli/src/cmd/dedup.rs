@@ -165,10 +165,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let inputs = &args.source.input.inputs;
     let from_stdin = inputs.is_empty() || inputs.iter().any(|p| p.as_os_str() == "-");
     let keep_raw = wants_records && from_stdin;
-    if let Some(s) = args.min_similarity {
-        if !(-1.0..=1.0).contains(&s) {
-            bail!("--min-similarity {s} is out of range: use a similarity in [-1, 1], e.g. 0.9");
-        }
+    if let Some(s) = args.min_similarity
+        && !(-1.0..=1.0).contains(&s)
+    {
+        bail!("--min-similarity {s} is out of range: use a similarity in [-1, 1], e.g. 0.9");
     }
     let kind = match &args.source.fingerprints {
         Some(_) => InputKind::Text,
@@ -755,39 +755,40 @@ fn write_outputs(
     if args.keep.is_none() && args.drop.is_none() {
         return Ok(());
     }
-    if g.file.is_none() && g.raw.is_none() {
-        if let Some(files) = crate::input::parquet_files(&args.source.input)? {
-            // Parquet rows, every column, into Parquet files.
-            for path in [&args.keep, &args.drop].into_iter().flatten() {
-                if !crate::parquet_io::is_parquet(path) {
-                    bail!(
-                        "the inputs are Parquet, so --keep and --drop write Parquet: name \
-                         the output {}.parquet",
-                        path.with_extension("").display()
-                    );
-                }
-            }
-            let input = &args.source.input;
-            let body = match input.hint() {
-                Some(InputKind::Vector) => input.vector_field(),
-                _ => &input.text_field,
-            };
-            let n = crate::parquet_io::split_rows(
-                &files,
-                body,
-                first,
-                |doc| reps[doc] as usize == doc,
-                args.keep.as_deref(),
-                args.drop.as_deref(),
-            )?;
-            if n != reps.len() - first {
+    if g.file.is_none()
+        && g.raw.is_none()
+        && let Some(files) = crate::input::parquet_files(&args.source.input)?
+    {
+        // Parquet rows, every column, into Parquet files.
+        for path in [&args.keep, &args.drop].into_iter().flatten() {
+            if !crate::parquet_io::is_parquet(path) {
                 bail!(
-                    "the input changed while it was being deduplicated ({} records, then {n})",
-                    reps.len() - first
+                    "the inputs are Parquet, so --keep and --drop write Parquet: name \
+                         the output {}.parquet",
+                    path.with_extension("").display()
                 );
             }
-            return Ok(());
         }
+        let input = &args.source.input;
+        let body = match input.hint() {
+            Some(InputKind::Vector) => input.vector_field(),
+            _ => &input.text_field,
+        };
+        let n = crate::parquet_io::split_rows(
+            &files,
+            body,
+            first,
+            |doc| reps[doc] as usize == doc,
+            args.keep.as_deref(),
+            args.drop.as_deref(),
+        )?;
+        if n != reps.len() - first {
+            bail!(
+                "the input changed while it was being deduplicated ({} records, then {n})",
+                reps.len() - first
+            );
+        }
+        return Ok(());
     }
     let mut keep = args
         .keep

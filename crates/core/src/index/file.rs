@@ -266,7 +266,9 @@ impl IndexFile {
             serde_json::from_slice(meta_bytes).map_err(|e| corrupt(format!("metadata: {e}")))?;
         for s in &meta.sections {
             let end = s.offset.checked_add(s.len);
-            if s.offset as usize % ALIGN != 0 || end.is_none_or(|e| e as usize > meta_at) {
+            if !(s.offset as usize).is_multiple_of(ALIGN)
+                || end.is_none_or(|e| e as usize > meta_at)
+            {
                 return Err(corrupt(format!("section {} lies outside the data", s.name)));
             }
         }

@@ -53,7 +53,7 @@ pub fn recycle<T: Copy, B: Copy>(mut v: Vec<T>) -> Vec<B> {
     use std::mem::{align_of, size_of};
     v.clear();
     if size_of::<B>() == 0
-        || size_of::<T>() % size_of::<B>() != 0
+        || !size_of::<T>().is_multiple_of(size_of::<B>())
         || align_of::<T>() != align_of::<B>()
     {
         return Vec::new();
