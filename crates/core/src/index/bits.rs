@@ -14,6 +14,9 @@ pub trait Bits: bytemuck::Pod + Ord + Eq + Hash + Debug + Default + Send + Sync 
     const BITS: u32;
     /// Hamming distance.
     fn distance(self, other: Self) -> u32;
+    /// Pushes onto `hits` the index of every `others[i]` within `k` of
+    /// `self`, in order (vectorised where the CPU allows).
+    fn within(self, others: &[Self], k: u32, hits: &mut Vec<u32>);
     /// The low 128 bits as a u128.
     fn to_u128(self) -> u128;
     /// From the low bits of a u128.
@@ -54,13 +57,17 @@ pub trait Bits: bytemuck::Pod + Ord + Eq + Hash + Debug + Default + Send + Sync 
 }
 
 macro_rules! impl_bits {
-    ($t:ty, $width:expr) => {
+    ($t:ty, $width:expr, $within:path) => {
         impl Bits for $t {
             const WIDTH: Width = $width;
             const BITS: u32 = <$t>::BITS;
             #[inline]
             fn distance(self, other: Self) -> u32 {
                 (self ^ other).count_ones()
+            }
+            #[inline]
+            fn within(self, others: &[Self], k: u32, hits: &mut Vec<u32>) {
+                $within(self, others, k, hits)
             }
             #[inline]
             fn to_u128(self) -> u128 {
@@ -146,8 +153,8 @@ macro_rules! impl_bits {
     };
 }
 
-impl_bits!(u64, Width::W64);
-impl_bits!(u128, Width::W128);
+impl_bits!(u64, Width::W64, super::near::within_u64);
+impl_bits!(u128, Width::W128, super::near::within_u128);
 
 /// The word of a fingerprint, checking its width.
 pub fn word_of<B: Bits>(fp: Fingerprint) -> Result<B, crate::Error> {

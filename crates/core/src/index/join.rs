@@ -247,7 +247,7 @@ pub fn join_sorted_unique_with<B: Bits>(
                 .iter()
                 .map(|&(ti, t)| {
                     let mut out = Vec::new();
-                    join_table(sorted, t, &masks[..ti], k, keys, tmp, |a, b, d| {
+                    join_table(sorted, t, &masks[..ti], k, (keys, tmp), |a, b, d| {
                         out.push((a, b, d))
                     });
                     out
@@ -301,7 +301,7 @@ pub fn join_sorted_unique_each<B: Bits>(
                 buf.resize(2 * n, B::zero());
                 let (keys, tmp) = buf.split_at_mut(n);
                 let mut out = Vec::new();
-                join_table(sorted, t, &masks[..ti], k, keys, tmp, |a, b, d| {
+                join_table(sorted, t, &masks[..ti], k, (keys, tmp), |a, b, d| {
                     let (ia, ib) = (position(a), position(b));
                     out.push((ia.min(ib), ia.max(ib), d));
                 });
@@ -357,8 +357,7 @@ fn join_table<B: Bits>(
     t: &Table,
     earlier_masks: &[B],
     k: u32,
-    keys: &mut [B],
-    tmp: &mut [B],
+    (keys, tmp): (&mut [B], &mut [B]),
     mut emit: impl FnMut(B, B, u32),
 ) {
     let d = table::dir_bits_for(fps.len(), t.prefix_bits());
@@ -368,6 +367,7 @@ fn join_table<B: Bits>(
     // Prefixes can be longer than 64 bits at f = 128: compare masked words.
     let prefix = t.prefix_mask::<B>();
     let same_prefix = |a: B, b: B| a.xor(b).and(prefix) == B::zero();
+    let mut hits: Vec<u32> = Vec::new();
     let mut lo = 0;
     while lo < keys.len() {
         let bucket_top = top(&keys[lo]);
@@ -400,11 +400,15 @@ fn join_table<B: Bits>(
                         .count()
             };
             let run = &bucket[run_start..run_end];
+            run_start = run_end;
             for (x, &a) in run.iter().enumerate() {
-                for &b in &run[x + 1..] {
+                hits.clear();
+                a.within(&run[x + 1..], k, &mut hits);
+                for &i in &hits {
+                    let b = run[x + 1 + i as usize];
                     let diff = a.xor(b);
                     let dist = diff.distance(B::zero());
-                    if dist > k || (small && diff.and(prefix) != B::zero()) {
+                    if small && diff.and(prefix) != B::zero() {
                         continue;
                     }
                     if !first_table(earlier_masks, diff) {
@@ -413,7 +417,6 @@ fn join_table<B: Bits>(
                     emit(a, b, dist);
                 }
             }
-            run_start = run_end;
         }
     }
 }

@@ -12,6 +12,7 @@ mod file;
 pub mod ids;
 mod join;
 pub mod mem;
+mod near;
 mod radix;
 pub mod slab;
 pub(crate) mod table;
