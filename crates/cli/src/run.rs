@@ -1,6 +1,7 @@
 //! The streaming, parallel, order-preserving document pipeline: a reader thread
 //! fills bounded batches; each batch is processed by rayon; results are handed
-//! to the sink in input order. Memory is bounded by a few batches.
+//! to the sink, on a thread of its own, in input order. Memory is bounded by a
+//! few batches.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ pub fn for_each_batch<T, M, S>(
 where
     T: Send,
     M: Fn(&Doc) -> T + Sync,
-    S: FnMut(Vec<Doc>, Vec<T>) -> Result<()>,
+    S: FnMut(Vec<Doc>, Vec<T>) -> Result<()> + Send,
 {
     let mut reader = DocReader::new(args)?;
     let bar = progress_bar(DocReader::total_bytes(args), quiet);
@@ -56,6 +57,16 @@ where
                 }
             }
             reader.bytes
+        });
+        // The sink runs on its own thread, a batch behind the workers: what
+        // it does serially (writing the spill, freeing the batch) overlaps
+        // with the next batch's fingerprints rather than idling the pool.
+        let (sink_tx, sink_rx) = crossbeam_channel::bounded::<(Vec<Doc>, Vec<T>)>(1);
+        let sinker = scope.spawn(move || -> Result<()> {
+            for (docs, outs) in sink_rx {
+                sink(docs, outs)?;
+            }
+            Ok(())
         });
         let mut result = Ok(());
         for batch in rx.iter() {
@@ -88,7 +99,11 @@ where
                         Err(RecordError::Fatal(e)) => return Err(e),
                     }
                 }
-                sink(docs, outs)
+                // A send fails only when the sink stopped on an error,
+                // which its join below returns in place of this one.
+                sink_tx
+                    .send((docs, outs))
+                    .map_err(|_| anyhow::anyhow!("the sink stopped"))
             });
             if let Err(e) = step {
                 result = Err(e);
@@ -96,8 +111,10 @@ where
             }
         }
         drop(rx);
+        drop(sink_tx);
+        let sunk = sinker.join().expect("sink thread panicked");
         let bytes = producer.join().expect("reader thread panicked");
-        result.map(|()| bytes)
+        sunk.and(result).map(|()| bytes)
     });
     bar.finish_and_clear();
     stats.bytes = result?;

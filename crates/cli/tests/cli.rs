@@ -1705,6 +1705,43 @@ fn keep_by_picks_each_clusters_survivor() {
 }
 
 #[test]
+fn a_bad_keep_by_value_stops_the_run_with_its_line_and_writes_nothing() {
+    // The keep-by key is checked where each batch's results are collected
+    // (a thread of its own): its error must still stop the run, name the
+    // line, and leave no output behind, with records before and after it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut body = String::new();
+    for i in 0..3000 {
+        let q = if i == 2500 {
+            "[1]".to_owned()
+        } else {
+            i.to_string()
+        };
+        body.push_str(&format!(
+            "{{\"id\":\"d{i}\",\"text\":\"record {i} of the keep-by corpus\",\"q\":{q}}}\n"
+        ));
+    }
+    let input = write(dir.path(), "bad_q.jsonl", body.as_bytes());
+    let keep = dir.path().join("kept.jsonl");
+    let o = run(&[
+        "dedup",
+        input.to_str().unwrap(),
+        "--keep-by",
+        "field:q",
+        "--keep",
+        keep.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad_q.jsonl:2501"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("must be a number or a string"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!keep.exists());
+}
+
+#[test]
 fn against_drops_only_new_documents() {
     let dir = tempfile::tempdir().unwrap();
     let (text, _) = planted_corpus();
