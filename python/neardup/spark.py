@@ -10,7 +10,9 @@ From your own PySpark code::
     result = dedup(spark, df, id_col="id", text_col="text")
     result.pairs, result.clusters, result.deduped      # DataFrames
 
-How it runs:
+How it runs (uncompressed JSON Lines files on a file system every executor
+sees are read by the executors' Python workers themselves, in byte ranges,
+see :class:`LocalSplits`; other inputs by Spark):
 
 1. Fingerprints (one pass over the input, in the executors): whole Arrow
    batches go to Rust (``mapInArrow``), which parses the JSON Lines records,
@@ -24,8 +26,9 @@ How it runs:
    pair is screened by its summaries: empty sets and unreachable sizes are
    dropped, equal digests kept at 1.0, pairs whose sketches rule the
    threshold out dropped, the same decisions ``neardup dedup`` makes.
-3. Exact check (executors): the undecided pairs' documents are read again,
-   only those leave the Python workers, and each goes to the bucket of its
+3. Exact check (executors): the undecided pairs' documents are read again
+   (at their byte offsets, by the task that checks them, when the executors
+   read the files), else only those leave the Python workers, each to the bucket of its
    pairs (a connected group of pairs is one bucket; a group of more than
    20,000 documents is spread, a document copied to each bucket of its
    pairs); each bucket's pairs are measured in Rust.
@@ -387,7 +390,12 @@ def read_records(spark: Any, paths: list, fmt: str, against: Optional[list] = No
     (``value``, the line unchanged) or per Parquet row, with ``_new`` (false
     for ``against``'s documents, which come first) and what :class:`Positions`
     needs to number them in input order (files in the order given, folders'
-    files by name, then line or row order). Returns (DataFrame, Positions)."""
+    files by name, then line or row order). Returns (DataFrame, Positions,
+    LocalSplits or None): uncompressed JSON Lines files on a local or shared
+    file system are read by the executors themselves (:class:`LocalSplits`;
+    ``NEARDUP_SPARK_READER=spark`` reads them through Spark instead)."""
+    import os
+
     from pyspark.sql import functions as F
 
     frames, ranks = [], {}
@@ -405,10 +413,181 @@ def read_records(spark: Any, paths: list, fmt: str, against: Optional[list] = No
         frames.append(frame.withColumn("_new", F.lit(new)))
     if len(ranks) >= 1 << (63 - _POS_SHIFT):
         raise neardup.NeardupError(f"{len(ranks)} input files: at most {1 << (63 - _POS_SHIFT)}")
+    positions = Positions(ranks, fmt == "parquet")
+    if fmt != "parquet" and LocalSplits.eligible(list(ranks)) and os.environ.get("NEARDUP_SPARK_READER") != "spark":
+        news = set(_file_key(f) for f in (frames[-1].inputFiles() if paths else []))
+        files = [(f, r, f in news) for f, r in sorted(ranks.items(), key=lambda x: x[1])]
+        splits = LocalSplits(files, spark.sparkContext.defaultParallelism)
+        return splits.records(spark), positions, splits
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
-    return out, Positions(ranks, fmt == "parquet")
+    return out, positions, None
+
+
+# Compressions Spark (Hadoop) recognises by a file's extension: such files are
+# read through Spark, which decompresses them.
+_COMPRESSED = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".lz4", ".snappy", ".xz", ".br")
+
+
+class LocalSplits:
+    """JSON Lines files on a file system every executor sees at the same path
+    (local mode, or a mount shared by the cluster), read by the executors'
+    Python workers themselves in byte ranges: the texts never pass through
+    the JVM (which, converting lines to Arrow, took a core of its own and
+    half of the fingerprint stage), and the exact check reads only the lines
+    it needs. A line belongs to the range holding its first byte; its
+    position is ``file rank << 40 | byte offset``, as :class:`Positions`
+    numbers lines read by Spark."""
+
+    smallest = 8 << 20  # bytes: the smallest range (tests lower it)
+
+    def __init__(self, files: list, cores: int):
+        import os
+
+        # (path, rank, new) -> ranges of about a quarter of a core's share,
+        # 8 to 128 MB, so that the cores finish together.
+        sized = [(path, rank, new, os.path.getsize(path)) for path, rank, new in files]
+        total = sum(size for *_, size in sized)
+        step = int(min(128 << 20, max(self.smallest, total // max(4 * cores, 1))))
+        self.ranges = [
+            (path, rank, start, min(start + step, size), new)
+            for path, rank, new, size in sized
+            for start in range(0, size, step)
+        ]
+        self.records_schema = None
+
+    def paths(self) -> dict:
+        """File rank -> path."""
+        return {rank: path for path, rank, *_ in self.ranges}
+
+    @staticmethod
+    def eligible(files: list) -> bool:
+        """Whether every file is a local (or mounted) uncompressed one."""
+        return all("://" not in f or f.startswith("file:") for f in files) and not any(
+            f.lower().endswith(_COMPRESSED) for f in files
+        )
+
+    def frame(self, spark: Any) -> Any:
+        """One row per byte range, one range per partition."""
+        from pyspark.sql import types as T
+
+        schema = T.StructType([
+            T.StructField("path", T.StringType(), False),
+            T.StructField("rank", T.LongType(), False),
+            T.StructField("start", T.LongType(), False),
+            T.StructField("end", T.LongType(), False),
+            T.StructField("new", T.BooleanType(), False),
+        ])
+        rows = spark.sparkContext.parallelize(self.ranges, max(len(self.ranges), 1))
+        return spark.createDataFrame(rows, schema)
+
+    def map(self, spark: Any, fn: Any, schema: Any, strip: bool = False) -> Any:
+        """``fn`` over the input's records, as ``mapInArrow`` would run it over
+        ``value``/``_pos``/``_new`` batches (``value``: the line with its
+        newline, unless ``strip``)."""
+
+        def run(batches):
+            return fn(read_ranges(batches, strip))
+
+        return self.frame(spark).mapInArrow(run, schema)
+
+    def records(self, spark: Any) -> Any:
+        """The records as a DataFrame (``value`` without newlines, ``_pos``,
+        ``_new``), for the paths that need Spark to hold them."""
+        from pyspark.sql import types as T
+
+        schema = T.StructType([
+            T.StructField("value", T.StringType(), True),
+            T.StructField("_pos", T.LongType(), False),
+            T.StructField("_new", T.BooleanType(), False),
+        ])
+        return self.map(spark, lambda batches: batches, schema, strip=True)
+
+
+def read_ranges(batches: Any, strip: bool = False, chunk: int = 16 << 20) -> Any:
+    """The records of each byte range of ``batches`` (rows of
+    :meth:`LocalSplits.frame`) as Arrow batches of ``value`` (the line, with
+    its newline unless ``strip``), ``_pos`` and ``_new``."""
+    for b in batches:
+        cols = [b.column(c).to_pylist() for c in ("path", "rank", "start", "end", "new")]
+        for path, rank, start, end, new in zip(*cols):
+            yield from _read_range(path, rank, start, end, new, strip, chunk)
+
+
+def _read_range(path: str, rank: int, start: int, end: int, new: bool, strip: bool, chunk: int) -> Any:
+    local = _file_key(path)
+    try:
+        f = open(local, "rb")
+    except OSError as e:
+        raise neardup.NeardupError(f"{local}: cannot read it ({e.strerror}); check the path and its permissions") from None
+    with f:
+        at = start
+        if start > 0:
+            # The line that holds byte start - 1 belongs to the range before.
+            f.seek(start - 1)
+            at = start - 1 + len(f.readline())
+        pending = b""
+        while at < end:
+            data = f.read(chunk)
+            eof = len(data) < chunk
+            buf = pending + data if pending else data
+            if not buf:
+                break
+            arr = np.frombuffer(buf, dtype=np.uint8)
+            ends = np.flatnonzero(arr == 10) + 1
+            if eof and (len(ends) == 0 or ends[-1] != len(buf)):
+                ends = np.append(ends, len(buf))  # the last line, without a newline
+            starts = np.r_[0, ends[:-1]] if len(ends) else ends
+            n = int(np.searchsorted(at + starts, end))  # lines that start in the range
+            if n:
+                yield _lines_batch(buf, starts[:n], ends[:n], (rank << _POS_SHIFT) | (at + starts[:n]), new, strip)
+            if n < len(ends) or eof:
+                break
+            consumed = int(ends[-1]) if len(ends) else 0
+            pending = buf[consumed:]
+            at += consumed
+
+
+def _without_newlines(lines: Any) -> Any:
+    """Arrow strings without their final newline ("\\n" or "\\r\\n")."""
+    import pyarrow as pa
+
+    if not len(lines):
+        return lines
+    offs = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset : lines.offset + len(lines) + 1].astype(np.int64)
+    buf = lines.buffers()[2]
+    data = memoryview(buf)[: offs[-1]] if buf is not None else b""
+    return _lines_batch(data, offs[:-1], offs[1:], np.zeros(len(lines)), False, True).column("value")
+
+
+def _lines_batch(buf: bytes, starts: Any, ends: Any, pos: Any, new: bool, strip: bool) -> Any:
+    """Lines ``buf[starts[i]:ends[i]]`` as an Arrow batch."""
+    import pyarrow as pa
+
+    n = len(starts)
+    if strip:
+        # The lines are contiguous: drop each one's "\n" (and a "\r" before it).
+        base = int(starts[0])
+        arr = np.frombuffer(buf, dtype=np.uint8)[: int(ends[-1])]
+        keep = np.ones(len(arr), dtype=bool)
+        keep[:base] = False
+        cut = np.zeros(n, dtype=np.int64)
+        for ch in (10, 13):  # as Spark's line reader drops them
+            last = ends - cut - 1
+            has = (last >= starts) & (arr[np.maximum(last, 0)] == ch)
+            keep[last[has]] = False
+            cut += has
+        data = arr[keep].tobytes()
+        offsets = np.r_[0, np.cumsum(ends - starts - cut)].astype(np.int32)
+    else:
+        data = memoryview(buf)[: int(ends[-1])]
+        offsets = np.r_[starts, ends[-1]].astype(np.int32)
+    value = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
+    return pa.RecordBatch.from_arrays(
+        [value, pa.array(np.asarray(pos, dtype=np.int64)), pa.array(np.full(n, new, dtype=bool))],
+        names=["value", "_pos", "_new"],
+    )
 
 
 def _ordered(files: list, given: list) -> list:
@@ -447,6 +626,7 @@ def dedup(
     quiet: bool = True,
     positions: Optional[Positions] = None,
     pairs: bool = True,
+    splits: Optional[LocalSplits] = None,
     **kwargs: Any,
 ) -> SparkDedupResult:
     """Near-duplicate pairs, clusters and the deduplicated records of ``df``,
@@ -510,7 +690,7 @@ def dedup(
 
     if positions is not None:
         records = df  # from read_records: numbered in each pass
-        meta = ["_file", "_row"] if positions.parquet else ["_file", "_start"]
+        meta = ["_pos"] if splits is not None else ["_file", "_row"] if positions.parquet else ["_file", "_start"]
     else:
         records = positioned(df, True)
         if against is not None:
@@ -612,12 +792,15 @@ def dedup(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(fp_schema)
-    fps = records.select(*{c: None for c in meta + ["_new", body] + ([] if json_col else [id_col]) + ([key_field] if key_field else [])}).mapInArrow(fingerprint_batches, fp_schema)
+    if splits is not None:
+        fps = splits.map(spark, fingerprint_batches, fp_schema)
+    else:
+        fps = records.select(*{c: None for c in meta + ["_new", body] + ([] if json_col else [id_col]) + ([key_field] if key_field else [])}).mapInArrow(fingerprint_batches, fp_schema)
     fps = fps.localCheckpoint()
-    bad_pos = np.array([r[0] for r in fps.where(F.col("_bad")).select("_pos").collect()], dtype=np.int64)
-    skipped = len(bad_pos)
+    counts = {bool(r[0]): int(r[1]) for r in fps.groupBy("_bad").count().collect()}
+    n, skipped = counts.get(False, 0), counts.get(True, 0)
+    bad_pos = np.array([r[0] for r in fps.where(F.col("_bad")).select("_pos").collect()] if skipped else [], dtype=np.int64)
     fps = fps.where(~F.col("_bad"))
-    n = fps.count()
     stages["fingerprint"] = time.time() - t0
     _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
     if n > driver_documents:
@@ -699,7 +882,14 @@ def dedup(
     del table
     _log(quiet, f"collect: {n:,} fingerprints{' and summaries' if threshold is not None else ''} on the driver in "
          f"{time.time() - t1:.1f} s")
-    texts = records.select(*{c: None for c in meta + [body]})
+    def exact_check(undecided, kept, scores):
+        if splits is not None:
+            return _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept, scores)
+
+        def texts(fn, schema):
+            return records.select(*{c: None for c in meta + [body]}).mapInArrow(fn, schema)
+
+        return _exact_check(spark, texts, body, pos_of, rows_of, pos, undecided, threshold, kept, scores)
     if pairs or policy != "components":
         kept, scores, undecided = _rs.spark_join(words.tobytes(), bits, k, sums, threshold)
         del words, sums
@@ -712,14 +902,13 @@ def dedup(
 
         t2 = time.time()
         if len(undecided):
-            kept, scores = _exact_check(spark, texts, body, pos_of, rows_of, pos, undecided, threshold, kept, scores)
+            kept, scores = exact_check(undecided, kept, scores)
         stages["verify"] = time.time() - t2
         if threshold is not None:
             _log(quiet, f"verify: {len(kept):,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
     else:
         kept, scores = _spanning(spark, words.tobytes(), bits, k, sums, threshold, n, stages, quiet,
-                                 lambda und: _exact_check(spark, texts, body, pos_of, rows_of, pos, und, threshold,
-                                                          np.empty((0, 3), dtype=np.int64), np.empty(0)))
+                                 lambda und: exact_check(und, np.empty((0, 3), dtype=np.int64), np.empty(0)))
         del words, sums
 
     t3 = time.time()
@@ -777,7 +966,23 @@ def dedup(
     drop_df = _local(spark, {"_pos": np.concatenate([pos[dropped], bad_pos])})
     survivors = records.where(F.col("_new"))
     blank = "^[ \\t\\n\\r\\f]*$"  # blank lines are not records (as `neardup dedup` reads them)
-    if meta == ["_pos"]:
+    if splits is not None:
+        # Read, filtered and cut into lines by the executors; only the kept
+        # lines go to Spark's writer.
+        gone = spark.sparkContext.broadcast(np.sort(np.concatenate([pos[dropped], bad_pos])))
+        keep_schema = T.StructType([T.StructField("value", T.StringType(), True)])
+
+        def kept_lines(batches):
+            import pyarrow.compute as pc
+
+            for b in batches:
+                keep = b.column("_new").to_numpy(zero_copy_only=False) & ~np.isin(b.column("_pos").to_numpy(), gone.value)
+                keep &= ~pc.match_substring_regex(b.column("value"), blank).to_numpy(zero_copy_only=False)
+                if keep.any():
+                    yield pa.RecordBatch.from_arrays([_without_newlines(b.column("value").filter(pa.array(keep)))], names=["value"])
+
+        deduped = splits.map(spark, kept_lines, keep_schema)
+    elif meta == ["_pos"]:
         if json_col is not None:
             survivors = survivors.where(~F.col(json_col).rlike(blank))
         survivors = survivors.join(F.broadcast(drop_df), "_pos", "left_anti")
@@ -915,10 +1120,11 @@ def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
     return kept, scores
 
 
-def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshold, kept, scores):
+def _exact_check(spark, map_records, body, pos_of, rows_of, pos, undecided, threshold, kept, scores):
     """The exact Jaccard check of the pairs the summaries could not decide:
     their documents read again (only these texts move), each sent to the
-    buckets of its pairs, and each bucket's pairs measured in Rust."""
+    buckets of its pairs, and each bucket's pairs measured in Rust.
+    ``map_records(fn, schema)`` runs ``fn`` over the input's batches."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -935,7 +1141,7 @@ def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshol
     parts = max(cores, min(buckets, max(4 * cores, -(-len(route_doc) // 20_000))))
     del route_doc, route_bucket
     needed = spark.sparkContext.broadcast(np.sort(plan["held"]))
-    text_schema = T.StructType([T.StructField("_pos", T.LongType(), False), records.schema[body]])
+    text_schema = T.StructType([T.StructField("_pos", T.LongType(), False), T.StructField(body, T.StringType(), True)])
 
     def needed_rows(batches):
         # Numbered in the worker; only the documents to check go back.
@@ -948,7 +1154,7 @@ def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshol
             if mine.any():
                 yield pa.RecordBatch.from_arrays([pa.array(p[mine]), b.column(body).filter(pa.array(mine))], names=["_pos", body])
 
-    texts = records.mapInArrow(needed_rows, text_schema)
+    texts = map_records(needed_rows, text_schema)
     routed = texts.join(F.broadcast(routes), "_pos").repartition(parts, "bucket")
     t = threshold
     schema = T.StructType([T.StructField(c, T.LongType(), False) for c in "ijd"] + [T.StructField("score", T.DoubleType(), False)])
@@ -991,6 +1197,94 @@ def _exact_check(spark, records, body, pos_of, rows_of, pos, undecided, threshol
         kept = np.concatenate([kept, ijd])
         scores = np.concatenate([scores, exact.column("score").to_numpy()])
     return kept, scores
+
+
+def _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept, scores):
+    """:func:`_exact_check` where the executors read the input themselves
+    (:class:`LocalSplits`): each task reads its buckets' documents at their
+    byte offsets, with no pass over the whole input and no shuffle of texts."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    plan = _buckets(undecided)
+    docs, buckets = plan.pop("docs"), plan["buckets"]
+    plan["held"] = pos[docs]
+    del plan["route_doc"], plan["route_bucket"]
+    shared = spark.sparkContext.broadcast(plan)
+    paths = spark.sparkContext.broadcast(splits.paths())
+    cores = spark.sparkContext.defaultParallelism
+    tasks = spark.sparkContext.parallelize([(b,) for b in range(buckets)], max(1, min(buckets, 4 * cores)))
+    t = threshold
+    schema = T.StructType([T.StructField(c, T.LongType(), False) for c in "ijd"] + [T.StructField("score", T.DoubleType(), False)])
+
+    def check(batches):
+        p = shared.value
+        for b in batches:
+            for x in b.column("bucket").to_pylist():
+                sel = np.arange(p["starts"][x], p["starts"][x + 1])
+                if not len(sel):
+                    continue
+                i, j = p["i"][sel], p["j"][sel]
+                need = np.unique(np.concatenate([i, j]))
+                held = p["held"][need]
+                order = np.argsort(held, kind="stable")
+                lines = read_lines_at(paths.value, held[order])
+                r, rows = rows_of(lines, held[order], False, True, fingerprints=False)
+                if len(rows) != len(need):
+                    raise neardup.NeardupError("the input changed while the job ran: a document to check is no longer where it was read")
+                # Feature sets in `need`'s order.
+                sets = [None] * len(need)
+                for at, s in zip(order[rows], r["features"]):
+                    sets[at] = s
+                a = np.searchsorted(need, i).astype(np.uint32)
+                c = np.searchsorted(need, j).astype(np.uint32)
+                js = np.array(_rs.exact_indexed(sets, a.tobytes(), c.tobytes(), t))
+                keep = js >= t
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(v[keep].astype(np.int64)) for v in (i, j, p["d"][sel])] + [pa.array(js[keep])],
+                    names=["i", "j", "d", "score"],
+                )
+
+    frame = spark.createDataFrame(tasks, T.StructType([T.StructField("bucket", T.LongType(), False)]))
+    exact = _to_arrow(frame.mapInArrow(check, schema))
+    shared.unpersist()
+    paths.unpersist()
+    if exact.num_rows:
+        ijd = np.column_stack([exact.column(c).to_numpy() for c in "ijd"])
+        ijd[:, 0], ijd[:, 1] = docs[ijd[:, 0]], docs[ijd[:, 1]]
+        kept = np.concatenate([kept, ijd])
+        scores = np.concatenate([scores, exact.column("score").to_numpy()])
+    return kept, scores
+
+
+def read_lines_at(paths: dict, positions: Any) -> Any:
+    """The lines (with their newlines) starting at ``positions`` (``file rank
+    << 40 | byte offset``, ascending; ``paths``: rank -> file) as an Arrow
+    batch of ``value``."""
+    import pyarrow as pa
+
+    mask = (1 << _POS_SHIFT) - 1
+    pieces = []
+    f, rank = None, None
+    try:
+        for p in positions.tolist():
+            if p >> _POS_SHIFT != rank:
+                if f is not None:
+                    f.close()
+                rank = p >> _POS_SHIFT
+                try:
+                    f = open(paths[rank], "rb")
+                except OSError as e:
+                    raise neardup.NeardupError(f"{paths[rank]}: cannot read it ({e.strerror})") from None
+            f.seek(p & mask)
+            pieces.append(f.readline())
+    finally:
+        if f is not None:
+            f.close()
+    lengths = np.fromiter((len(x) for x in pieces), dtype=np.int64, count=len(pieces))
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int32)
+    value = pa.Array.from_buffers(pa.string(), len(pieces), [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(pieces))])
+    return pa.RecordBatch.from_arrays([value], names=["value"])
 
 
 def _frame(spark: Any, table: Any) -> Any:
@@ -1238,7 +1532,7 @@ def main(argv: Optional[list] = None) -> int:
             result = dedup(spark, df, id_col=args.id_field, k=args.k, verify=False if args.no_verify else args.verify,
                            max_group=args.max_group, vector_col=args.vector_column, min_similarity=args.min_similarity, **kw)
         else:
-            records, positions = read_records(spark, args.input, fmt, args.against)
+            records, positions, splits = read_records(spark, args.input, fmt, args.against)
             if fmt == "parquet":
                 for col in (args.id_field, args.text_field):
                     if col not in records.columns:
@@ -1248,7 +1542,8 @@ def main(argv: Optional[list] = None) -> int:
                 json_col="value" if fmt == "jsonl" else None, k=args.k,
                 verify=False if args.no_verify else args.verify, policy=args.policy, keep_by=args.keep_by,
                 config=config, idf=args.idf, skip_invalid=args.skip_invalid, max_group=args.max_group,
-                driver_documents=args.driver_documents, quiet=quiet, pairs=not args.no_pairs, positions=positions, **kwargs,
+                driver_documents=args.driver_documents, quiet=quiet, pairs=not args.no_pairs, positions=positions,
+                splits=splits, **kwargs,
             )
         took = write(result, args.output, args.format)
         result.stages["write"] = sum(took.values())

@@ -99,14 +99,26 @@ def spark_outputs(out):
     return outputs(read_parts(out / "pairs"), read_parts(out / "clusters"), kept)
 
 
-@pytest.mark.parametrize("verify", [True, False])
-def test_spark_equals_cli(spark, tmp_path, verify):
+@pytest.mark.parametrize("verify,reader", [(True, "executors"), (True, "spark"), (False, "executors"), (False, "gzip")])
+def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader):
     """The command line on JSON Lines: the same pairs, clusters and kept
-    records (the lines unchanged, in input order) as `neardup dedup`."""
-    from neardup.spark import main
+    records (the lines unchanged, in input order) as `neardup dedup`, whether
+    the executors read the file themselves (in byte ranges of 64 KB here, so
+    that many lines straddle two) or Spark reads it (asked to, or because it
+    is compressed)."""
+    import gzip
+
+    from neardup.spark import LocalSplits, main
 
     corpus = tmp_path / "corpus.jsonl"
     make_corpus(corpus)
+    monkeypatch.setattr(LocalSplits, "smallest", 64 << 10)
+    if reader == "spark":
+        monkeypatch.setenv("NEARDUP_SPARK_READER", "spark")
+    if reader == "gzip":
+        packed = tmp_path / "corpus.jsonl.gz"
+        packed.write_bytes(gzip.compress(corpus.read_bytes()))
+        corpus = packed
     flags = [] if verify else ["--no-verify"]
     want = cli_outputs([corpus], tmp_path, flags)
     assert len(want[0]) > 1000 and len(want[1]) > 500
@@ -492,3 +504,41 @@ def test_exact_check_routes_each_pair_with_both_documents(cap, seed):
     for root, members in groups.items():
         if len(members) <= cap:
             assert len({bucket_of_pair[p][0] for p in pairs if find(p[0]) == root}) == 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_executors_read_every_line_of_a_range_once(tmp_path, seed):
+    """The executors' reader against a plain split of the file: every line
+    (blank ones, the last one without a newline, CRLF ones) comes from the
+    range holding its first byte, exactly once, at its byte offset, whatever
+    the range and read sizes; with ``strip`` without its line end."""
+    import pyarrow as pa
+
+    from neardup.spark import _POS_SHIFT, read_ranges
+
+    rng = random.Random(seed)
+    lines = ["".join(rng.choice("ab {}é\r") for _ in range(rng.randrange(0, 40))) for _ in range(rng.randrange(0, 60))]
+    end = rng.choice(["\n", "\r\n"])
+    raw = (end.join(lines) + (end if rng.random() < 0.5 else "")).encode()
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(raw)
+    want, at = [], 0
+    while at < len(raw):
+        stop = raw.find(b"\n", at)
+        stop = len(raw) if stop < 0 else stop + 1
+        want.append((at, raw[at:stop]))
+        at = stop
+    step = rng.randrange(1, 80)
+    ranges = [(str(path), 5, s, min(s + step, len(raw)), True) for s in range(0, len(raw), step)]
+    batch = pa.RecordBatch.from_arrays([pa.array([r[i] for r in ranges]) for i in range(5)], names=["path", "rank", "start", "end", "new"])
+    for strip in (False, True):
+        got = [
+            (p - (5 << _POS_SHIFT), v.encode())
+            for b in read_ranges([batch] if ranges else [], strip, chunk=rng.randrange(1, 100))
+            for v, p in zip(b.column("value").to_pylist(), b.column("_pos").to_pylist())
+        ]
+        expect = want
+        if strip:
+            expect = [(o, line[:-1] if line.endswith(b"\n") else line) for o, line in want]
+            expect = [(o, line[:-1] if line.endswith(b"\r") else line) for o, line in expect]
+        assert got == expect
