@@ -2364,3 +2364,31 @@ fn pairs_and_clusters_as_parquet_hold_the_json_lines_rows() {
     assert_eq!(rows.len(), 1);
     assert_eq!((&rows[0]["a"], &rows[0]["b"]), (&json!(7), &json!(9)));
 }
+
+#[test]
+fn dedup_help_states_the_default_k_the_run_uses() {
+    use neardup_core::{Width, dedup::default_k};
+    let help = stdout(&run(&["dedup", "--help"]));
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let verified = format!(
+        "Default with verification {} for 128 bits, {} for 64",
+        default_k(Width::W128, true),
+        default_k(Width::W64, true)
+    );
+    let unverified = format!(
+        "without, {} for 64 bits, {} for 128",
+        default_k(Width::W64, false),
+        default_k(Width::W128, false)
+    );
+    assert!(help.contains(&verified), "{help}");
+    assert!(help.contains(&unverified), "{help}");
+    // And the run says so.
+    let out = run(&["dedup", sample().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let k = default_k(Width::W128, true);
+    assert!(
+        stderr(&out).contains(&format!("within k = {k}")),
+        "{}",
+        stderr(&out)
+    );
+}

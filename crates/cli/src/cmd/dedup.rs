@@ -51,7 +51,7 @@ pub struct Args {
     pub source: SourceArgs,
 
     /// Candidates: Hamming distance at most K (up to 8 for 64-bit fingerprints,
-    /// 16 for 128-bit). Default with verification 13 for 128 bits, 7 for 64
+    /// 16 for 128-bit). Default with verification 15 for 128 bits, 7 for 64
     /// (wide, for recall: verification decides); without, 3 for 64 bits, 6 for 128.
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub k: Option<u32>,
