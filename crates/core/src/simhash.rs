@@ -311,8 +311,7 @@ impl SimHasher {
                 self.unit_tokens_and_shingles(view, batch, key, joined, shingles)
             }
         };
-        shingles.sort_unstable();
-        shingles.dedup();
+        crate::jaccard::sort_dedup_hashes(shingles);
         fingerprint
     }
 
