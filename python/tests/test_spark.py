@@ -424,14 +424,17 @@ def test_standalone_cluster_equals_cli(tmp_path):
             pytest.fail("the standalone master did not start: " + (tmp_path / "daemons.log").read_text()[-2000:])
         worker = subprocess.Popen([cls, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
                                    "--webui-port", str(free_port()), f"spark://127.0.0.1:{port}"], env=env, stdout=logs, stderr=logs)
+        def submit(out, *args):
+            return subprocess.run(
+                [os.path.join(home, "bin", "spark-submit"), "--master", f"spark://127.0.0.1:{port}",
+                 "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.ui.enabled=false",
+                 "--executor-memory", "1g", "--archives", f"{shipped}#neardup_wheel", "--conf", "spark.executorEnv.PYTHONPATH=neardup_wheel",
+                 str(script), "dedup", *args, "--output", str(out), "--format", "jsonl"],
+                env=env, capture_output=True, text=True, timeout=600,
+            )
+
         out = tmp_path / "out"
-        r = subprocess.run(
-            [os.path.join(home, "bin", "spark-submit"), "--master", f"spark://127.0.0.1:{port}",
-             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.ui.enabled=false",
-             "--executor-memory", "1g", "--archives", f"{shipped}#neardup_wheel", "--conf", "spark.executorEnv.PYTHONPATH=neardup_wheel",
-             str(script), "dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl"],
-            env=env, capture_output=True, text=True, timeout=600,
-        )
+        r = submit(out, "--input", str(corpus))
         assert r.returncode == 0, r.stderr[-3000:]
         # Quiet: the log is at WARN from the session's start (only the JVM's
         # start-up says INFO), one line per stage and the summary.
@@ -442,6 +445,22 @@ def test_standalone_cluster_equals_cli(tmp_path):
         assert got[0] == want[0]
         assert got[1] == want[1]
         assert got[2] == want[2]
+        # Another option set: new records against a clean (gzipped, so read by
+        # Spark) set, the record with the highest quality kept.
+        import gzip
+
+        lines = corpus.read_text().splitlines(keepends=True)
+        old, new = tmp_path / "old.jsonl.gz", tmp_path / "new.jsonl"
+        old.write_bytes(gzip.compress("".join(lines[: len(lines) // 2]).encode()))
+        new.write_text("".join(lines[len(lines) // 2 :]))
+        flags = ["--keep-by", "field:quality:desc", "--against", str(old)]
+        second = tmp_path / "second"
+        second.mkdir()
+        want = cli_outputs([new], second, flags)
+        assert len(want[1]) > 20
+        r = submit(second / "out", "--input", str(new), *flags)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert spark_outputs(second / "out") == want
         # The executor had the wheel, unpacked in its working directory.
         assert glob.glob(str(tmp_path / "work" / "app-*" / "*" / "neardup_wheel" / "neardup" / "_neardup*.so")), \
             sorted(glob.glob(str(tmp_path / "work" / "**"), recursive=True))[:40]
