@@ -267,4 +267,32 @@ proptest! {
         expected.dedup();
         prop_assert_eq!(shingles(&t), expected);
     }
+
+    /// With the pipeline's key (words joined by a space, its seed), a word
+    /// shingle's hash is xxh3 of its words joined by one space, whether or
+    /// not the text already holds them that way.
+    #[test]
+    fn space_keyed_shingles_hash_the_words_joined_by_a_space(t in messy(), seed in any::<u64>()) {
+        use neardup_core::NormalizeConfig;
+        use neardup_core::jaccard::{ShingleKey, ShingleScratch, shingles_keyed};
+        use neardup_core::normalize::normalize_into;
+        use xxhash_rust::xxh3::xxh3_64_with_seed;
+        let config = NormalizeConfig::default();
+        let (mut norm, mut tmp) = (String::new(), String::new());
+        normalize_into(&config, &t, &mut norm, &mut tmp);
+        prop_assume!(!continuous(&norm));
+        let mut words = Vec::new();
+        neardup_core::tokenize::words(&norm, &mut |w: &str| words.push(w.to_owned()));
+        let mut expected: Vec<u64> = if words.is_empty() {
+            Vec::new()
+        } else {
+            words.windows(3.min(words.len())).map(|w| xxh3_64_with_seed(w.join(" ").as_bytes(), seed)).collect()
+        };
+        expected.sort_unstable();
+        expected.dedup();
+        let mut got = Vec::new();
+        let key = ShingleKey { joiner: b' ', seed };
+        shingles_keyed(&t, &config, key, &mut ShingleScratch::default(), &mut got);
+        prop_assert_eq!(got, expected);
+    }
 }
