@@ -425,6 +425,8 @@ def read_records(spark: Any, paths: list, fmt: str, against: Optional[list] = No
     return out, positions, None
 
 
+_BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark
+
 # Compressions Spark (Hadoop) recognises by a file's extension: such files are
 # read through Spark, which decompresses them.
 _COMPRESSED = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".lz4", ".snappy", ".xz", ".br")
@@ -434,11 +436,13 @@ class LocalSplits:
     """JSON Lines files on a file system every executor sees at the same path
     (local mode, or a mount shared by the cluster), read by the executors'
     Python workers themselves in byte ranges: the texts never pass through
-    the JVM (which, converting lines to Arrow, took a core of its own and
-    half of the fingerprint stage), and the exact check reads only the lines
-    it needs. A line belongs to the range holding its first byte; its
-    position is ``file rank << 40 | byte offset``, as :class:`Positions`
-    numbers lines read by Spark."""
+    the JVM (which, turning lines into Arrow batches, used most of a core),
+    and the exact check reads only the lines it needs, at their offsets. A
+    line belongs to the range holding its first byte; its position is ``file
+    rank << 40 | byte offset``, as :class:`Positions` numbers lines read by
+    Spark. A UTF-8 byte-order mark before a file's first line is not part of
+    the record (as ``neardup dedup`` reads it): that line's position is the
+    byte after it."""
 
     smallest = 8 << 20  # bytes: the smallest range (tests lower it)
 
@@ -455,7 +459,6 @@ class LocalSplits:
             for path, rank, new, size in sized
             for start in range(0, size, step)
         ]
-        self.records_schema = None
 
     def paths(self) -> dict:
         """File rank -> path."""
@@ -540,6 +543,8 @@ def _read_range(path: str, rank: int, start: int, end: int, new: bool, strip: bo
                 ends = np.append(ends, len(buf))  # the last line, without a newline
             starts = np.r_[0, ends[:-1]] if len(ends) else ends
             n = int(np.searchsorted(at + starts, end))  # lines that start in the range
+            if at == 0 and n and buf.startswith(_BOM):
+                starts[0] = min(len(_BOM), int(ends[0]))  # the file's first line, after the mark
             if n:
                 yield _lines_batch(buf, starts[:n], ends[:n], (rank << _POS_SHIFT) | (at + starts[:n]), new, strip)
             if n < len(ends) or eof:
