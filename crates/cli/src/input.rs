@@ -414,6 +414,19 @@ impl Record {
         }))
     }
 
+    /// The bytes of this record, unparsed, if it is a document (as
+    /// [`Record::parse`] keeps them): `None` for a blank line between JSON
+    /// records. For a second read of an input whose records were all parsed
+    /// once (of text sources only: [`DocReader::text_records_only`]).
+    pub fn into_document_bytes(self) -> Option<Vec<u8>> {
+        debug_assert!(matches!(
+            self.format,
+            Format::Text | Format::Lines | Format::Jsonl
+        ));
+        let blank = self.format == Format::Jsonl && self.bytes.iter().all(u8::is_ascii_whitespace);
+        (!blank).then_some(self.bytes)
+    }
+
     /// The document in this record; `None` for a blank line between JSON records.
     pub fn parse(self, args: &InputArgs, keep_raw: bool) -> Result<Option<Doc>, RecordError> {
         let name = &*self.source;
@@ -710,6 +723,16 @@ impl DocReader {
                 args.kind == InputKind::Vector,
             ),
         })
+    }
+
+    /// Whether every input is read line by line or whole as text (JSON
+    /// Lines, lines, text files), so that [`Record::into_document_bytes`]
+    /// tells its documents without parsing them.
+    pub fn text_records_only(&self) -> bool {
+        self.sources
+            .as_slice()
+            .iter()
+            .all(|s| matches!(s.format, Format::Text | Format::Lines | Format::Jsonl))
     }
 
     /// Total size of the input files, if known (for progress bars).

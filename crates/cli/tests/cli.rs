@@ -2392,3 +2392,87 @@ fn dedup_help_states_the_default_k_the_run_uses() {
         stderr(&out)
     );
 }
+
+#[test]
+fn keep_and_drop_split_the_input_records_whichever_way_they_are_read_again() {
+    // Two shards: one with a byte-order mark, CRLF line ends, blank and
+    // whitespace-only lines between records and no final newline; one
+    // gzipped. Copies of one record in each, so some are dropped.
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    let rec = |id: &str, text: &str| json!({"id": id, "text": text}).to_string();
+    let same = "the quick brown fox jumps over the lazy dog near the river bank today";
+    let a = format!(
+        "\u{feff}{}\r\n\r\n{}\r\n   \r\n{}\r\n{}",
+        rec("a1", same),
+        rec(
+            "a2",
+            "an unrelated record about compilers and their intermediate forms"
+        ),
+        rec("a3", same),
+        rec(
+            "a4",
+            "one more record, the last line of its file, with no newline after it"
+        ),
+    );
+    std::fs::write(p("a.jsonl"), &a).unwrap();
+    let b = format!(
+        "{}\n\n{}\n",
+        rec("b1", same),
+        rec(
+            "b2",
+            "yet another text, of trains and timetables across the northern lines"
+        )
+    );
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(b.as_bytes()).unwrap();
+    std::fs::write(p("b.jsonl.gz"), gz.finish().unwrap()).unwrap();
+    // Every record (not blank lines), as the outputs write it: no mark, LF.
+    let records: Vec<String> = a
+        .trim_start_matches('\u{feff}')
+        .split('\n')
+        .chain(b.split('\n'))
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(records.len(), 6);
+    let mut outputs = Vec::new();
+    for extra in [&[][..], &["--skip-invalid"][..]] {
+        let (keep, drop) = (p("keep.jsonl"), p("drop.jsonl"));
+        let (sa, sb) = (p("a.jsonl"), p("b.jsonl.gz"));
+        let mut args = vec!["dedup", sa.to_str().unwrap(), sb.to_str().unwrap()];
+        args.extend([
+            "--keep",
+            keep.to_str().unwrap(),
+            "--drop",
+            drop.to_str().unwrap(),
+            "-q",
+        ]);
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let kept = std::fs::read_to_string(&keep).unwrap();
+        let dropped = std::fs::read_to_string(&drop).unwrap();
+        let ids = |s: &str| -> Vec<String> {
+            json_lines(s)
+                .iter()
+                .map(|v| v["id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(ids(&kept), ["a1", "a2", "a4", "b2"]);
+        assert_eq!(ids(&dropped), ["a3", "b1"]);
+        // Together, every record once, unchanged, in input order.
+        let mut both: Vec<&str> = kept.lines().chain(dropped.lines()).collect();
+        both.sort_by_key(|l| {
+            records
+                .iter()
+                .position(|r| r == l)
+                .expect("an input record")
+        });
+        assert_eq!(both, records);
+        outputs.push((kept, dropped));
+    }
+    // Unparsed (no --skip-invalid) and parsed again: the same bytes.
+    assert_eq!(outputs[0], outputs[1]);
+}

@@ -16,6 +16,7 @@ use neardup_core::{FingerprintConfig, InputKind, Width};
 
 use crate::fpfile::{IdList, Values};
 use crate::gather::{Gathered, Keep, SourceArgs, gather};
+use crate::input::{DocReader, Record};
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
 use crate::table_out::{ClustersWriter, Format, PairsWriter};
@@ -828,19 +829,31 @@ fn write_outputs(
             input.read_as(config);
         }
         let mut doc = 0usize;
-        for_each_batch(
-            &input,
-            true,
-            true,
-            |_| (),
-            |docs, _| {
-                for d in docs {
-                    emit(doc, d.raw.as_deref().unwrap_or_default())?;
+        let mut reader = DocReader::new(&input)?;
+        if !input.skip_invalid && reader.text_records_only() {
+            // Every record was parsed and checked by the first read: only
+            // blank lines are not documents, and the bytes go out unparsed.
+            while let Some(batch) = reader.next_batch()? {
+                for bytes in batch.into_iter().filter_map(Record::into_document_bytes) {
+                    emit(doc, &bytes)?;
                     doc += 1;
                 }
-                Ok(())
-            },
-        )?;
+            }
+        } else {
+            for_each_batch(
+                &input,
+                true,
+                true,
+                |_| (),
+                |docs, _| {
+                    for d in docs {
+                        emit(doc, d.raw.as_deref().unwrap_or_default())?;
+                        doc += 1;
+                    }
+                    Ok(())
+                },
+            )?;
+        }
         if doc != reps.len() - first {
             bail!(
                 "the input changed while it was being deduplicated ({} records, then {doc})",
