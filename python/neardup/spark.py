@@ -54,6 +54,7 @@ surviving input records, unchanged), Parquet by default or JSON Lines.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -76,6 +77,9 @@ class SparkDedupResult:
     stages: dict
     #: ``deduped`` holds JSON Lines records (one string column), written as text.
     json_records: bool = False
+    #: Writes ``deduped`` as JSON Lines into a local folder from the executors'
+    #: own reads of the input (:class:`LocalSplits`), without the JVM.
+    write_local: Any = None
 
 
 def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict):
@@ -481,8 +485,10 @@ class LocalSplits:
             T.StructField("start", T.LongType(), False),
             T.StructField("end", T.LongType(), False),
             T.StructField("new", T.BooleanType(), False),
+            T.StructField("index", T.LongType(), False),
         ])
-        rows = spark.sparkContext.parallelize(self.ranges, max(len(self.ranges), 1))
+        indexed = [r + (i,) for i, r in enumerate(self.ranges)]
+        rows = spark.sparkContext.parallelize(indexed, max(len(indexed), 1))
         return spark.createDataFrame(rows, schema)
 
     def map(self, spark: Any, fn: Any, schema: Any, strip: bool = False) -> Any:
@@ -593,6 +599,72 @@ def _lines_batch(buf: bytes, starts: Any, ends: Any, pos: Any, new: bool, strip:
         [value, pa.array(np.asarray(pos, dtype=np.int64)), pa.array(np.full(n, new, dtype=bool))],
         names=["value", "_pos", "_new"],
     )
+
+
+def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str) -> None:
+    """Writes the kept lines into ``folder`` on the local (or shared) file
+    system, one ``part-NNNNN.txt`` per byte range in input order, each line
+    ending in a newline, from the executors' own reads: the records never
+    pass through the JVM. The parts are written into a new folder beside
+    ``folder``, which replaces it (with a ``_SUCCESS`` mark) once all are
+    there; a part is renamed into place when whole, so a retried task
+    rewrites it."""
+    import os
+    import shutil
+    import uuid
+
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    final = _file_key(folder)
+    tmp = f"{final.rstrip('/')}.tmp-{uuid.uuid4().hex}"
+    os.makedirs(tmp)
+
+    def write_parts(batches):
+        for b in batches:
+            cols = [b.column(c).to_pylist() for c in ("path", "rank", "start", "end", "new", "index")]
+            for path, rank, start, end, new, index in zip(*cols):
+                name = os.path.join(tmp, f"part-{index:05d}.txt")
+                part = f"{name}.{uuid.uuid4().hex}"
+                rows = 0
+                with open(part, "wb") as f:
+                    for lines_batch in _read_range(path, rank, start, end, new, False, 16 << 20):
+                        lines = kept(lines_batch)
+                        if lines is not None:
+                            f.write(_with_newlines(lines))
+                            rows += len(lines)
+                os.replace(part, name)
+                yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["rows"])
+
+    try:
+        schema = T.StructType([T.StructField("rows", T.LongType(), False)])
+        splits.frame(spark).mapInArrow(write_parts, schema).collect()
+        open(os.path.join(tmp, "_SUCCESS"), "wb").close()
+        if os.path.isdir(final):
+            shutil.rmtree(final)
+        elif os.path.exists(final):
+            os.remove(final)
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _with_newlines(lines: Any) -> Any:
+    """Lines as read (each with its line end, the file's last one perhaps
+    without) as bytes, each ending in one "\\n": the lines' own bytes
+    where every one ends in "\\n" alone (nearly always), else rebuilt."""
+    import pyarrow as pa
+
+    n = len(lines)
+    offs = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset : lines.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(lines.buffers()[2], dtype=np.uint8)
+    ends = offs[1:]
+    last = data[ends - 1]  # kept lines are not blank, so never empty
+    before = data[np.maximum(ends - 2, offs[:-1])]
+    if (last == 10).all() and not ((before == 13) & (ends - 2 >= offs[:-1])).any():
+        return memoryview(data[offs[0] : offs[-1]])
+    stripped = _without_newlines(lines)
+    return b"".join(x + b"\n" for x in stripped.cast(pa.binary()).to_pylist())
 
 
 def _ordered(files: list, given: list) -> list:
@@ -977,16 +1049,21 @@ def dedup(
         gone = spark.sparkContext.broadcast(np.sort(np.concatenate([pos[dropped], bad_pos])))
         keep_schema = T.StructType([T.StructField("value", T.StringType(), True)])
 
-        def kept_lines(batches):
+        def kept(b):
             import pyarrow.compute as pc
 
+            keep = b.column("_new").to_numpy(zero_copy_only=False) & ~np.isin(b.column("_pos").to_numpy(), gone.value)
+            keep &= ~pc.match_substring_regex(b.column("value"), blank).to_numpy(zero_copy_only=False)
+            return b.column("value").filter(pa.array(keep)) if keep.any() else None
+
+        def kept_lines(batches):
             for b in batches:
-                keep = b.column("_new").to_numpy(zero_copy_only=False) & ~np.isin(b.column("_pos").to_numpy(), gone.value)
-                keep &= ~pc.match_substring_regex(b.column("value"), blank).to_numpy(zero_copy_only=False)
-                if keep.any():
-                    yield pa.RecordBatch.from_arrays([_without_newlines(b.column("value").filter(pa.array(keep)))], names=["value"])
+                lines = kept(b)
+                if lines is not None:
+                    yield pa.RecordBatch.from_arrays([_without_newlines(lines)], names=["value"])
 
         deduped = splits.map(spark, kept_lines, keep_schema)
+        write_local = functools.partial(_write_lines_local, spark, splits, kept)
     elif meta == ["_pos"]:
         if json_col is not None:
             survivors = survivors.where(~F.col(json_col).rlike(blank))
@@ -1009,7 +1086,10 @@ def dedup(
                 yield pa.RecordBatch.from_arrays([b.column(c).filter(pa.array(keep)) for c in data], names=data)
 
         deduped = survivors.mapInArrow(keep_batches, keep_schema)
-    return SparkDedupResult(out_pairs, clusters, deduped, stages, json_col is not None)
+    result = SparkDedupResult(out_pairs, clusters, deduped, stages, json_col is not None)
+    if splits is not None:
+        result.write_local = write_local
+    return result
 
 
 def _buckets(undecided: Any, cap: int = 20_000) -> dict:
@@ -1393,6 +1473,10 @@ def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
             continue
         t = time.time()
         if name == "deduped" and result.json_records:
+            if fmt == "jsonl" and result.write_local is not None and ("://" not in output or output.startswith("file:")):
+                result.write_local(f"{output}/{name}")
+                took[name] = time.time() - t
+                continue
             if fmt == "jsonl":
                 frame.write.mode("overwrite").text(f"{output}/{name}")
                 took[name] = time.time() - t

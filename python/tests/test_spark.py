@@ -565,3 +565,19 @@ def test_executors_read_every_line_of_a_range_once(tmp_path, seed):
             expect = [(o, line[:-1] if line.endswith(b"\n") else line) for o, line in want]
             expect = [(o, line[:-1] if line.endswith(b"\r") else line) for o, line in expect]
         assert got == expect
+
+
+def test_line_ends_and_a_byte_order_mark_as_the_cli(spark, tmp_path):
+    """A file with a byte-order mark, CRLF line ends, a blank line and no
+    final newline, read by the executors and its kept records written by
+    them: the CLI's pairs, clusters and kept records."""
+    from neardup.spark import main
+
+    lines = open(make_small(tmp_path / "plain.jsonl")).read().splitlines()
+    corpus = tmp_path / "crlf.jsonl"
+    corpus.write_bytes(b"\xef\xbb\xbf" + ("\r\n".join(lines[:5] + [""] + lines[5:])).encode())
+    want = cli_outputs([corpus], tmp_path, [])
+    assert len(want[2]) > 10 and len(want[2]) < len(lines)
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q"]) == 0
+    assert spark_outputs(out) == want
