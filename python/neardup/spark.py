@@ -562,8 +562,6 @@ def _read_range(path: str, rank: int, start: int, end: int, new: bool, strip: bo
 
 def _without_newlines(lines: Any) -> Any:
     """Arrow strings without their final newline ("\\n" or "\\r\\n")."""
-    import pyarrow as pa
-
     if not len(lines):
         return lines
     offs = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset : lines.offset + len(lines) + 1].astype(np.int64)
