@@ -256,18 +256,16 @@ fn word_shingles(
 }
 
 thread_local! {
-    /// [`sort_dedup_hashes`]' scatter target and bucket counts, per thread.
-    static HASH_SORT: std::cell::RefCell<(Vec<u64>, Vec<u32>)> = const {
-        std::cell::RefCell::new((Vec::new(), Vec::new()))
-    };
+    /// [`sort_dedup_hashes`]' radix scratch, per thread.
+    static HASH_SORT: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Sorts a document's feature hashes and removes repeats. Hashes are spread
 /// evenly, so one counting pass on their top bits (about one bucket per
-/// hash) leaves buckets of a few, each finished by insertion sort: about a
+/// hash) leaves runs of a few, each finished by insertion sort: about a
 /// third of `sort_unstable`'s time on sets of hundreds to thousands. A
-/// crowded bucket (values that are not spread, which stays correct) falls
-/// back to `sort_unstable`.
+/// crowded run (values that are not spread, which stays correct) falls back
+/// to `sort_unstable`.
 pub(crate) fn sort_dedup_hashes(v: &mut Vec<u64>) {
     let n = v.len();
     if n < 128 {
@@ -275,50 +273,39 @@ pub(crate) fn sort_dedup_hashes(v: &mut Vec<u64>) {
         v.dedup();
         return;
     }
-    let bits = (usize::BITS - (n - 1).leading_zeros()).min(16);
-    let shift = 64 - bits;
+    let bits = (usize::BITS - (n - 1).leading_zeros()).min(13);
     HASH_SORT.with(|scratch| {
-        let (tmp, ends) = &mut *scratch.borrow_mut();
-        ends.clear();
-        ends.resize((1 << bits) + 1, 0);
-        for &x in v.iter() {
-            ends[(x >> shift) as usize + 1] += 1;
-        }
-        for b in 1..ends.len() {
-            ends[b] += ends[b - 1];
-        }
-        // ends[b] is where bucket b starts; scattering moves it to its end.
-        tmp.clear();
-        tmp.resize(n, 0);
-        for &x in v.iter() {
-            let b = (x >> shift) as usize;
-            tmp[ends[b] as usize] = x;
-            ends[b] += 1;
-        }
-        let mut start = 0;
-        for &end in &ends[..1 << bits] {
-            let bucket = &mut tmp[start..end as usize];
-            start = end as usize;
-            if bucket.len() > 24 {
-                bucket.sort_unstable();
-            } else {
-                for i in 1..bucket.len() {
-                    let x = bucket[i];
-                    let mut j = i;
-                    while j > 0 && bucket[j - 1] > x {
-                        bucket[j] = bucket[j - 1];
-                        j -= 1;
-                    }
-                    bucket[j] = x;
-                }
-            }
-        }
-        v.copy_from_slice(tmp);
+        let tmp = &mut *scratch.borrow_mut();
+        crate::index::radix::sort_by_top(v, tmp, bits);
         if tmp.capacity() > 1 << 20 {
             // Not kept for the rest of the run after one very long document.
             *tmp = Vec::new();
         }
     });
+    let top = |x: u64| x >> (64 - bits);
+    let mut lo = 0;
+    while lo < n {
+        let hi = lo
+            + v[lo..]
+                .iter()
+                .take_while(|&&x| top(x) == top(v[lo]))
+                .count();
+        let run = &mut v[lo..hi];
+        lo = hi;
+        if run.len() > 24 {
+            run.sort_unstable();
+            continue;
+        }
+        for i in 1..run.len() {
+            let x = run[i];
+            let mut j = i;
+            while j > 0 && run[j - 1] > x {
+                run[j] = run[j - 1];
+                j -= 1;
+            }
+            run[j] = x;
+        }
+    }
     v.dedup();
 }
 

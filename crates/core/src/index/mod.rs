@@ -13,7 +13,7 @@ pub mod ids;
 mod join;
 pub mod mem;
 mod near;
-mod radix;
+pub(crate) mod radix;
 pub mod slab;
 pub(crate) mod table;
 
