@@ -1240,7 +1240,6 @@ def _exact_check(spark, map_records, body, pos_of, rows_of, pos, undecided, thre
     texts = map_records(needed_rows, text_schema)
     routed = texts.join(F.broadcast(routes), "_pos").repartition(parts, "bucket")
     t = threshold
-    schema = T.StructType([T.StructField(c, T.LongType(), False) for c in "ijd"] + [T.StructField("score", T.DoubleType(), False)])
 
     def check(batches):
         got = [b for b in batches]
@@ -1264,17 +1263,36 @@ def _exact_check(spark, map_records, body, pos_of, rows_of, pos, undecided, thre
         a = np.searchsorted(held, p["held"][i]).astype(np.uint32)
         b = np.searchsorted(held, p["held"][j]).astype(np.uint32)
         js = np.array(_rs.exact_indexed(sets, a.tobytes(), b.tobytes(), t))
-        keep = js >= t
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(x[keep].astype(np.int64)) for x in (i, j, p["d"][sel])] + [pa.array(js[keep])],
-            names=["i", "j", "d", "score"],
-        )
+        yield _scored(i, j, p["d"][sel], js, t)
 
-    exact = _to_arrow(routed.mapInArrow(check, schema))
+    exact = _to_arrow(routed.mapInArrow(check, _scored_schema()))
     shared.unpersist()
     needed.unpersist()
+    return _with_scored(exact, docs, kept, scores)
+
+
+def _scored_schema() -> Any:
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(c, T.LongType(), False) for c in "ijd"] + [T.StructField("score", T.DoubleType(), False)])
+
+
+def _scored(i: Any, j: Any, d: Any, js: Any, threshold: float) -> Any:
+    """The pairs ``(i, j, d)`` whose exact scores ``js`` reach the threshold,
+    as an Arrow batch of the exact check's output."""
+    import pyarrow as pa
+
+    keep = js >= threshold
+    return pa.RecordBatch.from_arrays(
+        [pa.array(v[keep].astype(np.int64)) for v in (i, j, d)] + [pa.array(js[keep])],
+        names=["i", "j", "d", "score"],
+    )
+
+
+def _with_scored(exact: Any, docs: Any, kept: Any, scores: Any) -> tuple:
+    """``kept`` and ``scores`` with the exact check's pairs (which name
+    documents by their index in ``docs``)."""
     if exact.num_rows:
-        # The check names documents by their index in `docs`.
         ijd = np.column_stack([exact.column(c).to_numpy() for c in "ijd"])
         ijd[:, 0], ijd[:, 1] = docs[ijd[:, 0]], docs[ijd[:, 1]]
         kept = np.concatenate([kept, ijd])
@@ -1286,7 +1304,6 @@ def _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept,
     """:func:`_exact_check` where the executors read the input themselves
     (:class:`LocalSplits`): each task reads its buckets' documents at their
     byte offsets, with no pass over the whole input and no shuffle of texts."""
-    import pyarrow as pa
     from pyspark.sql import types as T
 
     plan = _buckets(undecided)
@@ -1298,7 +1315,6 @@ def _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept,
     cores = spark.sparkContext.defaultParallelism
     tasks = spark.sparkContext.parallelize([(b,) for b in range(buckets)], max(1, min(buckets, 4 * cores)))
     t = threshold
-    schema = T.StructType([T.StructField(c, T.LongType(), False) for c in "ijd"] + [T.StructField("score", T.DoubleType(), False)])
 
     def check(batches):
         p = shared.value
@@ -1322,22 +1338,13 @@ def _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept,
                 a = np.searchsorted(need, i).astype(np.uint32)
                 c = np.searchsorted(need, j).astype(np.uint32)
                 js = np.array(_rs.exact_indexed(sets, a.tobytes(), c.tobytes(), t))
-                keep = js >= t
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(v[keep].astype(np.int64)) for v in (i, j, p["d"][sel])] + [pa.array(js[keep])],
-                    names=["i", "j", "d", "score"],
-                )
+                yield _scored(i, j, p["d"][sel], js, t)
 
     frame = spark.createDataFrame(tasks, T.StructType([T.StructField("bucket", T.LongType(), False)]))
-    exact = _to_arrow(frame.mapInArrow(check, schema))
+    exact = _to_arrow(frame.mapInArrow(check, _scored_schema()))
     shared.unpersist()
     paths.unpersist()
-    if exact.num_rows:
-        ijd = np.column_stack([exact.column(c).to_numpy() for c in "ijd"])
-        ijd[:, 0], ijd[:, 1] = docs[ijd[:, 0]], docs[ijd[:, 1]]
-        kept = np.concatenate([kept, ijd])
-        scores = np.concatenate([scores, exact.column("score").to_numpy()])
-    return kept, scores
+    return _with_scored(exact, docs, kept, scores)
 
 
 def read_lines_at(paths: dict, positions: Any) -> Any:
