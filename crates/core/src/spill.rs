@@ -44,11 +44,27 @@ const EMPTY: u8 = u8::MAX;
 
 impl Sketch {
     /// The sketch of a set of (uniformly distributed) feature hashes.
+    ///
+    /// A sorted set (the spill's sets are) takes one binary search per bin:
+    /// each bin's minimum is its first hash. Otherwise every hash is looked
+    /// at, a loop whose each step waits for the previous one's store.
     pub fn of(set: &[u64]) -> Sketch {
         let mut mins = [u64::MAX; SKETCH_BINS];
-        for &h in set {
-            let bin = (h >> 58) as usize;
-            mins[bin] = mins[bin].min(h);
+        if set.is_sorted() {
+            let mut rest = set;
+            while let Some(&first) = rest.first() {
+                let bin = first >> 58;
+                mins[bin as usize] = first;
+                if bin + 1 == SKETCH_BINS as u64 {
+                    break;
+                }
+                rest = &rest[rest.partition_point(|&h| h >> 58 <= bin)..];
+            }
+        } else {
+            for &h in set {
+                let bin = (h >> 58) as usize;
+                mins[bin] = mins[bin].min(h);
+            }
         }
         let mut out = [EMPTY; SKETCH_BINS];
         for (o, &m) in out.iter_mut().zip(&mins) {
@@ -299,6 +315,8 @@ mod tests {
             mut set in prop_oneof![
                 prop::collection::vec(any::<u64>(), 0..2000),
                 prop::collection::vec(any::<u64>().prop_map(|h| h & !(0xF << 58)), 0..300),
+                prop::collection::vec(any::<u64>().prop_map(|h| h | (0xF << 60)), 0..300),
+                prop::collection::vec(0u64..8, 0..50),
             ],
             sort: bool,
         ) {
