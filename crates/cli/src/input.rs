@@ -595,6 +595,21 @@ fn sources(args: &InputArgs) -> Result<Vec<Source>> {
     Ok(sources)
 }
 
+/// Each input file (`None`: standard input) and its format, in the order
+/// [`DocReader`] reads them.
+pub(crate) fn source_paths(args: &InputArgs) -> Result<Vec<(Option<PathBuf>, Format)>> {
+    Ok(sources(args)?
+        .into_iter()
+        .map(|s| (s.path, s.format))
+        .collect())
+}
+
+/// Whether a file starting with `head` (its first 4 bytes, or all of a
+/// shorter file) is read through a decompressor.
+pub(crate) fn is_compressed(head: &[u8]) -> bool {
+    Compression::sniff(head) != Compression::None
+}
+
 /// The Parquet inputs (path and name), when every input is Parquet; `None`
 /// when none is; an error when some are.
 pub fn parquet_files(args: &InputArgs) -> Result<Option<Vec<crate::parquet_io::Shard>>> {

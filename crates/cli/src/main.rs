@@ -9,6 +9,7 @@ mod fpfile;
 mod gather;
 mod index_file;
 mod input;
+mod line_copy;
 mod npy;
 mod output;
 mod parquet_io;

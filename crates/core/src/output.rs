@@ -16,7 +16,12 @@ fn context(e: io::Error, what: impl std::fmt::Display) -> io::Error {
 pub struct Output {
     writer: BufWriter<Box<dyn Write + Send>>,
     pending: Option<(NamedTempFile, PathBuf)>,
+    /// Bytes written since the file's write-back was last started.
+    unsynced: u64,
 }
+
+/// Bytes written between starts of the file's write-back (see [`Output::written`]).
+const WRITE_BACK_EVERY: u64 = 32 << 20;
 
 impl Output {
     /// `None` or `-` is standard output. A path naming anything but a regular
@@ -44,6 +49,7 @@ impl Output {
             return Ok(Output {
                 writer: BufWriter::with_capacity(1 << 16, Box::new(file)),
                 pending: None,
+                unsynced: 0,
             });
         }
         let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
@@ -84,6 +90,7 @@ impl Output {
         Ok(Output {
             writer: BufWriter::with_capacity(1 << 16, Box::new(file)),
             pending: Some((temp, target)),
+            unsynced: 0,
         })
     }
 
@@ -91,6 +98,34 @@ impl Output {
         Output {
             writer: BufWriter::with_capacity(1 << 16, Box::new(io::stdout())),
             pending: None,
+            unsynced: 0,
+        }
+    }
+
+    /// Counts `n` bytes written. Every [`WRITE_BACK_EVERY`] bytes of a file,
+    /// its write-back to disk is started (Linux's `sync_file_range`, which
+    /// does not wait for it), so that the sync before the rename in
+    /// [`Output::finish`] waits for the last stretch only, not for a whole
+    /// large output written back at once.
+    fn written(&mut self, n: usize) {
+        self.unsynced += n as u64;
+        if self.unsynced < WRITE_BACK_EVERY {
+            return;
+        }
+        self.unsynced = 0;
+        #[cfg(target_os = "linux")]
+        if let Some((temp, _)) = &self.pending {
+            use std::os::fd::AsRawFd;
+            // A hint: its failure changes nothing but when pages are written.
+            // SAFETY: the descriptor is the open temporary file's.
+            unsafe {
+                libc::sync_file_range(
+                    temp.as_file().as_raw_fd(),
+                    0,
+                    0,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
         }
     }
 
@@ -116,10 +151,14 @@ impl std::fmt::Debug for Output {
 
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.writer.write(buf)
+        let n = self.writer.write(buf)?;
+        self.written(n);
+        Ok(n)
     }
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.writer.write_all(buf)
+        self.writer.write_all(buf)?;
+        self.written(buf.len());
+        Ok(())
     }
     fn flush(&mut self) -> io::Result<()> {
         self.writer.flush()

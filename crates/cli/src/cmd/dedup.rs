@@ -829,8 +829,21 @@ fn write_outputs(
             input.read_as(config);
         }
         let mut doc = 0usize;
+        let plain = match input.skip_invalid {
+            false => crate::line_copy::plain_line_files(&input)?,
+            true => None,
+        };
         let mut reader = DocReader::new(&input)?;
-        if !input.skip_invalid && reader.text_records_only() {
+        if let Some(files) = plain {
+            // Every record was parsed and checked by the first read: the
+            // files are split in blocks, records unparsed.
+            doc = crate::line_copy::split_records(
+                &files,
+                |d| reps[first + d] as usize == first + d,
+                keep.as_mut(),
+                drop.as_mut(),
+            )?;
+        } else if !input.skip_invalid && reader.text_records_only() {
             // Every record was parsed and checked by the first read: only
             // blank lines are not documents, and the bytes go out unparsed.
             while let Some(batch) = reader.next_batch()? {
