@@ -45,22 +45,23 @@ const EMPTY: u8 = u8::MAX;
 impl Sketch {
     /// The sketch of a set of (uniformly distributed) feature hashes.
     ///
-    /// A sorted set (the spill's sets are) takes one binary search per bin:
-    /// each bin's minimum is its first hash. Otherwise every hash is looked
-    /// at, a loop whose each step waits for the previous one's store.
+    /// In a sorted set (the spill's sets are) each bin's minimum is its first
+    /// hash: one pass notes where the bin changes, a branch taken once per
+    /// bin. An unsorted set is found out by the same pass and looked at again,
+    /// keeping each bin's minimum.
     pub fn of(set: &[u64]) -> Sketch {
         let mut mins = [u64::MAX; SKETCH_BINS];
-        if set.is_sorted() {
-            let mut rest = set;
-            while let Some(&first) = rest.first() {
-                let bin = first >> 58;
-                mins[bin as usize] = first;
-                if bin + 1 == SKETCH_BINS as u64 {
-                    break;
-                }
-                rest = &rest[rest.partition_point(|&h| h >> 58 <= bin)..];
+        let (mut bin, mut prev, mut sorted) = (u64::MAX, 0u64, true);
+        for &h in set {
+            sorted &= h >= prev;
+            prev = h;
+            if h >> 58 != bin {
+                bin = h >> 58;
+                mins[bin as usize] = h;
             }
-        } else {
+        }
+        if !sorted {
+            mins = [u64::MAX; SKETCH_BINS];
             for &h in set {
                 let bin = (h >> 58) as usize;
                 mins[bin] = mins[bin].min(h);
