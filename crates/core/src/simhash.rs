@@ -328,6 +328,28 @@ impl SimHasher {
         let base = norm.as_ptr() as usize;
         let bytes = norm.as_bytes();
         let mut hash_of = |words: &[&str]| {
+            // Most shingles are built in a stack buffer, each word copied as
+            // one 16-byte load and store from the text (the bytes after a
+            // short word are overwritten by what follows it): a call to
+            // `memcpy` per word was a third of the shingles' time.
+            let mut key_bytes = [0u8; SHORT_SHINGLE + 16];
+            let mut len = 0;
+            for (j, w) in words.iter().enumerate() {
+                let at = w.as_ptr() as usize - base;
+                if w.len() > 16 || len + 17 > SHORT_SHINGLE || at + 16 > bytes.len() {
+                    len = usize::MAX;
+                    break;
+                }
+                if j > 0 {
+                    key_bytes[len] = key.joiner;
+                    len += 1;
+                }
+                key_bytes[len..len + 16].copy_from_slice(&bytes[at..at + 16]);
+                len += w.len();
+            }
+            if len != usize::MAX {
+                return xxh3_64_with_seed(&key_bytes[..len], key.seed);
+            }
             buf.clear();
             for (j, w) in words.iter().enumerate() {
                 if j > 0 {
@@ -905,6 +927,10 @@ impl HashBytes for FeatureHasher {
 
 /// Features per length group of a [`UnitBatch`].
 const BATCH_GROUP: usize = 32;
+
+/// The longest shingle (bytes, joiners included) that
+/// `SimHasher::unit_tokens_and_shingles` builds on the stack.
+const SHORT_SHINGLE: usize = 64;
 
 impl<'a, H: HashBytes> UnitBatch<'a, H> {
     fn new(width: Width, hash: H) -> Self {
