@@ -298,6 +298,35 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 
+    /// The streamed join's pairs, and the order they come in, are the same
+    /// with 1 and 3 threads (tables joined in parallel), and brute force's.
+    /// Up to 1,500 fingerprints, 128 bits wide, many sharing their top bits
+    /// (crowded buckets).
+    #[test]
+    fn streamed_pairs_do_not_depend_on_the_threads(
+        raw in prop::collection::vec(any::<u128>(), 0..1500),
+        k in 1u32..8,
+        crowd in 0u32..100,
+        choice in 0usize..5,
+    ) {
+        let keep = u128::MAX >> crowd;
+        let fps: Vec<u128> = raw.iter().map(|&v| v & keep).collect();
+        let d = design(128, k, choice);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let mut got = Vec::new();
+            pool.install(|| {
+                for_each_pair_streamed(fps.clone(), k, &d, |a, b, dist| got.push((a, b, dist))).unwrap()
+            });
+            got
+        };
+        let one = run(1);
+        prop_assert_eq!(&run(3), &one);
+        let mut sorted = one.clone();
+        sorted.sort_unstable();
+        prop_assert_eq!(sorted, brute_pairs(&fps, k));
+    }
+
     /// Keeping by preference (--keep-by): a component keeps its most preferred
     /// member; the incremental policy, in preference order, keeps a document
     /// unless one already kept is within k, and then points to the most
