@@ -269,11 +269,15 @@ pub fn join_sorted_unique_with<B: Bits>(
     Ok(pairs)
 }
 
-/// [`join_sorted_unique_with`] a few tables at a time: `sink` gets the pairs of
-/// each round of tables (as many tables as threads, joined in parallel) before
-/// the next round starts, so that memory holds one round's pairs rather than
-/// all of them. Every pair `(i, j, distance)`, `i < j`, reaches `sink` exactly
-/// once, in an order fixed by the design (not by the thread count's timing).
+/// [`join_sorted_unique_with`] a table at a time: `sink` gets the pairs of
+/// each table before the next one is joined, so that memory holds one
+/// table's pairs rather than all of them. A table's keys are sorted (while
+/// the previous table is joined), then cut into slices of whole buckets that
+/// the threads join (many more slices than threads, taken as threads come
+/// free: tables differ in work, and a round of one table per thread left a
+/// thread idle for a fifth of a crowded join). Every pair `(i, j, distance)`,
+/// `i < j`, reaches `sink` exactly once, in an order fixed by the design (not
+/// by the thread count or timing).
 pub fn join_sorted_unique_each<B: Bits>(
     sorted: &[B],
     k: u32,
@@ -285,30 +289,56 @@ pub fn join_sorted_unique_each<B: Bits>(
     let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
     let n = sorted.len();
     let position = positions(sorted);
-    let tables: Vec<(usize, &Table)> = design.tables.iter().enumerate().collect();
-    let threads = rayon::current_num_threads().max(1);
+    let pieces = 16 * rayon::current_num_threads().max(1);
+    // Two buffers of keys and radix scratch: the next table is sorted in
+    // one while the threads join the current one's buckets in the other.
     let mut bufs = scratch.bufs;
-    bufs.resize_with(threads.min(tables.len()), Vec::new);
-    for round in tables.chunks(threads) {
-        let per_table: Vec<Vec<(u32, u32, u32)>> = round
-            .par_iter()
-            .zip(bufs.par_iter_mut())
-            .map(|(&(ti, t), buf)| {
-                if buf.capacity() < 2 * n {
-                    *buf = mem::with_huge_capacity(2 * n);
-                }
-                buf.clear();
-                buf.resize(2 * n, B::zero());
-                let (keys, tmp) = buf.split_at_mut(n);
-                let mut out = Vec::new();
-                join_table(sorted, t, &masks[..ti], k, (keys, tmp), |a, b, d| {
-                    let (ia, ib) = (position(a), position(b));
-                    out.push((ia.min(ib), ia.max(ib), d));
-                });
-                out
-            })
-            .collect();
-        per_table.into_iter().for_each(&mut sink);
+    bufs.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+    bufs.resize_with(2, Vec::new);
+    bufs.truncate(2);
+    for buf in &mut bufs {
+        if buf.capacity() < 2 * n {
+            *buf = mem::with_huge_capacity(2 * n);
+        }
+        buf.clear();
+        buf.resize(2 * n, B::zero());
+    }
+    let [mut current, mut next]: [Vec<B>; 2] = bufs.try_into().expect("two buffers");
+    let tables = &design.tables;
+    let Some(first) = tables.first() else {
+        return Ok(());
+    };
+    let mut top = {
+        let (keys, tmp) = current.split_at_mut(n);
+        sort_table(sorted, first, keys, tmp)
+    };
+    for (ti, t) in tables.iter().enumerate() {
+        let prefix = t.prefix_mask::<B>();
+        let (keys, _) = current.split_at_mut(n);
+        let (next_top, per_slice) = rayon::join(
+            || {
+                let (keys, tmp) = next.split_at_mut(n);
+                tables.get(ti + 1).map(|t| sort_table(sorted, t, keys, tmp))
+            },
+            || {
+                split_at_buckets(keys, &top, pieces)
+                    .into_par_iter()
+                    .map(|slice| {
+                        let mut out = Vec::new();
+                        join_buckets(slice, &top, prefix, &masks[..ti], k, |a, b, d| {
+                            let (ia, ib) = (position(a), position(b));
+                            out.push((ia.min(ib), ia.max(ib), d));
+                        });
+                        out
+                    })
+                    .collect::<Vec<Vec<(u32, u32, u32)>>>()
+            },
+        );
+        sink(per_slice.concat());
+        if let Some(next_top) = next_top {
+            top = next_top;
+            std::mem::swap(&mut current, &mut next);
+        }
     }
     Ok(())
 }
@@ -358,14 +388,63 @@ fn join_table<B: Bits>(
     earlier_masks: &[B],
     k: u32,
     (keys, tmp): (&mut [B], &mut [B]),
+    emit: impl FnMut(B, B, u32),
+) {
+    let top = sort_table(fps, t, keys, tmp);
+    join_buckets(keys, &top, t.prefix_mask::<B>(), earlier_masks, k, emit);
+}
+
+/// Sorts `fps` into `keys` by table `t`'s top prefix bits (a directory's
+/// worth); returns what gives a key its bucket.
+fn sort_table<B: Bits>(fps: &[B], t: &Table, keys: &mut [B], tmp: &mut [B]) -> BucketOf {
+    let d = table::dir_bits_for(fps.len(), t.prefix_bits());
+    let top = BucketOf(t.top_pieces(d));
+    radix::sort_by_key_into(fps, |x| top.of(*x), keys, tmp, d);
+    top
+}
+
+/// A key's bucket in a table: its top prefix bits.
+struct BucketOf(Vec<(u32, u32)>);
+
+impl BucketOf {
+    fn of<B: Bits>(&self, x: B) -> u64 {
+        design::top_of(&self.0, x)
+    }
+}
+
+/// `keys` (sorted by bucket) cut into about `pieces` slices, each of whole
+/// buckets, for threads to join apart.
+fn split_at_buckets<'k, B: Bits>(
+    mut keys: &'k mut [B],
+    top: &BucketOf,
+    pieces: usize,
+) -> Vec<&'k mut [B]> {
+    let target = keys.len().div_ceil(pieces.max(1)).max(1);
+    let mut out = Vec::with_capacity(pieces + 1);
+    while !keys.is_empty() {
+        let mut end = target.min(keys.len());
+        while end < keys.len() && top.of(keys[end]) == top.of(keys[end - 1]) {
+            end += 1;
+        }
+        let (head, rest) = std::mem::take(&mut keys).split_at_mut(end);
+        out.push(head);
+        keys = rest;
+    }
+    out
+}
+
+/// The pairs of `keys` (whole buckets of one table, sorted by bucket), as
+/// [`join_table`] gives them.
+fn join_buckets<B: Bits>(
+    keys: &mut [B],
+    top: &BucketOf,
+    prefix: B,
+    earlier_masks: &[B],
+    k: u32,
     mut emit: impl FnMut(B, B, u32),
 ) {
-    let d = table::dir_bits_for(fps.len(), t.prefix_bits());
-    let pieces = t.top_pieces(d);
-    let top = |x: &B| design::top_of(&pieces, *x);
-    radix::sort_by_key_into(fps, top, keys, tmp, d);
+    let top = |x: &B| top.of(*x);
     // Prefixes can be longer than 64 bits at f = 128: compare masked words.
-    let prefix = t.prefix_mask::<B>();
     let same_prefix = |a: B, b: B| a.xor(b).and(prefix) == B::zero();
     let mut hits: Vec<u32> = Vec::new();
     let mut lo = 0;
