@@ -20,8 +20,8 @@ fn check_documents(n: usize) -> Result<(), Error> {
 
 /// Calls `f(a, b, distance)` for every document pair of `fps` within `k`
 /// (a < b), as [`Dedup::for_each_pair`] lists them (pairs of identical
-/// fingerprints first, then the others), joining a round of tables at a time:
-/// the candidate pairs are never all in memory, only one round's. For callers
+/// fingerprints first, then the others), joining a table at a time:
+/// the candidate pairs are never all in memory, only one table's. For callers
 /// that keep few of the pairs (screening them as they come).
 pub fn for_each_pair_streamed<B: Bits>(
     fps: Vec<B>,
@@ -212,8 +212,8 @@ impl Dedup {
 
     /// Joins `fps` (document i has `fps[i]`) at distance `k` with `design` and
     /// verifies the candidates as [`Dedup::verify_by`] (or, if `spanning`,
-    /// [`Dedup::verify_spanning_by`]) does, a round of tables at a time: the
-    /// candidate pairs are never all in memory, only those of one round and
+    /// [`Dedup::verify_spanning_by`]) does, a table at a time: the
+    /// candidate pairs are never all in memory, only those of one table and
     /// the verified ones (a spanning set of them, if `spanning`). The same
     /// pairs and components as joining and verifying one after the other.
     #[allow(clippy::too_many_arguments)]

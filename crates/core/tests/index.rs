@@ -265,7 +265,7 @@ proptest! {
         );
         prop_assert_eq!(spanning.representatives(Policy::Components), reps.clone());
         prop_assert!(spanning.pair_count() <= dd.pair_count());
-        // Joined and verified a round of tables at a time: the same pairs, or
+        // Joined and verified a table at a time: the same pairs, or
         // (spanning) the same components.
         let digest = |i: u32| { let s = &sets[i as usize]; (!s.is_empty()).then(|| neardup_core::spill::set_digest(s)) };
         let score = |a: u32, b: u32| neardup_core::jaccard::jaccard_at_least(&sets[a as usize], &sets[b as usize], t);
@@ -282,7 +282,7 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(150))]
 
-    /// The streamed pair enumeration (a round of tables at a time) lists
+    /// The streamed pair enumeration (a table at a time) lists
     /// every pair within k once: brute force's pairs, with their distances.
     #[test]
     fn streamed_pairs_match_brute_force(
@@ -299,7 +299,7 @@ proptest! {
     }
 
     /// The streamed join's pairs, and the order they come in, are the same
-    /// with 1 and 3 threads (tables joined in parallel), and brute force's.
+    /// with 1 and 3 threads (buckets joined in parallel), and brute force's.
     /// Up to 1,500 fingerprints, 128 bits wide, many sharing their top bits
     /// (crowded buckets).
     #[test]
