@@ -833,7 +833,6 @@ fn write_outputs(
             false => crate::line_copy::plain_line_files(&input)?,
             true => None,
         };
-        let mut reader = DocReader::new(&input)?;
         if let Some(files) = plain {
             // Every record was parsed and checked by the first read: the
             // files are split in blocks, records unparsed.
@@ -843,29 +842,32 @@ fn write_outputs(
                 keep.as_mut(),
                 drop.as_mut(),
             )?;
-        } else if !input.skip_invalid && reader.text_records_only() {
-            // Every record was parsed and checked by the first read: only
-            // blank lines are not documents, and the bytes go out unparsed.
-            while let Some(batch) = reader.next_batch()? {
-                for bytes in batch.into_iter().filter_map(Record::into_document_bytes) {
-                    emit(doc, &bytes)?;
-                    doc += 1;
-                }
-            }
         } else {
-            for_each_batch(
-                &input,
-                true,
-                true,
-                |_| (),
-                |docs, _| {
-                    for d in docs {
-                        emit(doc, d.raw.as_deref().unwrap_or_default())?;
+            let mut reader = DocReader::new(&input)?;
+            if !input.skip_invalid && reader.text_records_only() {
+                // Every record was parsed and checked by the first read: only
+                // blank lines are not documents, and the bytes go out unparsed.
+                while let Some(batch) = reader.next_batch()? {
+                    for bytes in batch.into_iter().filter_map(Record::into_document_bytes) {
+                        emit(doc, &bytes)?;
                         doc += 1;
                     }
-                    Ok(())
-                },
-            )?;
+                }
+            } else {
+                for_each_batch(
+                    &input,
+                    true,
+                    true,
+                    |_| (),
+                    |docs, _| {
+                        for d in docs {
+                            emit(doc, d.raw.as_deref().unwrap_or_default())?;
+                            doc += 1;
+                        }
+                        Ok(())
+                    },
+                )?;
+            }
         }
         if doc != reps.len() - first {
             bail!(
