@@ -87,12 +87,12 @@ fn split_records_in(
     keep: Option<&mut Output>,
     drop: Option<&mut Output>,
 ) -> Result<usize> {
-    let (full_tx, full_rx) = crossbeam_channel::bounded::<io::Result<Block>>(2);
-    let (empty_tx, empty_rx) = crossbeam_channel::bounded::<Vec<u8>>(3);
-    for _ in 0..3 {
-        empty_tx.send(Vec::new()).expect("room for three");
-    }
     std::thread::scope(|s| {
+        let (full_tx, full_rx) = crossbeam_channel::bounded::<io::Result<Block>>(2);
+        let (empty_tx, empty_rx) = crossbeam_channel::bounded::<Vec<u8>>(3);
+        for _ in 0..3 {
+            empty_tx.send(Vec::new()).expect("room for three");
+        }
         s.spawn(move || read_blocks(files, block, &empty_rx, &full_tx));
         let mut splitter = Splitter {
             kept: &kept,
@@ -102,17 +102,24 @@ fn split_records_in(
             carry_at: 0,
         };
         let mut outs = [keep, drop];
-        for read in &full_rx {
-            let read = read?;
-            let file = &files[read.file];
-            splitter.block(file, &read, &mut outs)?;
-            if read.last {
-                splitter.end_of_file(file, &mut outs)?;
+        let mut split = || -> Result<()> {
+            for read in &full_rx {
+                let read = read?;
+                let file = &files[read.file];
+                splitter.block(file, &read, &mut outs)?;
+                if read.last {
+                    splitter.end_of_file(file, &mut outs)?;
+                }
+                // The reader has stopped if this fails; its error comes first.
+                let _ = empty_tx.send(read.bytes);
             }
-            // The reader has stopped if this fails; its error comes first.
-            let _ = empty_tx.send(read.bytes);
-        }
-        Ok(splitter.doc)
+            Ok(())
+        };
+        let result = split();
+        // On an error (a full disk), the reader stops at its next send or
+        // receive: it is not left waiting while the scope waits for it.
+        std::mem::drop((full_rx, empty_tx));
+        result.map(|()| splitter.doc)
     })
 }
 
@@ -408,6 +415,25 @@ mod tests {
             assert_eq!(read_out(&kp), want_keep, "case {case}, block {block}");
             assert_eq!(read_out(&dp), want_drop, "case {case}, block {block}");
         }
+    }
+
+    /// A failed write (a full disk) ends the split with its error while the
+    /// reader still has blocks to give: nothing waits for ever.
+    #[test]
+    fn a_failed_write_stops_the_reader_too() {
+        if !std::path::Path::new("/dev/full").exists() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.jsonl");
+        let line = format!("{{\"text\": \"{}\"}}\n", "w".repeat(1000));
+        std::fs::write(&path, line.repeat(2000)).unwrap();
+        let args = Cli::parse_from(["t", path.to_str().unwrap()]).input;
+        let files = plain_line_files(&args).unwrap().expect("a plain file");
+        let mut full = Output::create(Some(std::path::Path::new("/dev/full"))).unwrap();
+        let result = split_records_in(4096, &files, |_| true, Some(&mut full), None);
+        let err = result.expect_err("the writes fail");
+        assert!(format!("{err:#}").contains("No space"), "{err:#}");
     }
 
     #[test]
