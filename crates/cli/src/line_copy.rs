@@ -133,49 +133,48 @@ struct Block {
     last: bool,
 }
 
+/// Reads the files in blocks into `full`, in buffers from `empty`; the
+/// first error goes to `full` and ends the reading, as does either channel's
+/// other end going away.
 fn read_blocks(
     files: &[PlainFile],
     size: usize,
     empty: &crossbeam_channel::Receiver<Vec<u8>>,
     full: &crossbeam_channel::Sender<io::Result<Block>>,
 ) {
+    if let Err(e) = send_blocks(files, size, empty, full) {
+        let _ = full.send(Err(e));
+    }
+}
+
+fn send_blocks(
+    files: &[PlainFile],
+    size: usize,
+    empty: &crossbeam_channel::Receiver<Vec<u8>>,
+    full: &crossbeam_channel::Sender<io::Result<Block>>,
+) -> io::Result<()> {
+    let named = |what: &str, f: &PlainFile, e: io::Error| {
+        io::Error::new(e.kind(), format!("cannot {what} {}: {e}", f.path.display()))
+    };
     for (i, f) in files.iter().enumerate() {
-        let mut file = match File::open(&f.path) {
-            Ok(file) => file,
-            Err(e) => {
-                let _ = full.send(Err(io::Error::new(
-                    e.kind(),
-                    format!("cannot open {}: {e}", f.path.display()),
-                )));
-                return;
-            }
-        };
+        let mut file = File::open(&f.path).map_err(|e| named("open", f, e))?;
         let mut at = 0u64;
         loop {
-            let Ok(mut bytes) = empty.recv() else { return };
-            bytes.resize(size, 0);
-            let n = match read_up_to(&mut file, &mut bytes) {
-                Ok(n) => n,
-                Err(e) => {
-                    let _ = full.send(Err(io::Error::new(
-                        e.kind(),
-                        format!("cannot read {}: {e}", f.path.display()),
-                    )));
-                    return;
-                }
+            let Ok(mut bytes) = empty.recv() else {
+                return Ok(());
             };
+            bytes.resize(size, 0);
+            let n = read_up_to(&mut file, &mut bytes).map_err(|e| named("read", f, e))?;
             bytes.truncate(n);
             let last = n < size;
-            if full
-                .send(Ok(Block {
-                    file: i,
-                    at,
-                    bytes,
-                    last,
-                }))
-                .is_err()
-            {
-                return;
+            let block = Block {
+                file: i,
+                at,
+                bytes,
+                last,
+            };
+            if full.send(Ok(block)).is_err() {
+                return Ok(());
             }
             at += n as u64;
             if last {
@@ -183,6 +182,7 @@ fn read_blocks(
             }
         }
     }
+    Ok(())
 }
 
 /// Splits blocks into records and writes them.
