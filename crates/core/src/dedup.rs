@@ -561,7 +561,9 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
                 }
             }
         }
-        self.flush();
+        // Flushed a stretch at a time (and at the end), wherever the join's
+        // rounds end: which pairs a spanning set skips depends on the
+        // candidates' order alone, not on how the join hands them over.
     }
 
     fn push(&mut self, pair: (u32, u32, u32)) {

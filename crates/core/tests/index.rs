@@ -4,7 +4,7 @@
 use neardup_core::dedup::{
     Dedup, Policy, clusters, for_each_pair_streamed, representatives_of_pairs,
 };
-use neardup_core::index::{Bits, Index, Match, TableDesign, self_join};
+use neardup_core::index::{Bits, Index, Match, TableDesign, plan, plan_join_sampled, self_join};
 use neardup_core::jaccard::jaccard;
 use proptest::prelude::*;
 
@@ -514,5 +514,42 @@ proptest! {
         } else {
             check(&fps, k, &design(64, k, choice))?;
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// The design planned from the fingerprints themselves is one of the
+    /// planner's options, the same on every call, and finds every pair
+    /// within k (brute force), on crowded sets large enough to be sampled.
+    #[test]
+    fn a_design_planned_from_the_data_finds_every_pair(
+        seeds in prop::collection::vec(any::<u128>(), 1..40),
+        n in 1000usize..1500,
+        k in 3u32..16,
+        crowd in 0u32..60,
+        seed: u64,
+    ) {
+        // Copies of a few seeds with up to k + 2 bits flipped, the top bits
+        // cleared to crowd them.
+        let mut rng = neardup_core::rng::SplitMix64(seed);
+        let keep = u128::MAX >> crowd;
+        let fps: Vec<u128> = (0..n)
+            .map(|_| {
+                let s = seeds[(rng.next() % seeds.len() as u64) as usize];
+                let flips = rng.next() % u64::from(k + 3);
+                (0..flips).fold(s, |f, _| f ^ (1u128 << (rng.next() % 128))) & keep
+            })
+            .collect();
+        // Smaller samples than a run's (a debug build is slow to draw them).
+        let chosen = plan_join_sampled(k, &fps, 4000, 100_000).unwrap();
+        prop_assert_eq!(&plan_join_sampled(k, &fps, 4000, 100_000).unwrap(), &chosen);
+        let options = plan(128, k, n as f64, None).unwrap().options;
+        prop_assert!(options.iter().any(|o| o.design == chosen));
+        let mut got = Vec::new();
+        for_each_pair_streamed(fps.clone(), k, &chosen, |a, b, d| got.push((a, b, d))).unwrap();
+        got.sort_unstable();
+        prop_assert_eq!(got, brute_pairs(&fps, k));
     }
 }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::ValueEnum;
 use neardup_core::dedup::{Dedup, Policy, clusters, default_k};
-use neardup_core::index::{Bits, plan_join};
+use neardup_core::index::{Bits, TableDesign, plan_join_for};
 use neardup_core::jaccard::{SHORT_TEXT_WORDS, Verify};
 use neardup_core::spill::Spill;
 use neardup_core::vector::{cosine as cosine_similarity, k_for_recall, recall_at};
@@ -536,10 +536,33 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
     Ok(ExitCode::SUCCESS)
 }
 
+/// The self-join's tables: planned from the fingerprints themselves, or,
+/// for measuring one design against another, the levels of blocks in
+/// `NEARDUP_JOIN_LEVELS` (`17` for 17 blocks picking 17 − k, `16,16` for
+/// two levels; see `neardup plan`).
+fn join_design<B: Bits>(k: u32, fps: &[B]) -> Result<TableDesign> {
+    let Some(levels) = std::env::var_os("NEARDUP_JOIN_LEVELS") else {
+        return Ok(plan_join_for(k, fps)?);
+    };
+    let levels = levels.to_string_lossy();
+    let levels: Vec<u32> = levels
+        .split(',')
+        .map(|b| b.trim().parse())
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            anyhow!(
+                "NEARDUP_JOIN_LEVELS={levels:?}: {e}; give block counts separated by commas \
+                 (such as 17 or 16,16), or unset it to let the join plan its tables"
+            )
+        })?;
+    TableDesign::new(B::BITS, k, &levels)
+        .with_context(|| format!("NEARDUP_JOIN_LEVELS={levels:?}: no such design"))
+}
+
 /// The join alone, for verification by another measure.
 fn join_only<B: Bits>(values: Values, k: u32) -> Result<Dedup> {
     let fps: Vec<B> = values.into_words();
-    let design = plan_join(B::BITS, k, fps.len() as f64)?;
+    let design = join_design(k, &fps)?;
     Ok(Dedup::from_vec(fps, k, &design)?)
 }
 
@@ -563,7 +586,7 @@ fn join<B: Bits>(
     phases: &mut Phases,
 ) -> Result<(Dedup, Vec<u32>)> {
     let fps: Vec<B> = values.into_words();
-    let design = plan_join(B::BITS, k, fps.len() as f64)?;
+    let design = join_design(k, &fps)?;
     let dedup = match &verify {
         // Joined and verified a round of tables at a time; without --pairs,
         // the components need only a spanning set of pairs.

@@ -190,6 +190,48 @@ impl TableDesign {
             .sum()
     }
 
+    /// The rule that makes each pair within k come out of one table only:
+    /// see [`FirstTable`].
+    pub(crate) fn first_table<B: Bits>(&self) -> FirstTable<B> {
+        let prefixes: Vec<B> = self.tables.iter().map(Table::prefix_mask::<B>).collect();
+        let [b] = self.levels[..] else {
+            // Nested designs: every earlier table's prefix.
+            return FirstTable {
+                ranges: (0..prefixes.len()).map(|t| 0..t).collect(),
+                masks: prefixes,
+            };
+        };
+        // One level: the tables are the (b − k)-subsets of b blocks in
+        // lexicographic order, so the first one a pair shares is made of the
+        // smallest blocks it agrees on. A pair that shares table t's blocks
+        // is t's exactly when it differs in every block before t's last one
+        // that t leaves out (one such block it agrees on would make an
+        // earlier subset).
+        let blocks: Vec<B> = split(
+            &[Segment {
+                start: 0,
+                len: self.bits,
+            }],
+            b,
+        )
+        .iter()
+        .map(|part| {
+            part.iter()
+                .fold(B::zero(), |m, s| m.or(B::mask(s.start, s.len)))
+        })
+        .collect();
+        let mut masks = Vec::new();
+        let mut ranges = Vec::with_capacity(self.tables.len());
+        for combo in combinations(b as usize, (b - self.k) as usize) {
+            let from = masks.len();
+            let last = *combo.last().expect("a table picks at least one block");
+            masks.extend((0..last).filter(|j| !combo.contains(j)).map(|j| blocks[j]));
+            ranges.push(from..masks.len());
+        }
+        debug_assert_eq!(ranges.len(), self.tables.len());
+        FirstTable { masks, ranges }
+    }
+
     /// A one-line description, as the paper writes them.
     pub fn describe(&self) -> String {
         let (lo, hi) = self.prefix_range();
@@ -209,6 +251,34 @@ impl TableDesign {
             levels.join(", then ")
         )
     }
+}
+
+/// Which table reports a pair that several tables find: the first, in the
+/// design's order, whose prefix the pair shares. Per table, a list of masks
+/// (fingerprint positions): a pair sharing the table's prefix is the table's
+/// when its difference has a bit in every one. For any design the list is
+/// every earlier table's prefix; for one level of blocks it is the few
+/// blocks the table skips before its last one (at most k, against up to
+/// hundreds of earlier tables: a crowded join checks this for every pair
+/// within k in every table that finds it).
+#[derive(Clone, Debug)]
+pub(crate) struct FirstTable<B> {
+    masks: Vec<B>,
+    ranges: Vec<std::ops::Range<usize>>,
+}
+
+impl<B: Bits> FirstTable<B> {
+    /// The masks of table `t`.
+    pub(crate) fn of(&self, t: usize) -> &[B] {
+        &self.masks[self.ranges[t].clone()]
+    }
+}
+
+/// Whether a pair differing in `diff`, found by a table whose
+/// [`FirstTable::of`] masks are `masks`, is that table's to report.
+#[inline]
+pub(crate) fn reported_by<B: Bits>(masks: &[B], diff: B) -> bool {
+    masks.iter().all(|&m| diff.and(m) != B::zero())
 }
 
 fn build(
@@ -446,6 +516,100 @@ pub fn plan_join(bits: u32, k: u32, n: f64) -> Result<TableDesign, Error> {
     Ok(best.design.clone())
 }
 
+/// Pairs sampled to estimate how many comparisons a design makes.
+const SAMPLED_PAIRS: usize = 40_000;
+/// Pairs sampled to find pairs within k (rare: a few in ten thousand of
+/// crowded text's pairs) and how many tables each is found in.
+const SAMPLED_NEAR: usize = 2_000_000;
+/// Pairs within k that are enough to estimate from.
+const NEAR_ENOUGH: usize = 10_000;
+/// Join costs in nanoseconds of one core, fitted to joins of 0.16, 0.7 and
+/// 1.85 million 128-bit fingerprints of crowded text (docs/dedup.md): per
+/// fingerprint and table (sorting it, finding its bucket and run, starting
+/// its comparisons), per comparison (AVX-512 VPOPCNTDQ, or the scalar
+/// `popcnt`), and per pair within k found by a table (the first-table rule
+/// and the pair's hand-off).
+const JOIN_ENTRY_NS: f64 = 40.0;
+const JOIN_COMPARE_NS: f64 = 0.15;
+const JOIN_COMPARE_SCALAR_NS: f64 = 0.35;
+const JOIN_HIT_NS: f64 = 6.5;
+
+/// [`plan_join`] for these fingerprints: the work of each design is
+/// estimated from the fingerprints themselves rather than from uniformly
+/// random bits. Text's fingerprints crowd (documents of one language and
+/// domain share words), so that a prefix narrows far less than its length
+/// says, and pairs within k, each found by several tables, cost more with
+/// more tables; which design is fastest depends on how they crowd. A
+/// sample of random pairs gives, per design, the pairs sharing a table's
+/// prefix (the comparisons) and the pairs within k it finds (each once per
+/// table that finds it). Deterministic: a fixed seed.
+pub fn plan_join_for<B: Bits>(k: u32, fps: &[B]) -> Result<TableDesign, Error> {
+    plan_join_sampled(k, fps, SAMPLED_PAIRS, SAMPLED_NEAR)
+}
+
+/// [`plan_join_for`] from `sampled` random pairs (for the comparisons) and
+/// up to `sampled_near` more (for the pairs within k).
+pub fn plan_join_sampled<B: Bits>(
+    k: u32,
+    fps: &[B],
+    sampled: usize,
+    sampled_near: usize,
+) -> Result<TableDesign, Error> {
+    let n = fps.len();
+    let p = plan(B::BITS, k, n as f64, None)?;
+    if n < 1000 {
+        return plan_join(B::BITS, k, n as f64);
+    }
+    let pairs = (n as f64) * (n as f64 - 1.0) / 2.0;
+    let mut rng = crate::rng::SplitMix64(0x6a6f_696e);
+    let mut diff = || {
+        let a = (rng.next() % n as u64) as usize;
+        let b = (rng.next() % n as u64) as usize;
+        fps[a].xor(fps[b])
+    };
+    // Identical fingerprints are collapsed before the join: no work.
+    let sample: Vec<B> = (0..sampled)
+        .map(|_| diff())
+        .filter(|d| *d != B::zero())
+        .collect();
+    // Pairs within k, until enough are found to count (heavy clusters of
+    // near copies make them common).
+    let mut near = Vec::new();
+    let mut drawn = 0;
+    while drawn < sampled_near && near.len() < NEAR_ENOUGH {
+        let d = diff();
+        drawn += 1;
+        if d != B::zero() && d.distance(B::zero()) <= k {
+            near.push(d);
+        }
+    }
+    let cost = |d: &TableDesign| {
+        let masks: Vec<B> = d.tables.iter().map(Table::prefix_mask::<B>).collect();
+        let shared = |diffs: &[B]| -> f64 {
+            let count = diffs
+                .iter()
+                .map(|&x| masks.iter().filter(|&&m| x.and(m) == B::zero()).count())
+                .sum::<usize>();
+            count as f64
+        };
+        let compares = shared(&sample) * pairs / sampled.max(1) as f64;
+        let hits = shared(&near) * pairs / drawn.max(1) as f64;
+        let compare_ns = if super::near::avx512() {
+            JOIN_COMPARE_NS
+        } else {
+            JOIN_COMPARE_SCALAR_NS
+        };
+        d.tables.len() as f64 * n as f64 * JOIN_ENTRY_NS
+            + compares * compare_ns
+            + hits * JOIN_HIT_NS
+    };
+    let costs: Vec<f64> = p.options.iter().map(|o| cost(&o.design)).collect();
+    let best = (0..costs.len())
+        .min_by(|&a, &b| costs[a].total_cmp(&costs[b]))
+        .expect("options is not empty");
+    Ok(p.options[best].design.clone())
+}
+
 /// Directory bits for a table of `n` entries (the same rule the tables use).
 pub fn directory_bits(prefix_bits: u32, n: f64) -> u32 {
     dir_bits_for(n.min(usize::MAX as f64) as usize, prefix_bits)
@@ -480,6 +644,36 @@ mod tests {
                     } else {
                         prop_assert_eq!(top_of(&pieces, x), t.permute(x).top(d));
                     }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        // The short rule of one-level designs against its definition: the
+        // first table, in the design's order, whose prefix the pair shares.
+        #[test]
+        fn the_first_table_rule_picks_the_first_table_sharing_the_prefix(
+            positions in prop::collection::vec(0u32..128, 0..24),
+            clustered in any::<bool>(), k in 1u32..17, extra in 1u32..4, wide in any::<bool>(),
+        ) {
+            let bits = if wide { 128 } else { 64 };
+            let k = k.min(bits / 8);
+            // Differences spread over the word or packed into a few blocks.
+            let diff = positions.iter().fold(0u128, |d, &p| {
+                let p = if clustered { p % 24 } else { p % bits };
+                d | 1u128 << p
+            });
+            let levels: &[&[u32]] = &[&[k + extra], &[k + 1, k + extra]];
+            for levels in levels {
+                let Ok(design) = TableDesign::new(bits, k, levels) else { continue };
+                let rule = design.first_table::<u128>();
+                let prefixes: Vec<u128> = design.tables.iter().map(|t| t.prefix_mask::<u128>()).collect();
+                let shares = |t: usize| diff & prefixes[t] == 0;
+                let first = (0..prefixes.len()).find(|&t| shares(t));
+                for t in (0..prefixes.len()).filter(|&t| shares(t)) {
+                    prop_assert_eq!(reported_by(rule.of(t), diff), Some(t) == first,
+                        "table {} of {}", t, design.describe());
                 }
             }
         }

@@ -8,17 +8,9 @@
 use rayon::prelude::*;
 
 use super::bits::Bits;
-use super::design::{self, Table, TableDesign};
+use super::design::{self, FirstTable, Table, TableDesign, reported_by};
 use super::{mem, radix, table};
 use crate::error::Error;
-
-/// The first-table rule: a pair whose fingerprints differ in `diff` is
-/// reported by a table only if no earlier table (`earlier`: their prefix
-/// masks, in fingerprint positions) has them share its prefix.
-#[inline]
-fn first_table<B: Bits>(earlier: &[B], diff: B) -> bool {
-    !earlier.iter().any(|&m| diff.and(m) == B::zero())
-}
 
 /// The self-join's keys and rule for a runtime that groups rows itself (the
 /// Spark job's distributed path): each fingerprint goes to one group per
@@ -29,6 +21,8 @@ fn first_table<B: Bits>(earlier: &[B], diff: B) -> bool {
 pub struct JoinKeys<B: Bits> {
     /// Each table's prefix mask, in fingerprint positions.
     masks: Vec<B>,
+    /// Which table reports a pair.
+    first: FirstTable<B>,
 }
 
 impl<B: Bits> JoinKeys<B> {
@@ -42,6 +36,7 @@ impl<B: Bits> JoinKeys<B> {
         }
         Ok(JoinKeys {
             masks: design.tables.iter().map(Table::prefix_mask::<B>).collect(),
+            first: design.first_table(),
         })
     }
 
@@ -55,13 +50,13 @@ impl<B: Bits> JoinKeys<B> {
         fp.and(self.masks[t])
     }
 
-    /// The distance of `a` and `b` when the group of table `t` (where they
-    /// share the prefix) reports them: within `k`, and no earlier table
-    /// shares their prefix.
+    /// The distance of `a` and `b` when the group of table `t` reports them:
+    /// within `k`, sharing table `t`'s prefix, and no earlier table's.
     pub fn reports(&self, t: usize, a: B, b: B, k: u32) -> Option<u32> {
         let diff = a.xor(b);
         let d = diff.distance(B::zero());
-        (d <= k && first_table(&self.masks[..t.min(self.masks.len())], diff)).then_some(d)
+        let shares = diff.and(self.masks[t]) == B::zero();
+        (d <= k && shares && reported_by(self.first.of(t), diff)).then_some(d)
     }
 }
 
@@ -223,7 +218,7 @@ pub fn join_sorted_unique_with<B: Bits>(
     scratch: JoinScratch<B>,
 ) -> Result<Vec<(u32, u32, u32)>, Error> {
     check_join(sorted, k, design)?;
-    let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
+    let first = design.first_table::<B>();
     // One chunk of tables per thread, each with its scratch reused from table to
     // table (`map_init` would make new scratch per split: fresh pages each time).
     let tables: Vec<(usize, &Table)> = design.tables.iter().enumerate().collect();
@@ -247,7 +242,7 @@ pub fn join_sorted_unique_with<B: Bits>(
                 .iter()
                 .map(|&(ti, t)| {
                     let mut out = Vec::new();
-                    join_table(sorted, t, &masks[..ti], k, (keys, tmp), |a, b, d| {
+                    join_table(sorted, t, first.of(ti), k, (keys, tmp), |a, b, d| {
                         out.push((a, b, d))
                     });
                     out
@@ -269,15 +264,23 @@ pub fn join_sorted_unique_with<B: Bits>(
     Ok(pairs)
 }
 
-/// [`join_sorted_unique_with`] a table at a time: `sink` gets the pairs of
-/// each table before the next one is joined, so that memory holds one
-/// table's pairs rather than all of them. A table's keys are sorted (while
-/// the previous table is joined), then cut into slices of whole buckets that
-/// the threads join (many more slices than threads, taken as threads come
-/// free: tables differ in work, and a round of one table per thread left a
-/// thread idle for a fifth of a crowded join). Every pair `(i, j, distance)`,
-/// `i < j`, reaches `sink` exactly once, in an order fixed by the design (not
-/// by the thread count or timing).
+/// Slices of whole buckets a table's keys are cut into: many more than
+/// threads, so that threads take them as they come free (tables and
+/// buckets differ in work; a round of one table per thread left a thread
+/// idle for a fifth of a crowded join), and a fixed number, so that the
+/// pairs come out in the same order with any number of threads.
+const SLICES: usize = 256;
+/// Slices joined at once: their pairs are what the join holds in memory.
+const ROUND: usize = 16;
+
+/// [`join_sorted_unique_with`] a table at a time, a round of slices at a
+/// time: `sink` gets each slice's pairs once its round is joined, so that
+/// memory holds a round's pairs (a sixteenth of a table's), not all of
+/// them. A table's keys are sorted (while the previous table is joined),
+/// then cut into [`SLICES`] slices of whole buckets that the threads join
+/// [`ROUND`] at a time. Every pair `(i, j, distance)`, `i < j`, reaches
+/// `sink` exactly once, in an order fixed by the design (not by the thread
+/// count or timing).
 pub fn join_sorted_unique_each<B: Bits>(
     sorted: &[B],
     k: u32,
@@ -286,10 +289,9 @@ pub fn join_sorted_unique_each<B: Bits>(
     mut sink: impl FnMut(Vec<(u32, u32, u32)>),
 ) -> Result<(), Error> {
     check_join(sorted, k, design)?;
-    let masks: Vec<B> = design.tables.iter().map(|t| t.prefix_mask::<B>()).collect();
+    let rule = design.first_table::<B>();
     let n = sorted.len();
     let position = positions(sorted);
-    let pieces = 16 * rayon::current_num_threads().max(1);
     // Two buffers of keys and radix scratch: the next table is sorted in
     // one while the threads join the current one's buckets in the other.
     let mut bufs = scratch.bufs;
@@ -315,26 +317,32 @@ pub fn join_sorted_unique_each<B: Bits>(
     for (ti, t) in tables.iter().enumerate() {
         let prefix = t.prefix_mask::<B>();
         let (keys, _) = current.split_at_mut(n);
-        let (next_top, per_slice) = rayon::join(
-            || {
-                let (keys, tmp) = next.split_at_mut(n);
-                tables.get(ti + 1).map(|t| sort_table(sorted, t, keys, tmp))
-            },
-            || {
-                split_at_buckets(keys, &top, pieces)
-                    .into_par_iter()
+        let mut next_top = None;
+        // The sink need not be `Send`: the scope runs its body on this thread.
+        rayon::in_place_scope(|scope| {
+            if let Some(t) = tables.get(ti + 1) {
+                let (next_top, next) = (&mut next_top, &mut next);
+                scope.spawn(move |_| {
+                    let (keys, tmp) = next.split_at_mut(n);
+                    *next_top = Some(sort_table(sorted, t, keys, tmp));
+                });
+            }
+            let mut slices = split_at_buckets(keys, &top, SLICES);
+            for round in slices.chunks_mut(ROUND) {
+                let pairs: Vec<Vec<(u32, u32, u32)>> = round
+                    .par_iter_mut()
                     .map(|slice| {
                         let mut out = Vec::new();
-                        join_buckets(slice, &top, prefix, &masks[..ti], k, |a, b, d| {
+                        join_buckets(slice, &top, prefix, rule.of(ti), k, |a, b, d| {
                             let (ia, ib) = (position(a), position(b));
                             out.push((ia.min(ib), ia.max(ib), d));
                         });
                         out
                     })
-                    .collect::<Vec<Vec<(u32, u32, u32)>>>()
-            },
-        );
-        sink(per_slice.concat());
+                    .collect();
+                pairs.into_iter().for_each(&mut sink);
+            }
+        });
         if let Some(next_top) = next_top {
             top = next_top;
             std::mem::swap(&mut current, &mut next);
@@ -385,13 +393,13 @@ fn check_join<B: Bits>(sorted: &[B], k: u32, design: &TableDesign) -> Result<(),
 fn join_table<B: Bits>(
     fps: &[B],
     t: &Table,
-    earlier_masks: &[B],
+    first: &[B],
     k: u32,
     (keys, tmp): (&mut [B], &mut [B]),
     emit: impl FnMut(B, B, u32),
 ) {
     let top = sort_table(fps, t, keys, tmp);
-    join_buckets(keys, &top, t.prefix_mask::<B>(), earlier_masks, k, emit);
+    join_buckets(keys, &top, t.prefix_mask::<B>(), first, k, emit);
 }
 
 /// Sorts `fps` into `keys` by table `t`'s top prefix bits (a directory's
@@ -439,7 +447,7 @@ fn join_buckets<B: Bits>(
     keys: &mut [B],
     top: &BucketOf,
     prefix: B,
-    earlier_masks: &[B],
+    first: &[B],
     k: u32,
     mut emit: impl FnMut(B, B, u32),
 ) {
@@ -490,7 +498,7 @@ fn join_buckets<B: Bits>(
                     if small && diff.and(prefix) != B::zero() {
                         continue;
                     }
-                    if !first_table(earlier_masks, diff) {
+                    if !reported_by(first, diff) {
                         continue; // an earlier table reports it
                     }
                     emit(a, b, dist);

@@ -22,7 +22,10 @@ use rayon::prelude::*;
 pub use bits::Bits;
 pub use bundle::{AnyIndex, Bundle};
 pub use compressed::{Coding, CompressedIndex};
-pub use design::{Plan, PlanOption, Segment, Table, TableDesign, plan, plan_join};
+pub use design::{
+    Plan, PlanOption, Segment, Table, TableDesign, plan, plan_join, plan_join_for,
+    plan_join_sampled,
+};
 pub use file::IndexFile;
 pub use ids::{IdRef, IdTable};
 pub use join::{
