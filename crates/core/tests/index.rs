@@ -520,6 +520,34 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
+    /// Runs of thousands of fingerprints sharing a prefix are compared by
+    /// all threads: the same pairs as brute force, in the same order with 1
+    /// and 3 threads.
+    #[test]
+    fn crowded_runs_shared_among_threads_give_the_same_pairs(
+        raw in prop::collection::vec(any::<u128>(), 2100..2600),
+        k in 1u32..6,
+        crowd in 100u32..110,
+        choice in 0usize..5,
+    ) {
+        let keep = u128::MAX >> crowd;
+        let fps: Vec<u128> = raw.iter().map(|&v| v & keep).collect();
+        let d = design(128, k, choice);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let mut got = Vec::new();
+            pool.install(|| {
+                for_each_pair_streamed(fps.clone(), k, &d, |a, b, dist| got.push((a, b, dist))).unwrap()
+            });
+            got
+        };
+        let one = run(1);
+        prop_assert_eq!(&run(3), &one);
+        let mut sorted = one.clone();
+        sorted.sort_unstable();
+        prop_assert_eq!(sorted, brute_pairs(&fps, k));
+    }
+
     /// The design planned from the fingerprints themselves is one of the
     /// planner's options, the same on every call, and finds every pair
     /// within k (brute force), on crowded sets large enough to be sampled.

@@ -242,9 +242,8 @@ pub fn join_sorted_unique_with<B: Bits>(
                 .iter()
                 .map(|&(ti, t)| {
                     let mut out = Vec::new();
-                    join_table(sorted, t, first.of(ti), k, (keys, tmp), |a, b, d| {
-                        out.push((a, b, d))
-                    });
+                    let pair = |a, b, d| (a, b, d);
+                    join_table(sorted, t, first.of(ti), k, (keys, tmp), pair, &mut out);
                     out
                 })
                 .collect::<Vec<_>>()
@@ -333,10 +332,11 @@ pub fn join_sorted_unique_each<B: Bits>(
                     .par_iter_mut()
                     .map(|slice| {
                         let mut out = Vec::new();
-                        join_buckets(slice, &top, prefix, rule.of(ti), k, |a, b, d| {
+                        let pair = |a, b, d| {
                             let (ia, ib) = (position(a), position(b));
-                            out.push((ia.min(ib), ia.max(ib), d));
-                        });
+                            (ia.min(ib), ia.max(ib), d)
+                        };
+                        join_buckets(slice, &top, prefix, rule.of(ti), k, pair, &mut out);
                         out
                     })
                     .collect();
@@ -383,23 +383,25 @@ fn check_join<B: Bits>(sorted: &[B], k: u32, design: &TableDesign) -> Result<(),
     Ok(())
 }
 
-/// One table's pairs, as fingerprint values, each given to `emit(a, b, distance)`.
+/// One table's pairs, each made by `pair(a, b, distance)` (fingerprint
+/// values) and pushed onto `out`.
 /// `keys` and `tmp`, as long as `fps`, are scratch reused from table to table.
 ///
 /// The fingerprints are grouped by the table's prefix but never permuted:
 /// distances do not depend on the bit order, so only the few bits that pick
 /// a bucket are gathered (at 128 bits and large k a design cuts 18 blocks,
 /// and a whole permutation per fingerprint and table dominated the join).
-fn join_table<B: Bits>(
+fn join_table<B: Bits, P: Send>(
     fps: &[B],
     t: &Table,
     first: &[B],
     k: u32,
     (keys, tmp): (&mut [B], &mut [B]),
-    emit: impl FnMut(B, B, u32),
+    pair: impl Fn(B, B, u32) -> P + Sync,
+    out: &mut Vec<P>,
 ) {
     let top = sort_table(fps, t, keys, tmp);
-    join_buckets(keys, &top, t.prefix_mask::<B>(), first, k, emit);
+    join_buckets(keys, &top, t.prefix_mask::<B>(), first, k, pair, out);
 }
 
 /// Sorts `fps` into `keys` by table `t`'s top prefix bits (a directory's
@@ -443,13 +445,14 @@ fn split_at_buckets<'k, B: Bits>(
 
 /// The pairs of `keys` (whole buckets of one table, sorted by bucket), as
 /// [`join_table`] gives them.
-fn join_buckets<B: Bits>(
+fn join_buckets<B: Bits, P: Send>(
     keys: &mut [B],
     top: &BucketOf,
     prefix: B,
     first: &[B],
     k: u32,
-    mut emit: impl FnMut(B, B, u32),
+    pair: impl Fn(B, B, u32) -> P + Sync,
+    out: &mut Vec<P>,
 ) {
     let top = |x: &B| top.of(*x);
     // Prefixes can be longer than 64 bits at f = 128: compare masked words.
@@ -488,22 +491,65 @@ fn join_buckets<B: Bits>(
             };
             let run = &bucket[run_start..run_end];
             run_start = run_end;
-            for (x, &a) in run.iter().enumerate() {
-                hits.clear();
-                a.within(&run[x + 1..], k, &mut hits);
-                for &i in &hits {
-                    let b = run[x + 1 + i as usize];
-                    let diff = a.xor(b);
-                    let dist = diff.distance(B::zero());
-                    if small && diff.and(prefix) != B::zero() {
-                        continue;
-                    }
-                    if !reported_by(first, diff) {
-                        continue; // an earlier table reports it
-                    }
-                    emit(a, b, dist);
+            let check_prefix = small.then_some(prefix);
+            if run.len() < PARALLEL_RUN {
+                for x in 0..run.len() {
+                    compare_one(run, x, k, check_prefix, first, &mut hits, &mut |a, b, d| {
+                        out.push(pair(a, b, d))
+                    });
                 }
+                continue;
             }
+            // A crowded run (thousands of fingerprints sharing the prefix)
+            // can be most of a table's work: its rows are shared among the
+            // threads, and their pairs emitted in order.
+            let rows: Vec<Vec<P>> = (0..run.len())
+                .into_par_iter()
+                .with_min_len(64)
+                .fold(
+                    || (Vec::new(), Vec::new()),
+                    |(mut rows, mut hits), x| {
+                        compare_one(run, x, k, check_prefix, first, &mut hits, &mut |a, b, d| {
+                            rows.push(pair(a, b, d))
+                        });
+                        (rows, hits)
+                    },
+                )
+                .map(|(rows, _)| rows)
+                .collect();
+            rows.into_iter().for_each(|mut rows| out.append(&mut rows));
         }
+    }
+}
+
+/// Runs at least this long are compared by all threads.
+const PARALLEL_RUN: usize = 2048;
+
+/// The pairs of `run[x]` with the fingerprints after it, within `k`, that
+/// this table reports (`first`, and, where the run was not sorted by
+/// prefix, sharing `check_prefix`).
+#[inline]
+fn compare_one<B: Bits>(
+    run: &[B],
+    x: usize,
+    k: u32,
+    check_prefix: Option<B>,
+    first: &[B],
+    hits: &mut Vec<u32>,
+    emit: &mut impl FnMut(B, B, u32),
+) {
+    let a = run[x];
+    hits.clear();
+    a.within(&run[x + 1..], k, hits);
+    for &i in hits.iter() {
+        let b = run[x + 1 + i as usize];
+        let diff = a.xor(b);
+        if check_prefix.is_some_and(|p| diff.and(p) != B::zero()) {
+            continue;
+        }
+        if !reported_by(first, diff) {
+            continue; // an earlier table reports it
+        }
+        emit(a, b, diff.distance(B::zero()));
     }
 }
