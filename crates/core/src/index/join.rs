@@ -227,7 +227,9 @@ pub fn join_sorted_unique_with<B: Bits>(
     let mut bufs = scratch.bufs;
     bufs.resize_with(chunks.len(), Vec::new);
     let n = sorted.len();
-    let per_table: Vec<Vec<(B, B, u32)>> = chunks
+    // Pairs as positions (12 bytes each, not two fingerprints) from the start.
+    let position = positions(sorted);
+    let per_table: Vec<Vec<(u32, u32, u32)>> = chunks
         .into_par_iter()
         .zip(bufs)
         .flat_map_iter(|(chunk, mut buf)| {
@@ -242,23 +244,21 @@ pub fn join_sorted_unique_with<B: Bits>(
                 .iter()
                 .map(|&(ti, t)| {
                     let mut out = Vec::new();
-                    let pair = |a, b, d| (a, b, d);
+                    let pair = |a, b, d| {
+                        let (ia, ib) = (position(a), position(b));
+                        (ia.min(ib), ia.max(ib), d)
+                    };
                     join_table(sorted, t, first.of(ti), k, (keys, tmp), pair, &mut out);
                     out
                 })
                 .collect::<Vec<_>>()
         })
         .collect();
-    // Fingerprints back to their positions.
-    let position = positions(sorted);
-    let mut pairs: Vec<(u32, u32, u32)> = per_table
-        .into_par_iter()
-        .flatten()
-        .map(|(a, b, d)| {
-            let (ia, ib) = (position(a), position(b));
-            (ia.min(ib), ia.max(ib), d)
-        })
-        .collect();
+    // Each table's pairs freed as soon as they are moved.
+    let mut pairs = Vec::with_capacity(per_table.iter().map(Vec::len).sum());
+    for table in per_table {
+        pairs.extend(table);
+    }
     pairs.par_sort_unstable();
     Ok(pairs)
 }
