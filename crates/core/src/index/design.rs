@@ -7,6 +7,7 @@
 //! nest: after choosing blocks, the remaining bits (which still hold all k
 //! differences) are cut again.
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::bits::Bits;
@@ -603,7 +604,7 @@ pub fn plan_join_sampled<B: Bits>(
             + compares * compare_ns
             + hits * JOIN_HIT_NS
     };
-    let costs: Vec<f64> = p.options.iter().map(|o| cost(&o.design)).collect();
+    let costs: Vec<f64> = p.options.par_iter().map(|o| cost(&o.design)).collect();
     let best = (0..costs.len())
         .min_by(|&a, &b| costs[a].total_cmp(&costs[b]))
         .expect("options is not empty");
