@@ -142,22 +142,43 @@ pub fn shingles_with(
     shingles_keyed(text, normalize, ShingleKey::STORED, scratch, out)
 }
 
-/// How a word shingle becomes its hash: its words joined by `joiner`, hashed
-/// by xxh3 with `seed`. Only sets made with one key are comparable; the key
-/// changes no similarity (a word holds neither joiner).
+/// How a word shingle becomes its hash. Only sets made with one key are
+/// comparable; the key changes no similarity (a word holds neither joiner,
+/// and 64-bit hashes of distinct shingles do not collide in practice).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ShingleKey {
-    pub joiner: u8,
-    pub seed: u64,
+pub enum ShingleKey {
+    /// Its words joined by `joiner`, hashed by xxh3 with `seed`.
+    Joined { joiner: u8, seed: u64 },
+    /// Each word hashed by xxh3 with `seed`, the shingle's word hashes then
+    /// mixed in order ([`mix_words`]): a word is hashed once, not once in
+    /// each of the three shingles that hold it, and no shingle is copied
+    /// together (dedup's verification features).
+    Words { seed: u64 },
 }
 
 impl ShingleKey {
     /// The key of [`shingles`] and [`shingles_for`], which the service's
     /// stored sketches were made with.
-    pub const STORED: ShingleKey = ShingleKey {
+    pub const STORED: ShingleKey = ShingleKey::Joined {
         joiner: 0x1f,
         seed: 0,
     };
+}
+
+/// A shingle's hash from its words' hashes, in order ([`ShingleKey::Words`]).
+/// Each step (xor a word in, multiply by an odd constant, fold the high bits
+/// down) is a bijection of the state, so shingles that differ in one word
+/// never collide; a final avalanche spreads every input bit.
+#[inline]
+pub fn mix_words(words: &[u64]) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15 ^ words.len() as u64;
+    for &w in words {
+        h = (h ^ w).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^= h >> 31;
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 /// [`shingles_with`], word shingles hashed with `key` (character shingles do
@@ -230,6 +251,30 @@ fn word_shingles(
     key: &mut Vec<u8>,
     out: &mut Vec<u64>,
 ) {
+    let (joiner, seed) = match key_of {
+        ShingleKey::Joined { joiner, seed } => (joiner, seed),
+        ShingleKey::Words { seed } => {
+            // Three words a shingle (a text of fewer words is one shingle).
+            const _: () = assert!(SHINGLE == 3);
+            let mut last = [0u64; 2];
+            let mut seen = 0usize;
+            words(norm, &mut |w: &str| {
+                let h = xxh3_64_with_seed(w.as_bytes(), seed);
+                if seen >= 2 {
+                    out.push(mix_words(&[last[0], last[1], h]));
+                }
+                last = [last[1], h];
+                seen += 1;
+            });
+            match seen {
+                1 => out.push(mix_words(&last[1..])),
+                2 => out.push(mix_words(&last)),
+                _ => {}
+            }
+            sort_dedup_hashes(out);
+            return;
+        }
+    };
     spans.clear();
     let base = norm.as_ptr() as usize;
     words(norm, &mut |w: &str| {
@@ -246,11 +291,11 @@ fn word_shingles(
         key.clear();
         for (j, &(s, e)) in window.iter().enumerate() {
             if j > 0 {
-                key.push(key_of.joiner);
+                key.push(joiner);
             }
             key.extend_from_slice(&norm.as_bytes()[s..e]);
         }
-        out.push(xxh3_64_with_seed(key, key_of.seed));
+        out.push(xxh3_64_with_seed(key, seed));
     }
     sort_dedup_hashes(out);
 }
@@ -539,6 +584,24 @@ mod tests {
         w.sort();
         w.dedup();
         w
+    }
+
+    proptest! {
+        // Shingles that differ in any one word, or only in order or length,
+        // get different hashes (one word: never, the steps being bijections).
+        #[test]
+        fn mixed_word_hashes_tell_shingles_apart(a: u64, b: u64, c: u64, d: u64) {
+            if c != d {
+                prop_assert_ne!(mix_words(&[a, b, c]), mix_words(&[a, b, d]));
+                prop_assert_ne!(mix_words(&[a, c, b]), mix_words(&[a, d, b]));
+                prop_assert_ne!(mix_words(&[c, a, b]), mix_words(&[d, a, b]));
+            }
+            if a != b {
+                prop_assert_ne!(mix_words(&[a, b, c]), mix_words(&[b, a, c]));
+            }
+            prop_assert_ne!(mix_words(&[a, b]), mix_words(&[a, b, c]));
+            prop_assert_ne!(mix_words(&[a]), mix_words(&[a, b]));
+        }
     }
 
     proptest! {

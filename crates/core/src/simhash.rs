@@ -15,7 +15,9 @@ use crate::error::Error;
 use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
-use crate::jaccard::{SHINGLE, ShingleKey, ShingleScratch, shingles_keyed, shingles_of_normalized};
+use crate::jaccard::{
+    SHINGLE, ShingleKey, ShingleScratch, mix_words, shingles_keyed, shingles_of_normalized,
+};
 use crate::normalize::{all_invariant, any_non_ascii, is_spaceless_script, normalize_into};
 use crate::tokenize::{for_each_token, jieba};
 use crate::vector::Hyperplanes;
@@ -220,12 +222,11 @@ impl SimHasher {
         sums.finish()
     }
 
-    /// How [`SimHasher::fingerprint_and_shingles`] hashes word shingles: words
-    /// joined by a space, xxh3 with the configuration's seed (the default
-    /// pipeline's own feature hash).
+    /// How [`SimHasher::fingerprint_and_shingles`] hashes word shingles:
+    /// each word by xxh3 with the configuration's seed, the three mixed
+    /// ([`ShingleKey::Words`]).
     pub fn shingle_key(&self) -> ShingleKey {
-        ShingleKey {
-            joiner: b' ',
+        ShingleKey::Words {
             seed: self.config.seed,
         }
     }
@@ -300,79 +301,53 @@ impl SimHasher {
             shingles_of_normalized(view, key, shingle_scratch, shingles);
             return fingerprint;
         }
-        let fingerprint = match features {
+        match features {
             Shares::Shingles => {
-                let hash = Xxh3x64(self.config.seed);
-                let batch = UnitBatch::collecting(Width::W64, hash, shingles);
-                self.unit_shingles(view, lower, SHINGLE, joined, batch)
+                // The fingerprint's shingles are hashed whole; the
+                // verification features are made apart (from the text: this
+                // view may still be lower-cased word by word).
+                let batch = UnitBatch::new(Width::W64, Xxh3x64(self.config.seed));
+                let fingerprint = self.unit_shingles(view, lower, SHINGLE, joined, batch);
+                shingles_keyed(text, normalize, key, shingle_scratch, shingles);
+                fingerprint
             }
             Shares::Tokens => {
                 let batch = UnitBatch::new(self.width(), self.hasher);
-                self.unit_tokens_and_shingles(view, batch, key, joined, shingles)
+                let fingerprint = self.unit_tokens_and_shingles(view, batch, shingles);
+                crate::jaccard::sort_dedup_hashes(shingles);
+                fingerprint
             }
-        };
-        crate::jaccard::sort_dedup_hashes(shingles);
-        fingerprint
+        }
     }
 
     /// Term-frequency fingerprint of `norm`'s words, and their 3-shingles'
-    /// hashes (keyed by `key`, unsorted) into `out`.
+    /// hashes (as [`SimHasher::shingle_key`] makes them, unsorted) into `out`.
     fn unit_tokens_and_shingles<H: HashBytes>(
         &self,
         norm: &str,
-        mut batch: UnitBatch<'_, H>,
-        key: ShingleKey,
-        buf: &mut Vec<u8>,
+        mut batch: UnitBatch<H>,
         out: &mut Vec<u64>,
     ) -> Fingerprint {
+        // As `ShingleKey::Words` hashes them: each word once, each shingle
+        // mixed from its three words' hashes.
+        let seed = self.config.seed;
         let base = norm.as_ptr() as usize;
         let bytes = norm.as_bytes();
-        let mut hash_of = |words: &[&str]| {
-            // Most shingles are built in a stack buffer, each word copied as
-            // one 16-byte load and store from the text (the bytes after a
-            // short word are overwritten by what follows it): a call to
-            // `memcpy` per word was a third of the shingles' time.
-            let mut key_bytes = [0u8; SHORT_SHINGLE + 16];
-            let mut len = 0;
-            for (j, w) in words.iter().enumerate() {
-                let at = w.as_ptr() as usize - base;
-                if w.len() > 16 || len + 17 > SHORT_SHINGLE || at + 16 > bytes.len() {
-                    len = usize::MAX;
-                    break;
-                }
-                if j > 0 {
-                    key_bytes[len] = key.joiner;
-                    len += 1;
-                }
-                key_bytes[len..len + 16].copy_from_slice(&bytes[at..at + 16]);
-                len += w.len();
-            }
-            if len != usize::MAX {
-                return xxh3_64_with_seed(&key_bytes[..len], key.seed);
-            }
-            buf.clear();
-            for (j, w) in words.iter().enumerate() {
-                if j > 0 {
-                    buf.push(key.joiner);
-                }
-                buf.extend_from_slice(w.as_bytes());
-            }
-            xxh3_64_with_seed(buf, key.seed)
-        };
-        let mut last = ["", ""];
+        let mut last = [0u64; 2];
         let mut seen = 0usize;
         for_each_token(self.config.tokenizer, norm, &mut |t| {
             batch.add(t.as_ptr() as usize - base, t.len(), bytes);
+            let h = xxh3_64_with_seed(t.as_bytes(), seed);
             if seen >= 2 {
-                out.push(hash_of(&[last[0], last[1], t]));
+                out.push(mix_words(&[last[0], last[1], h]));
             }
-            last = [last[1], t];
+            last = [last[1], h];
             seen += 1;
         });
         // A text of fewer words than a shingle is one shingle: all of them.
         match seen {
-            1 => out.push(hash_of(&last[1..])),
-            2 => out.push(hash_of(&last)),
+            1 => out.push(mix_words(&last[1..])),
+            2 => out.push(mix_words(&last)),
             _ => {}
         }
         batch.finish(bytes)
@@ -527,7 +502,7 @@ impl SimHasher {
         lower: bool,
         w: usize,
         joined: &mut Vec<u8>,
-        mut batch: UnitBatch<'_, H>,
+        mut batch: UnitBatch<H>,
     ) -> Fingerprint {
         joined.clear();
         joined.reserve(norm.len() + 1);
@@ -844,13 +819,11 @@ impl Input<'_> {
 /// are random: hashed in document order, those branches mispredict about once a
 /// feature. The sums do not depend on the order, so features (byte ranges of one
 /// buffer) wait in a group for their length class and are hashed together.
-struct UnitBatch<'a, H> {
+struct UnitBatch<H> {
     hash: H,
     sums: UnitSums,
     groups: [[(usize, usize); BATCH_GROUP]; 4],
     len: [usize; 4],
-    /// Where the features' hashes also go, if anywhere (64-bit hashes only).
-    collect: Option<&'a mut Vec<u64>>,
 }
 
 /// What [`SimHasher::unit_view`] gives: the text to cut into tokens, whether
@@ -928,27 +901,13 @@ impl HashBytes for FeatureHasher {
 /// Features per length group of a [`UnitBatch`].
 const BATCH_GROUP: usize = 32;
 
-/// The longest shingle (bytes, joiners included) that
-/// `SimHasher::unit_tokens_and_shingles` builds on the stack.
-const SHORT_SHINGLE: usize = 64;
-
-impl<'a, H: HashBytes> UnitBatch<'a, H> {
+impl<H: HashBytes> UnitBatch<H> {
     fn new(width: Width, hash: H) -> Self {
         UnitBatch {
             hash,
             sums: UnitSums::new(width),
             groups: [[(0, 0); BATCH_GROUP]; 4],
             len: [0; 4],
-            collect: None,
-        }
-    }
-
-    /// A batch that also appends every feature's hash to `out`.
-    fn collecting(width: Width, hash: H, out: &'a mut Vec<u64>) -> Self {
-        debug_assert_eq!(width, Width::W64, "only 64-bit hashes are collected");
-        UnitBatch {
-            collect: Some(out),
-            ..UnitBatch::new(width, hash)
         }
     }
 
@@ -980,9 +939,6 @@ impl<'a, H: HashBytes> UnitBatch<'a, H> {
             *h = self.hash.hash(&bytes[offset..offset + len]);
         }
         self.sums.add_all(&hashes[..group.len()]);
-        if let Some(out) = self.collect.as_mut() {
-            out.extend(hashes[..group.len()].iter().map(|&h| h as u64));
-        }
         self.len[class] = 0;
     }
 

@@ -268,7 +268,7 @@ proptest! {
         prop_assert_eq!(shingles(&t), expected);
     }
 
-    /// With the pipeline's key (words joined by a space, its seed), a word
+    /// With a joined key (words joined by a space, a seed), a word
     /// shingle's hash is xxh3 of its words joined by one space, whether or
     /// not the text already holds them that way.
     #[test]
@@ -291,8 +291,42 @@ proptest! {
         expected.sort_unstable();
         expected.dedup();
         let mut got = Vec::new();
-        let key = ShingleKey { joiner: b' ', seed };
+        let key = ShingleKey::Joined { joiner: b' ', seed };
         shingles_keyed(&t, &config, key, &mut ShingleScratch::default(), &mut got);
         prop_assert_eq!(got, expected);
+    }
+
+    /// With the pipeline's key (words hashed apart), a word shingle's hash
+    /// is the mix of its words' xxh3 hashes, in order; and the sets hold the
+    /// same shingles as with a joined key (one hash for one shingle).
+    #[test]
+    fn word_keyed_shingles_mix_the_words_hashes(t in messy(), seed in any::<u64>()) {
+        use neardup_core::NormalizeConfig;
+        use neardup_core::jaccard::{ShingleKey, ShingleScratch, mix_words, shingles_keyed};
+        use neardup_core::normalize::normalize_into;
+        use xxhash_rust::xxh3::xxh3_64_with_seed;
+        let config = NormalizeConfig::default();
+        let (mut norm, mut tmp) = (String::new(), String::new());
+        normalize_into(&config, &t, &mut norm, &mut tmp);
+        prop_assume!(!continuous(&norm));
+        let mut words = Vec::new();
+        neardup_core::tokenize::words(&norm, &mut |w: &str| words.push(w.to_owned()));
+        let hashes: Vec<u64> = words.iter().map(|w| xxh3_64_with_seed(w.as_bytes(), seed)).collect();
+        let mut expected: Vec<u64> = if hashes.is_empty() {
+            Vec::new()
+        } else {
+            hashes.windows(3.min(hashes.len())).map(mix_words).collect()
+        };
+        expected.sort_unstable();
+        expected.dedup();
+        let mut got = Vec::new();
+        shingles_keyed(&t, &config, ShingleKey::Words { seed }, &mut ShingleScratch::default(), &mut got);
+        prop_assert_eq!(&got, &expected);
+        let distinct: std::collections::HashSet<String> = if words.is_empty() {
+            Default::default()
+        } else {
+            words.windows(3.min(words.len())).map(|w| w.join(" ")).collect()
+        };
+        prop_assert_eq!(got.len(), distinct.len());
     }
 }
