@@ -221,15 +221,27 @@ impl TableDesign {
                 .fold(B::zero(), |m, s| m.or(B::mask(s.start, s.len)))
         })
         .collect();
+        let combos = combinations(b as usize, (b - self.k) as usize);
+        let built_here = combos.len() == prefixes.len()
+            && combos.iter().zip(&prefixes).all(|(combo, &prefix)| {
+                combo.iter().fold(B::zero(), |m, &j| m.or(blocks[j])) == prefix
+            });
+        if !built_here {
+            // Tables in another order (a design read from elsewhere): the
+            // general rule.
+            return FirstTable {
+                ranges: (0..prefixes.len()).map(|t| 0..t).collect(),
+                masks: prefixes,
+            };
+        }
         let mut masks = Vec::new();
         let mut ranges = Vec::with_capacity(self.tables.len());
-        for combo in combinations(b as usize, (b - self.k) as usize) {
+        for combo in combos {
             let from = masks.len();
             let last = *combo.last().expect("a table picks at least one block");
             masks.extend((0..last).filter(|j| !combo.contains(j)).map(|j| blocks[j]));
             ranges.push(from..masks.len());
         }
-        debug_assert_eq!(ranges.len(), self.tables.len());
         FirstTable { masks, ranges }
     }
 
@@ -666,8 +678,15 @@ mod tests {
                 d | 1u128 << p
             });
             let levels: &[&[u32]] = &[&[k + extra], &[k + 1, k + extra]];
-            for levels in levels {
-                let Ok(design) = TableDesign::new(bits, k, levels) else { continue };
+            let designs = levels.iter().filter_map(|l| TableDesign::new(bits, k, l).ok());
+            // Also with the tables in another order than built (a design
+            // read from elsewhere): the general rule then.
+            let designs = designs.flat_map(|d| {
+                let mut reversed = d.clone();
+                reversed.tables.reverse();
+                [d, reversed]
+            });
+            for design in designs {
                 let rule = design.first_table::<u128>();
                 let prefixes: Vec<u128> = design.tables.iter().map(|t| t.prefix_mask::<u128>()).collect();
                 let shares = |t: usize| diff & prefixes[t] == 0;
