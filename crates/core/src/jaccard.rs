@@ -165,6 +165,46 @@ impl ShingleKey {
     };
 }
 
+/// The word 3-shingles of [`ShingleKey::Words`], a word at a time: each
+/// word hashed once, each shingle mixed from its three words' hashes.
+pub(crate) struct WordShingles {
+    seed: u64,
+    last: [u64; 2],
+    seen: usize,
+}
+
+impl WordShingles {
+    pub(crate) fn new(seed: u64) -> Self {
+        // Three words a shingle (a text of fewer words is one shingle).
+        const _: () = assert!(SHINGLE == 3);
+        WordShingles {
+            seed,
+            last: [0; 2],
+            seen: 0,
+        }
+    }
+
+    /// The next word; the shingle it ends, if any, onto `out`.
+    #[inline]
+    pub(crate) fn word(&mut self, word: &[u8], out: &mut Vec<u64>) {
+        let h = xxh3_64_with_seed(word, self.seed);
+        if self.seen >= 2 {
+            out.push(mix_words(&[self.last[0], self.last[1], h]));
+        }
+        self.last = [self.last[1], h];
+        self.seen += 1;
+    }
+
+    /// A text of fewer words than a shingle is one shingle: all of them.
+    pub(crate) fn finish(self, out: &mut Vec<u64>) {
+        match self.seen {
+            1 => out.push(mix_words(&self.last[1..])),
+            2 => out.push(mix_words(&self.last)),
+            _ => {}
+        }
+    }
+}
+
 /// A shingle's hash from its words' hashes, in order ([`ShingleKey::Words`]).
 /// Each step (xor a word in, multiply by an odd constant, fold the high bits
 /// down) is a bijection of the state, so shingles that differ in one word
@@ -254,23 +294,9 @@ fn word_shingles(
     let (joiner, seed) = match key_of {
         ShingleKey::Joined { joiner, seed } => (joiner, seed),
         ShingleKey::Words { seed } => {
-            // Three words a shingle (a text of fewer words is one shingle).
-            const _: () = assert!(SHINGLE == 3);
-            let mut last = [0u64; 2];
-            let mut seen = 0usize;
-            words(norm, &mut |w: &str| {
-                let h = xxh3_64_with_seed(w.as_bytes(), seed);
-                if seen >= 2 {
-                    out.push(mix_words(&[last[0], last[1], h]));
-                }
-                last = [last[1], h];
-                seen += 1;
-            });
-            match seen {
-                1 => out.push(mix_words(&last[1..])),
-                2 => out.push(mix_words(&last)),
-                _ => {}
-            }
+            let mut shingles = WordShingles::new(seed);
+            words(norm, &mut |w: &str| shingles.word(w.as_bytes(), out));
+            shingles.finish(out);
             sort_dedup_hashes(out);
             return;
         }

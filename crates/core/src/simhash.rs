@@ -16,13 +16,12 @@ use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
 use crate::jaccard::{
-    SHINGLE, ShingleKey, ShingleScratch, mix_words, shingles_keyed, shingles_of_normalized,
+    SHINGLE, ShingleKey, ShingleScratch, WordShingles, shingles_keyed, shingles_of_normalized,
 };
 use crate::normalize::{all_invariant, any_non_ascii, is_spaceless_script, normalize_into};
 use crate::tokenize::{for_each_token, jieba};
 use crate::vector::Hyperplanes;
 use crate::{MAX_WIDTH, python_simhash};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// One weighted feature of a document, as [`SimHasher::features`] lists them.
 #[derive(Clone, Debug, PartialEq)]
@@ -328,28 +327,14 @@ impl SimHasher {
         mut batch: UnitBatch<H>,
         out: &mut Vec<u64>,
     ) -> Fingerprint {
-        // As `ShingleKey::Words` hashes them: each word once, each shingle
-        // mixed from its three words' hashes.
-        let seed = self.config.seed;
+        let mut shingles = WordShingles::new(self.config.seed);
         let base = norm.as_ptr() as usize;
         let bytes = norm.as_bytes();
-        let mut last = [0u64; 2];
-        let mut seen = 0usize;
         for_each_token(self.config.tokenizer, norm, &mut |t| {
             batch.add(t.as_ptr() as usize - base, t.len(), bytes);
-            let h = xxh3_64_with_seed(t.as_bytes(), seed);
-            if seen >= 2 {
-                out.push(mix_words(&[last[0], last[1], h]));
-            }
-            last = [last[1], h];
-            seen += 1;
+            shingles.word(t.as_bytes(), out);
         });
-        // A text of fewer words than a shingle is one shingle: all of them.
-        match seen {
-            1 => out.push(mix_words(&last[1..])),
-            2 => out.push(mix_words(&last)),
-            _ => {}
-        }
+        shingles.finish(out);
         batch.finish(bytes)
     }
 

@@ -82,6 +82,28 @@ fn brute_pairs<B: Bits>(fps: &[B], k: u32) -> Vec<(u32, u32, u32)> {
     out
 }
 
+/// The streamed join's pairs of `fps` come in the same order with 1 and 3
+/// threads, and are brute force's.
+fn streamed_pairs_match(fps: &[u128], k: u32, d: &TableDesign) -> Result<(), TestCaseError> {
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let mut got = Vec::new();
+        pool.install(|| {
+            for_each_pair_streamed(fps.to_vec(), k, d, |a, b, dist| got.push((a, b, dist))).unwrap()
+        });
+        got
+    };
+    let one = run(1);
+    prop_assert_eq!(&run(3), &one);
+    let mut sorted = one;
+    sorted.sort_unstable();
+    prop_assert_eq!(sorted, brute_pairs(fps, k));
+    Ok(())
+}
+
 fn design(bits: u32, k: u32, choice: usize) -> TableDesign {
     let options: Vec<Vec<u32>> = vec![
         vec![k + 1],
@@ -311,20 +333,7 @@ proptest! {
     ) {
         let keep = u128::MAX >> crowd;
         let fps: Vec<u128> = raw.iter().map(|&v| v & keep).collect();
-        let d = design(128, k, choice);
-        let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            let mut got = Vec::new();
-            pool.install(|| {
-                for_each_pair_streamed(fps.clone(), k, &d, |a, b, dist| got.push((a, b, dist))).unwrap()
-            });
-            got
-        };
-        let one = run(1);
-        prop_assert_eq!(&run(3), &one);
-        let mut sorted = one.clone();
-        sorted.sort_unstable();
-        prop_assert_eq!(sorted, brute_pairs(&fps, k));
+        streamed_pairs_match(&fps, k, &design(128, k, choice))?;
     }
 
     /// Keeping by preference (--keep-by): a component keeps its most preferred
@@ -532,20 +541,7 @@ proptest! {
     ) {
         let keep = u128::MAX >> crowd;
         let fps: Vec<u128> = raw.iter().map(|&v| v & keep).collect();
-        let d = design(128, k, choice);
-        let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            let mut got = Vec::new();
-            pool.install(|| {
-                for_each_pair_streamed(fps.clone(), k, &d, |a, b, dist| got.push((a, b, dist))).unwrap()
-            });
-            got
-        };
-        let one = run(1);
-        prop_assert_eq!(&run(3), &one);
-        let mut sorted = one.clone();
-        sorted.sort_unstable();
-        prop_assert_eq!(sorted, brute_pairs(&fps, k));
+        streamed_pairs_match(&fps, k, &design(128, k, choice))?;
     }
 
     /// The design planned from the fingerprints themselves is one of the
@@ -575,9 +571,6 @@ proptest! {
         prop_assert_eq!(&plan_join_sampled(k, &fps, 4000, 100_000).unwrap(), &chosen);
         let options = plan(128, k, n as f64, None).unwrap().options;
         prop_assert!(options.iter().any(|o| o.design == chosen));
-        let mut got = Vec::new();
-        for_each_pair_streamed(fps.clone(), k, &chosen, |a, b, d| got.push((a, b, d))).unwrap();
-        got.sort_unstable();
-        prop_assert_eq!(got, brute_pairs(&fps, k));
+        streamed_pairs_match(&fps, k, &chosen)?;
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use neardup_core::NormalizeConfig;
 use neardup_core::jaccard::{Verify, jaccard, shingles, similarity_join};
 use proptest::prelude::*;
 use unicode_segmentation::UnicodeSegmentation;
@@ -159,6 +160,31 @@ fn continuous(t: &str) -> bool {
     han > 0 && han * 50 >= letters.len()
 }
 
+/// The words of `t`'s normal form (default normalisation), unless it is read
+/// character by character.
+fn words_of_normal_form(t: &str) -> Option<Vec<String>> {
+    let (mut norm, mut tmp) = (String::new(), String::new());
+    neardup_core::normalize::normalize_into(&NormalizeConfig::default(), t, &mut norm, &mut tmp);
+    if continuous(&norm) {
+        return None;
+    }
+    let mut words = Vec::new();
+    neardup_core::tokenize::words(&norm, &mut |w: &str| words.push(w.to_owned()));
+    Some(words)
+}
+
+/// `f` of every window of three items (of all of them when fewer), sorted
+/// and distinct.
+fn sorted_windows<T, U: Ord>(items: &[T], f: impl Fn(&[T]) -> U) -> Vec<U> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    let mut out: Vec<U> = items.windows(3.min(items.len())).map(f).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 proptest! {
     /// In text at least one in fifty of whose letters is Chinese, the features are character
     /// trigrams of letters and digits, whatever the spaces and punctuation.
@@ -273,26 +299,15 @@ proptest! {
     /// not the text already holds them that way.
     #[test]
     fn space_keyed_shingles_hash_the_words_joined_by_a_space(t in messy(), seed in any::<u64>()) {
-        use neardup_core::NormalizeConfig;
         use neardup_core::jaccard::{ShingleKey, ShingleScratch, shingles_keyed};
-        use neardup_core::normalize::normalize_into;
         use xxhash_rust::xxh3::xxh3_64_with_seed;
-        let config = NormalizeConfig::default();
-        let (mut norm, mut tmp) = (String::new(), String::new());
-        normalize_into(&config, &t, &mut norm, &mut tmp);
-        prop_assume!(!continuous(&norm));
-        let mut words = Vec::new();
-        neardup_core::tokenize::words(&norm, &mut |w: &str| words.push(w.to_owned()));
-        let mut expected: Vec<u64> = if words.is_empty() {
-            Vec::new()
-        } else {
-            words.windows(3.min(words.len())).map(|w| xxh3_64_with_seed(w.join(" ").as_bytes(), seed)).collect()
-        };
-        expected.sort_unstable();
-        expected.dedup();
+        let words = words_of_normal_form(&t);
+        prop_assume!(words.is_some());
+        let words = words.unwrap();
+        let expected = sorted_windows(&words, |w| xxh3_64_with_seed(w.join(" ").as_bytes(), seed));
         let mut got = Vec::new();
         let key = ShingleKey::Joined { joiner: b' ', seed };
-        shingles_keyed(&t, &config, key, &mut ShingleScratch::default(), &mut got);
+        shingles_keyed(&t, &NormalizeConfig::default(), key, &mut ShingleScratch::default(), &mut got);
         prop_assert_eq!(got, expected);
     }
 
@@ -301,32 +316,18 @@ proptest! {
     /// same shingles as with a joined key (one hash for one shingle).
     #[test]
     fn word_keyed_shingles_mix_the_words_hashes(t in messy(), seed in any::<u64>()) {
-        use neardup_core::NormalizeConfig;
         use neardup_core::jaccard::{ShingleKey, ShingleScratch, mix_words, shingles_keyed};
-        use neardup_core::normalize::normalize_into;
         use xxhash_rust::xxh3::xxh3_64_with_seed;
-        let config = NormalizeConfig::default();
-        let (mut norm, mut tmp) = (String::new(), String::new());
-        normalize_into(&config, &t, &mut norm, &mut tmp);
-        prop_assume!(!continuous(&norm));
-        let mut words = Vec::new();
-        neardup_core::tokenize::words(&norm, &mut |w: &str| words.push(w.to_owned()));
+        let words = words_of_normal_form(&t);
+        prop_assume!(words.is_some());
+        let words = words.unwrap();
         let hashes: Vec<u64> = words.iter().map(|w| xxh3_64_with_seed(w.as_bytes(), seed)).collect();
-        let mut expected: Vec<u64> = if hashes.is_empty() {
-            Vec::new()
-        } else {
-            hashes.windows(3.min(hashes.len())).map(mix_words).collect()
-        };
-        expected.sort_unstable();
-        expected.dedup();
+        let expected = sorted_windows(&hashes, mix_words);
         let mut got = Vec::new();
-        shingles_keyed(&t, &config, ShingleKey::Words { seed }, &mut ShingleScratch::default(), &mut got);
+        let key = ShingleKey::Words { seed };
+        shingles_keyed(&t, &NormalizeConfig::default(), key, &mut ShingleScratch::default(), &mut got);
         prop_assert_eq!(&got, &expected);
-        let distinct: std::collections::HashSet<String> = if words.is_empty() {
-            Default::default()
-        } else {
-            words.windows(3.min(words.len())).map(|w| w.join(" ")).collect()
-        };
+        let distinct = sorted_windows(&words, |w| w.join(" "));
         prop_assert_eq!(got.len(), distinct.len());
     }
 }

@@ -197,10 +197,7 @@ impl TableDesign {
         let prefixes: Vec<B> = self.tables.iter().map(Table::prefix_mask::<B>).collect();
         let [b] = self.levels[..] else {
             // Nested designs: every earlier table's prefix.
-            return FirstTable {
-                ranges: (0..prefixes.len()).map(|t| 0..t).collect(),
-                masks: prefixes,
-            };
+            return FirstTable::earlier_prefixes(prefixes);
         };
         // One level: the tables are the (b − k)-subsets of b blocks in
         // lexicographic order, so the first one a pair shares is made of the
@@ -229,10 +226,7 @@ impl TableDesign {
         if !built_here {
             // Tables in another order (a design read from elsewhere): the
             // general rule.
-            return FirstTable {
-                ranges: (0..prefixes.len()).map(|t| 0..t).collect(),
-                masks: prefixes,
-            };
+            return FirstTable::earlier_prefixes(prefixes);
         }
         let mut masks = Vec::new();
         let mut ranges = Vec::with_capacity(self.tables.len());
@@ -281,6 +275,15 @@ pub(crate) struct FirstTable<B> {
 }
 
 impl<B: Bits> FirstTable<B> {
+    /// The rule for any design: every earlier table's prefix (`prefixes`,
+    /// in table order).
+    fn earlier_prefixes(prefixes: Vec<B>) -> Self {
+        FirstTable {
+            ranges: (0..prefixes.len()).map(|t| 0..t).collect(),
+            masks: prefixes,
+        }
+    }
+
     /// The masks of table `t`.
     pub(crate) fn of(&self, t: usize) -> &[B] {
         &self.masks[self.ranges[t].clone()]
@@ -569,10 +572,10 @@ pub fn plan_join_sampled<B: Bits>(
     sampled_near: usize,
 ) -> Result<TableDesign, Error> {
     let n = fps.len();
-    let p = plan(B::BITS, k, n as f64, None)?;
     if n < 1000 {
         return plan_join(B::BITS, k, n as f64);
     }
+    let p = plan(B::BITS, k, n as f64, None)?;
     let pairs = (n as f64) * (n as f64 - 1.0) / 2.0;
     let mut rng = crate::rng::SplitMix64(0x6a6f_696e);
     let mut diff = || {

@@ -228,7 +228,7 @@ pub fn join_sorted_unique_with<B: Bits>(
     bufs.resize_with(chunks.len(), Vec::new);
     let n = sorted.len();
     // Pairs as positions (12 bytes each, not two fingerprints) from the start.
-    let position = positions(sorted);
+    let pair = located_pairs(sorted);
     let per_table: Vec<Vec<(u32, u32, u32)>> = chunks
         .into_par_iter()
         .zip(bufs)
@@ -244,11 +244,7 @@ pub fn join_sorted_unique_with<B: Bits>(
                 .iter()
                 .map(|&(ti, t)| {
                     let mut out = Vec::new();
-                    let pair = |a, b, d| {
-                        let (ia, ib) = (position(a), position(b));
-                        (ia.min(ib), ia.max(ib), d)
-                    };
-                    join_table(sorted, t, first.of(ti), k, (keys, tmp), pair, &mut out);
+                    join_table(sorted, t, first.of(ti), k, (keys, tmp), &pair, &mut out);
                     out
                 })
                 .collect::<Vec<_>>()
@@ -290,7 +286,7 @@ pub fn join_sorted_unique_each<B: Bits>(
     check_join(sorted, k, design)?;
     let rule = design.first_table::<B>();
     let n = sorted.len();
-    let position = positions(sorted);
+    let pair = located_pairs(sorted);
     // Two buffers of keys and radix scratch: the next table is sorted in
     // one while the threads join the current one's buckets in the other.
     let mut bufs = scratch.bufs;
@@ -332,11 +328,7 @@ pub fn join_sorted_unique_each<B: Bits>(
                     .par_iter_mut()
                     .map(|slice| {
                         let mut out = Vec::new();
-                        let pair = |a, b, d| {
-                            let (ia, ib) = (position(a), position(b));
-                            (ia.min(ib), ia.max(ib), d)
-                        };
-                        join_buckets(slice, &top, prefix, rule.of(ti), k, pair, &mut out);
+                        join_buckets(slice, &top, prefix, rule.of(ti), k, &pair, &mut out);
                         out
                     })
                     .collect();
@@ -351,18 +343,23 @@ pub fn join_sorted_unique_each<B: Bits>(
     Ok(())
 }
 
-/// Finds a fingerprint of `sorted` (distinct, ascending) again: a directory on
-/// the top bits narrows each search to a few entries (two cache misses, not a
+/// A pair of fingerprints of `sorted` (distinct, ascending) as their
+/// positions there, the smaller first, with its distance: a directory on the
+/// top bits narrows each search to a few entries (two cache misses, not a
 /// binary search's twenty-odd over gigabytes).
-fn positions<B: Bits>(sorted: &[B]) -> impl Fn(B) -> u32 + Sync + '_ {
+fn located_pairs<B: Bits>(sorted: &[B]) -> impl Fn(B, B, u32) -> (u32, u32, u32) + Sync + '_ {
     let dir_bits = table::dir_bits_for(sorted.len(), B::BITS);
     let dir = table::directory(sorted.iter().copied(), dir_bits);
-    move |f: B| {
+    let position = move |f: B| {
         let b = f.top(dir_bits) as usize;
         let (from, to) = (dir[b] as usize, dir[b + 1] as usize);
         let i = from + sorted[from..to].partition_point(|&x| x < f);
         debug_assert_eq!(sorted[i], f, "a stored fingerprint");
         i as u32
+    };
+    move |a, b, d| {
+        let (ia, ib) = (position(a), position(b));
+        (ia.min(ib), ia.max(ib), d)
     }
 }
 
