@@ -513,6 +513,7 @@ def dedup(
     config: Optional[FingerprintConfig] = None,
     vectors: Any = None,
     min_similarity: Optional[float] = None,
+    centre: bool = True,
     **kwargs: Any,
 ) -> DedupResult:
     """Near-duplicate pairs and clusters of a corpus, as ``neardup dedup`` finds
@@ -520,8 +521,10 @@ def dedup(
 
     Give ``texts`` (verified by exact Jaccard similarity of word 3-shingles,
     ``verify="jaccard:0.8"`` by default; candidates from 128-bit fingerprints
-    of single tokens within k = 15, unless ``config`` or pipeline keywords say
-    otherwise) or ready ``fingerprints`` (no verification; k = 3 for 64 bits).
+    of single tokens centred on the corpus, within k = 18, unless ``config``
+    or pipeline keywords say otherwise; ``centre=False`` for plain
+    fingerprints within k = 15, as ``--no-centre``) or ready ``fingerprints``
+    (no verification; k = 3 for 64 bits).
 
     >>> r = neardup.dedup(["the cat sat on the mat " * 5, "the cat sat on the mat " * 5 + "!", "dogs bark loudly at night " * 5], ids=["a", "b", "c"])
     >>> [(a, b) for a, b, *_ in r.pairs], r.clusters
@@ -537,11 +540,17 @@ def dedup(
     if texts is not None and fingerprints is not None:
         raise TypeError("give texts or fingerprints=, not both")
     sets = None
+    centred = False
     if texts is not None:
         texts = list(texts)
         cfg = _dedup_config(threshold is not None, config, kwargs)
         bits = cfg.bits
-        data = _words(_fingerprints(texts, cfg), bits)
+        centred = threshold is not None and config is None and centre
+        if centred:
+            shares = _rs.bit_shares(cfg, texts)
+            data = _rs.centred_words(shares, _rs.centre_of(shares, bits))
+        else:
+            data = _words(_fingerprints(texts, cfg), bits)
         if threshold is not None:
             sets = _rs.shingle_sets(cfg, texts)
         n = len(texts)
@@ -551,7 +560,7 @@ def dedup(
         data = _words(arr, bits)
         n = len(data) // (bits // 8)
     if k is None:
-        k = _rs.default_k(bits, threshold is not None)
+        k = _rs.centred_k(bits) if centred else _rs.default_k(bits, threshold is not None)
     ids = list(ids) if ids is not None else list(range(n))
     if len(ids) != n:
         raise NeardupError(f"{len(ids)} ids for {n} documents")

@@ -82,12 +82,53 @@ class SparkDedupResult:
     write_local: Any = None
 
 
-def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict):
+def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict, centre: bool = True):
+    """The configuration, k, the verification threshold, and whether the
+    candidates are centred on the corpus, as ``neardup dedup`` picks them."""
     threshold = neardup._verify_threshold(verify)
     cfg = neardup._dedup_config(threshold is not None, config, kwargs)
+    centred = threshold is not None and config is None and centre
     if k is None:
-        k = _rs.default_k(cfg.bits, threshold is not None)
-    return cfg, k, threshold
+        k = _rs.centred_k(cfg.bits) if centred else _rs.default_k(cfg.bits, threshold is not None)
+    return cfg, k, threshold, centred
+
+
+def _centred(shares: bytes, bits: int) -> np.ndarray:
+    """Centred fingerprints of all documents' shares, as (n, 2) high and low
+    words (128 bits) or n words (64)."""
+    words = np.frombuffer(_rs.centred_words(shares, _rs.centre_of(shares, bits)), dtype="<u8")
+    return words.reshape(-1, 2) if bits == 128 else words
+
+
+def _centre_distributed(spark: Any, fps: Any, bits: int) -> Any:
+    """Rows with a ``shares`` column (and zero ``fp_hi``/``fp_lo``) with their
+    fingerprints centred on all rows' shares: summed per partition, added on
+    the driver, and sent back to decide each row's bits."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    def sums(batches):
+        for b in batches:
+            arr = b.column("shares")
+            yield pa.RecordBatch.from_arrays([pa.array([_rs.centre_of(b"".join(arr.to_pylist()), bits)], type=pa.binary())], names=["centre"])
+
+    parts = fps.select("shares").mapInArrow(sums, T.StructType([T.StructField("centre", T.BinaryType(), False)])).collect()
+    total = np.zeros(bits + 1, dtype=np.uint64)
+    for row in parts:
+        total += np.frombuffer(row[0], dtype="<u8")
+    centre = spark.sparkContext.broadcast(total.astype("<u8").tobytes())
+    keep = [f for f in fps.schema.fields if f.name != "shares"]
+
+    def decide(batches):
+        for b in batches:
+            words = np.frombuffer(_rs.centred_words(b"".join(b.column("shares").to_pylist()), centre.value), dtype="<u8")
+            hi, lo = (words.reshape(-1, 2)[:, 0], words.reshape(-1, 2)[:, 1]) if bits == 128 else (np.zeros(len(words), dtype=np.uint64), words)
+            cols = [pa.array(hi.view(np.int64)) if f.name == "fp_hi" else pa.array(lo.view(np.int64)) if f.name == "fp_lo" else b.column(f.name) for f in keep]
+            yield pa.RecordBatch.from_arrays(cols, names=[f.name for f in keep])
+
+    out = fps.mapInArrow(decide, T.StructType(keep)).localCheckpoint()
+    out.count()
+    return out
 
 
 def _dedup_distributed(
@@ -103,13 +144,15 @@ def _dedup_distributed(
     vector_col: Optional[str] = None,
     min_similarity: Optional[float] = None,
     json_ids: Optional[str] = None,
+    centre: bool = True,
     **kwargs: Any,
 ) -> SparkDedupResult:
     """The fully distributed path: vectors, and texts whose fingerprints do
     not fit the driver (more than ``driver_documents``). Components policy,
     keep-by first, no ``against``. ``json_ids``: a column of the ids read as
     integers, used instead of ``id_col`` when every id is one (as ``neardup
-    dedup`` reads JSON ids)."""
+    dedup`` reads JSON ids). ``centre``: candidates centred on the corpus
+    (with verification and no ``config``, as ``neardup dedup``)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -129,8 +172,9 @@ def _dedup_distributed(
                 cfg.bits // 8, int(math.floor(cfg.bits * math.acos(cos) / math.pi + 1e-9))
             )
         text_col = vector_col
+        centred = False
     else:
-        cfg, k, threshold = _settings(verify, k, config, kwargs)
+        cfg, k, threshold, centred = _settings(verify, k, config, kwargs, centre)
     score = "cosine" if vector_col is not None else "jaccard"
     bits = cfg.bits
     cfg_json = cfg.to_json()
@@ -165,6 +209,11 @@ def _dedup_distributed(
             texts = b.column(text_col)
             if vector_col is not None:
                 fps = neardup.fingerprint_vectors(texts, config=c)
+            elif centred:
+                # Decided once the whole corpus's shares are summed (below).
+                py_texts = [t if t is not None else "" for t in texts.to_pylist()]
+                shares = _rs.bit_shares(c, py_texts)
+                fps = np.zeros((len(py_texts), 2) if bits == 128 else len(py_texts), dtype=np.uint64)
             else:
                 fps = neardup.fingerprints(texts, c)
             if bits == 128:
@@ -178,10 +227,16 @@ def _dedup_distributed(
             elif threshold is not None:
                 py_texts = [t if t is not None else "" for t in texts.to_pylist()]
                 cols.append(pa.array(_rs.shingle_sets(c, py_texts), type=pa.binary()))
+            if centred:
+                cols.append(pa.array([shares[i * bits : (i + 1) * bits] for i in range(len(fps))], type=pa.binary()))
             yield pa.RecordBatch.from_arrays(cols, schema=pa.schema([(f.name, _arrow_type(f.dataType)) for f in fp_schema.fields]))
 
+    if centred:
+        fp_schema = T.StructType(fp_schema.fields + [T.StructField("shares", T.BinaryType(), False)])
     fps = with_pos.select("_pos", text_col).mapInArrow(fingerprint_batches, fp_schema).localCheckpoint()
     fps.count()
+    if centred:
+        fps = _centre_distributed(spark, fps, bits)
     stages["fingerprint"] = time.time() - t0
 
     # One key per design table; skewed groups split into block pairs.
@@ -702,6 +757,7 @@ def dedup(
     positions: Optional[Positions] = None,
     pairs: bool = True,
     splits: Optional[LocalSplits] = None,
+    centre: bool = True,
     **kwargs: Any,
 ) -> SparkDedupResult:
     """Near-duplicate pairs, clusters and the deduplicated records of ``df``,
@@ -716,8 +772,10 @@ def dedup(
     to every new one and never removed.
 
     Same defaults as ``neardup dedup`` (and :func:`neardup.dedup`): verification
-    at Jaccard 0.8 over candidates from 128-bit token fingerprints within
-    k = 15; ``verify=False`` for fingerprints alone (k = 3 at 64 bits).
+    at Jaccard 0.8 over candidates from 128-bit token fingerprints centred
+    on the corpus, within k = 18 (``centre=False``: plain fingerprints within
+    k = 15, as ``--no-centre``); ``verify=False`` for fingerprints alone
+    (k = 3 at 64 bits).
     ``policy``: components or incremental; ``keep_by``: first, longest or
     field:NAME[:asc|desc]; ``idf``: an IDF table file (``neardup idf build``)
     for ``weights="tfidf"``, read on the driver and shipped to the executors.
@@ -740,7 +798,7 @@ def dedup(
         # The table sets weights tfidf once the rest of the configuration is made.
         if kwargs.pop("weights", "tfidf") != "tfidf":
             raise neardup.NeardupError("an IDF table goes with weights='tfidf' (or leave weights out)")
-    cfg, k, threshold = _settings(verify, k, config, kwargs)
+    cfg, k, threshold, centred = _settings(verify, k, config, kwargs, centre)
     idf_bytes = None
     base_json = cfg.to_json()  # what executors rebuild (with the table, if any)
     if idf is not None:
@@ -786,7 +844,8 @@ def dedup(
         c = _worker_config(cfg_json, base_json, idf_b)
         r = _rs.spark_rows(c, *_text_buffers(b.column(body)), json_col is not None, text_col, id_col,
                            keep_by=rule if (json_col is not None or keep_by == "longest") else None,
-                           summaries=summaries, features=features, fingerprints=fingerprints)
+                           summaries=summaries, features=features, fingerprints=fingerprints,
+                           shares=fingerprints and centred)
         if r["errors"] and not skip:
             row, msg = r["errors"][0]
             at = int(p[row])
@@ -807,6 +866,8 @@ def dedup(
     ]
     if threshold is not None:
         out_fields.append(T.StructField("summary", T.BinaryType(), False))
+    if centred:
+        out_fields.append(T.StructField("shares", T.BinaryType(), False))
     if rule is not None:
         out_fields += [T.StructField("key_kind", T.ByteType(), False), T.StructField("key_num", T.DoubleType(), False), T.StructField("key_str", T.StringType(), True)]
     fp_schema = T.StructType(out_fields)
@@ -846,6 +907,9 @@ def dedup(
                 w = len(sums) // max(len(rows), 1)
                 offs = np.arange(0, (len(rows) + 1) * w, w if w else 1, dtype=np.int32)[: len(rows) + 1]
                 cols.append(pa.Array.from_buffers(pa.binary(), len(rows), [None, pa.py_buffer(offs.tobytes()), pa.py_buffer(sums)]))
+            if centred:
+                offs = np.arange(0, (len(rows) + 1) * bits, bits, dtype=np.int32)
+                cols.append(pa.Array.from_buffers(pa.binary(), len(rows), [None, pa.py_buffer(offs.tobytes()), pa.py_buffer(r["shares"])]))
             if rule is not None:
                 if key_field is not None:
                     kc = pc.take(b.column(key_field), take)
@@ -902,7 +966,7 @@ def dedup(
             numbered = records.select(*meta, *data).mapInArrow(number, schema)
         if json_col is None:
             result = _dedup_distributed(spark, numbered, id_col=id_col, text_col=text_col, k=k, verify=verify,
-                                        config=config, max_group=max_group, **kwargs)
+                                        config=config, max_group=max_group, centre=centre, **kwargs)
             result.pairs = result.pairs if pairs else None
             return result
         # JSON Lines: the id and text fields as columns (the records were
@@ -924,7 +988,7 @@ def dedup(
             F.col("_f").getField(text_col).alias("_text"),
         ).where(F.col("_text").isNotNull())
         result = _dedup_distributed(spark, rows, id_col="_id", text_col="_text", k=k, verify=verify, config=config,
-                                    max_group=max_group, json_ids="_id_num", **kwargs)
+                                    max_group=max_group, json_ids="_id_num", centre=centre, **kwargs)
         result.deduped = result.deduped.select(json_col)
         result.json_records = True
         result.pairs = result.pairs if pairs else None
@@ -932,15 +996,27 @@ def dedup(
 
     # Candidates: every fingerprint on the driver, joined as `neardup dedup` joins them.
     t1 = time.time()
-    cols = ["_pos", "_new", "fp_hi", "fp_lo"] + (["summary"] if threshold is not None else []) + (["key_kind", "key_num", "key_str"] if rule else [])
+    cols = (["_pos", "_new"] + (["shares"] if centred else ["fp_hi", "fp_lo"]) + (["summary"] if threshold is not None else [])
+            + (["key_kind", "key_num", "key_str"] if rule else []))
     table = _to_arrow(fps.select(*cols))
     new_flag = table.column("_new").to_numpy(zero_copy_only=False).astype(bool)
     order = np.lexsort((table.column("_pos").to_numpy(), new_flag))
     pos = table.column("_pos").to_numpy()[order]
     n_old = int((~new_flag).sum())
     words = np.empty((n, 2), dtype="<u8")
-    words[:, 0] = table.column("fp_hi").to_numpy().view(np.uint64)[order]
-    words[:, 1] = table.column("fp_lo").to_numpy().view(np.uint64)[order]
+    if centred:
+        # Centred on every document's shares, old and new alike.
+        arr = table.column("shares").take(order).combine_chunks()
+        offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+        centred_fps = _centred(arr.buffers()[2].to_pybytes()[offs[0] : offs[-1]], bits)
+        if bits == 128:
+            words[:] = centred_fps
+        else:
+            words[:, 0], words[:, 1] = 0, centred_fps
+        del arr, centred_fps
+    else:
+        words[:, 0] = table.column("fp_hi").to_numpy().view(np.uint64)[order]
+        words[:, 1] = table.column("fp_lo").to_numpy().view(np.uint64)[order]
     sums = None
     if threshold is not None:
         arr = table.column("summary").take(order).combine_chunks()
@@ -1552,6 +1628,7 @@ def main(argv: Optional[list] = None) -> int:
     d.add_argument("--k", type=int)
     d.add_argument("--verify", default="jaccard:0.8", help="jaccard:T (default jaccard:0.8)")
     d.add_argument("--no-verify", action="store_true", help="decide by Hamming distance alone")
+    d.add_argument("--no-centre", action="store_true", help="candidates from plain fingerprints, not centred on the corpus (as neardup dedup --no-centre)")
     d.add_argument("--policy", choices=["components", "incremental"], default="components")
     d.add_argument("--keep-by", default="first", help="first, longest or field:NAME[:asc|desc]")
     d.add_argument("--against", nargs="+", help="documents already clean: pairs with them are reported, they are never removed")
@@ -1637,7 +1714,7 @@ def main(argv: Optional[list] = None) -> int:
                 verify=False if args.no_verify else args.verify, policy=args.policy, keep_by=args.keep_by,
                 config=config, idf=args.idf, skip_invalid=args.skip_invalid, max_group=args.max_group,
                 driver_documents=args.driver_documents, quiet=quiet, pairs=not args.no_pairs, positions=positions,
-                splits=splits, **kwargs,
+                splits=splits, centre=not args.no_centre, **kwargs,
             )
         took = write(result, args.output, args.format)
         result.stages["write"] = sum(took.values())

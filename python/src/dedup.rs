@@ -150,3 +150,12 @@ pub(crate) fn default_k(bits: u32, verify: bool) -> PyResult<u32> {
         verify,
     ))
 }
+
+/// The default k of a verified dedup whose candidates are centred on the
+/// corpus (`neardup dedup`'s default).
+#[pyfunction]
+pub(crate) fn centred_k(bits: u32) -> PyResult<u32> {
+    Ok(neardup_core::dedup::centred_k(
+        Width::from_bits(bits).map_err(err)?,
+    ))
+}

@@ -7,6 +7,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
 use rayon::prelude::*;
 
+use neardup_core::centre::{BitShares, Centre};
 use neardup_core::jaccard::{shingles_for, verified_jaccard};
 use neardup_core::{Fingerprint, Input, Width};
 
@@ -44,6 +45,80 @@ pub(crate) fn fingerprints_list<'py>(
             words_of(&fps, width)
         })
     })?;
+    Ok(PyBytes::new(py, bytemuck_bytes(&words)))
+}
+
+/// Where the bits of each text's fingerprint lean (one byte per bit), in
+/// parallel with the GIL released: the first step of fingerprints centred on
+/// a corpus, as `neardup dedup` makes its candidates.
+#[pyfunction]
+pub(crate) fn bit_shares<'py>(
+    py: Python<'py>,
+    config: &PyConfig,
+    texts: Vec<PyBackedStr>,
+) -> Bound<'py, PyBytes> {
+    let bytes: Vec<u8> = py.detach(|| {
+        let shares: Vec<BitShares> = texts
+            .par_iter()
+            .with_min_len(64)
+            .map(|t| config.hasher.shares(t))
+            .collect();
+        shares.iter().flat_map(|s| s.as_bytes().to_vec()).collect()
+    });
+    PyBytes::new(py, &bytes)
+}
+
+/// The centre of documents' shares (`bits` bytes each, as [`bit_shares`]
+/// gives them): their count and sums as little-endian u64 words, which add
+/// up word by word across parts of a corpus.
+#[pyfunction]
+pub(crate) fn centre_of<'py>(
+    py: Python<'py>,
+    shares: &[u8],
+    bits: u32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let width = Width::from_bits(bits).map_err(err)?;
+    let stride = bits as usize;
+    if !shares.len().is_multiple_of(stride) {
+        return Err(err(format!(
+            "{} bytes of shares are not a whole number of {bits}-byte rows",
+            shares.len()
+        )));
+    }
+    let mut centre = Centre::new(width);
+    for row in shares.chunks_exact(stride) {
+        centre.add(row);
+    }
+    Ok(PyBytes::new(py, &centre.to_bytes()))
+}
+
+/// The centred fingerprints of documents' shares on a centre (as
+/// [`centre_of`] gives it, possibly summed over parts): words as
+/// [`fingerprints_list`] gives them.
+#[pyfunction]
+pub(crate) fn centred_words<'py>(
+    py: Python<'py>,
+    shares: &[u8],
+    centre: &[u8],
+) -> PyResult<Bound<'py, PyBytes>> {
+    let centre = Centre::from_bytes(centre)
+        .ok_or_else(|| err("not a centre: use the bytes centre_of gives"))?;
+    let width = centre.width();
+    let stride = width.bits() as usize;
+    if !shares.len().is_multiple_of(stride) {
+        return Err(err(format!(
+            "{} bytes of shares are not a whole number of {stride}-byte rows",
+            shares.len()
+        )));
+    }
+    let words = py.detach(|| {
+        let fps: Vec<Fingerprint> = shares
+            .par_chunks_exact(stride)
+            .with_min_len(1024)
+            .map(|row| centre.fingerprint(row))
+            .collect();
+        words_of(&fps, width)
+    });
     Ok(PyBytes::new(py, bytemuck_bytes(&words)))
 }
 

@@ -97,6 +97,10 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(clusters_of, m)?)?;
     m.add_function(wrap_pyfunction!(candidate_config, m)?)?;
     m.add_function(wrap_pyfunction!(default_k, m)?)?;
+    m.add_function(wrap_pyfunction!(centred_k, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint::bit_shares, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint::centre_of, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint::centred_words, m)?)?;
     m.add_class::<PyJoinDesign>()?;
     m.add_function(wrap_pyfunction!(join_design, m)?)?;
     m.add_function(wrap_pyfunction!(join_design_from_json, m)?)?;

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use serde::Deserializer;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
+use neardup_core::centre::BitShares;
 use neardup_core::dedup::{Policy, for_each_pair_streamed, representatives_of_pairs};
 use neardup_core::index::{Bits, plan_join};
 use neardup_core::jaccard::jaccard_at_least;
@@ -301,6 +302,7 @@ struct Row {
     id: String,
     key: SortKey,
     set: Option<Vec<u64>>,
+    shares: Option<BitShares>,
 }
 
 /// Fingerprints (and ids, keep-by keys, verification summaries or feature
@@ -314,9 +316,12 @@ struct Row {
 /// (a list of bytes, sorted u64 hashes), `errors` ((row, message) of invalid
 /// records; the caller fails or skips them). With `fingerprints=False` (the
 /// exact check, which needs the features only) `fp` is all zeros and no
-/// fingerprint is made: Chinese text is then not cut by jieba.
+/// fingerprint is made: Chinese text is then not cut by jieba. With
+/// `shares=True`, fingerprints to be centred on the corpus: `shares` holds
+/// where each document's bits lean (one byte per bit, as `bit_shares`) and
+/// `fp` is all zeros.
 #[pyfunction]
-#[pyo3(signature = (config, offsets, data, offset, length, large, validity, json, text_field, id_field, keep_by=None, summaries=false, features=false, fingerprints=true))]
+#[pyo3(signature = (config, offsets, data, offset, length, large, validity, json, text_field, id_field, keep_by=None, summaries=false, features=false, fingerprints=true, shares=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn spark_rows<'py>(
     py: Python<'py>,
@@ -334,6 +339,7 @@ pub fn spark_rows<'py>(
     summaries: bool,
     features: bool,
     fingerprints: bool,
+    shares: bool,
 ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
     let keep_by: Option<KeepBy> = keep_by
         .map(|k| k.parse::<KeepBy>())
@@ -380,7 +386,16 @@ pub fn spark_rows<'py>(
                 // The verification features from the fingerprint's own pass
                 // where they share words (one key for every row of the job).
                 let sets = summaries || features;
+                let mut leaning = None;
                 let (fp, set) = match (fingerprints, sets) {
+                    (true, _) if shares => {
+                        let mut set = Vec::new();
+                        leaning = Some(match sets {
+                            true => hasher.shares_and_shingles(&rec.text, &mut set),
+                            false => hasher.shares(&rec.text),
+                        });
+                        (hasher.fingerprint(""), sets.then_some(set))
+                    }
                     (true, true) => {
                         let mut set = Vec::new();
                         let fp = hasher.fingerprint_and_shingles(&rec.text, &mut set);
@@ -400,6 +415,7 @@ pub fn spark_rows<'py>(
                     id: rec.id,
                     key: rec.key,
                     set,
+                    shares: leaning,
                 }))
             })
             .collect()
@@ -411,6 +427,7 @@ pub fn spark_rows<'py>(
     let (mut kinds, mut nums, mut strs): (Vec<u8>, Vec<f64>, Vec<Option<String>>) =
         Default::default();
     let mut sums: Vec<u8> = Vec::new();
+    let mut leanings: Vec<u8> = Vec::new();
     let mut sets: Vec<Bound<'py, PyBytes>> = Vec::new();
     let mut errors: Vec<(usize, String)> = Vec::new();
     for (i, r) in results.into_iter().enumerate() {
@@ -421,6 +438,9 @@ pub fn spark_rows<'py>(
                 rows.push(i as u32);
                 let v = row.fp.value();
                 fps.extend([(v >> 64) as u64, v as u64]);
+                if let Some(s) = &row.shares {
+                    leanings.extend_from_slice(s.as_bytes());
+                }
                 if json {
                     ids.push(row.id);
                 }
@@ -457,6 +477,9 @@ pub fn spark_rows<'py>(
     }
     if summaries {
         out.set_item("summaries", PyBytes::new(py, &sums))?;
+    }
+    if shares {
+        out.set_item("shares", PyBytes::new(py, &leanings))?;
     }
     if features {
         out.set_item("features", sets)?;

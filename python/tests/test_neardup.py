@@ -216,7 +216,12 @@ def test_index_verifies_text_queries_like_the_service(tmp_path):
 def test_dedup_equals_the_cli(tmp_path):
     docs = sample_docs()
     texts, ids = [d["text"] for d in docs], [d["id"] for d in docs]
-    for flags, kwargs in [([], {}), (["--no-verify"], {"verify": False}), (["--policy", "incremental", "--k", "10"], {"policy": "incremental", "k": 10})]:
+    for flags, kwargs in [
+        ([], {}),
+        (["--no-centre"], {"centre": False}),
+        (["--no-verify"], {"verify": False}),
+        (["--policy", "incremental", "--k", "10"], {"policy": "incremental", "k": 10}),
+    ]:
         pairs_file, clusters_file = tmp_path / "p.jsonl", tmp_path / "c.jsonl"
         cli("dedup", str(SAMPLE), "--pairs", str(pairs_file), "--clusters", str(clusters_file), "-q", *flags)
         want_pairs = sorted((p["a"], p["b"], p["distance"]) for p in map(json.loads, pairs_file.read_text().splitlines()))

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use neardup_core::centre::{BitShares, Centre};
 use neardup_core::jaccard::is_short;
 use neardup_core::spill::{Spill, SpillWriter, Summary};
-use neardup_core::{FingerprintConfig, InputKind, Width};
+use neardup_core::{Fingerprint, FingerprintConfig, InputKind, Width};
+use rayon::prelude::*;
 
 use crate::fpfile::{self, IdList, Values};
 use crate::input::Body;
@@ -57,6 +59,10 @@ pub struct Gathered {
     /// The documents in the order `--keep-by` prefers them, unless it is
     /// input order.
     pub preference: Option<Vec<u32>>,
+    /// With [`Keep::centre`]: each document's [`BitShares`], one byte per
+    /// fingerprint bit, in place of fingerprints (`values` is empty until
+    /// [`centre_fingerprints`] decides them).
+    pub shares: Option<Vec<u8>>,
 }
 
 /// What the first pass keeps besides ids and fingerprints.
@@ -75,6 +81,46 @@ pub struct Keep {
     pub tmp_dir: Option<PathBuf>,
     /// Which copy survives: the keys it needs are gathered.
     pub keep_by: KeepBy,
+    /// Texts' fingerprints are centred on the corpus: gather their shares
+    /// (with `verify`; [`centre_fingerprints`] makes the fingerprints).
+    pub centre: bool,
+}
+
+/// What a worker made of a document: its fingerprint, or where the bits of
+/// a fingerprint to be centred lean.
+enum Made {
+    Fingerprint(Fingerprint),
+    Shares(BitShares),
+}
+
+/// Decides the centred fingerprints of documents gathered with
+/// [`Keep::centre`], on the mean of all of them (old and new alike): each
+/// part's `values` are filled and its shares dropped.
+pub fn centre_fingerprints(parts: &mut [&mut Gathered]) {
+    let Some(width) = parts.first().map(|g| g.width) else {
+        return;
+    };
+    let bits = width.bits() as usize;
+    let mut centre = Centre::new(width);
+    for g in parts.iter() {
+        for shares in g.shares.iter().flat_map(|s| s.chunks_exact(bits)) {
+            centre.add(shares);
+        }
+    }
+    for g in parts.iter_mut() {
+        let Some(shares) = g.shares.take() else {
+            continue;
+        };
+        let mut values = Values::with_width(width, shares.len() / bits);
+        for fp in shares
+            .par_chunks_exact(bits)
+            .map(|s| centre.fingerprint(s))
+            .collect::<Vec<_>>()
+        {
+            values.push(fp);
+        }
+        g.values = values;
+    }
 }
 
 /// Reads the fingerprint file if one is given, else fingerprints the documents,
@@ -104,6 +150,7 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
             blank: 0,
             vectors: None,
             preference: None,
+            shares: None,
         });
     }
     let mut input = input.clone();
@@ -130,6 +177,8 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     let mut short = 0u64;
     let by_key = keep.keep_by != KeepBy::First;
     let mut keys: Vec<SortKey> = Vec::new();
+    let centre = verify && keep.centre && input.kind == InputKind::Text;
+    let mut shares = centre.then(Vec::new);
     let stats = for_each_batch(
         &input,
         keep_raw || keep.keep_by.field().is_some(),
@@ -142,14 +191,18 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
             });
             let short = matches!(doc.body, Body::Text(_)) && is_short(doc.text());
             if !verify || vector_input {
-                return (doc.fingerprint(&hasher), short, None, key);
+                let fingerprint = Made::Fingerprint(doc.fingerprint(&hasher));
+                return (fingerprint, short, None, key);
             }
             // The verification features, from the fingerprint's own where the
             // two coincide (hashed with the hasher's key, the same for all).
             let mut set = Vec::new();
-            let fingerprint = doc.fingerprint_and_shingles(&hasher, &mut set);
+            let made = match centre {
+                true => Made::Shares(doc.shares_and_shingles(&hasher, &mut set)),
+                false => Made::Fingerprint(doc.fingerprint_and_shingles(&hasher, &mut set)),
+            };
             let summary = Summary::of(&set);
-            (fingerprint, short, Some((set, summary)), key)
+            (made, short, Some((set, summary)), key)
         },
         |docs, fps| {
             for (doc, (fp, is_short, set, key)) in docs.into_iter().zip(fps) {
@@ -160,7 +213,11 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
                     store.insert(ids.len(), v);
                 }
                 ids.push(doc.id);
-                values.push(fp);
+                match (fp, shares.as_mut()) {
+                    (Made::Fingerprint(fp), _) => values.push(fp),
+                    (Made::Shares(s), Some(all)) => all.extend_from_slice(s.as_bytes()),
+                    (Made::Shares(_), None) => unreachable!("shares only when centring"),
+                }
                 short += u64::from(is_short);
                 if let (Some(r), Some(bytes)) = (raw.as_mut(), doc.raw) {
                     r.push(bytes);
@@ -196,5 +253,6 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
         blank,
         vectors,
         preference: keep.keep_by.preference(&keys),
+        shares,
     })
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
+use neardup_core::centre::BitShares;
 use neardup_core::{Fingerprint, FingerprintConfig, Input, InputKind, SimHasher};
 use serde::Deserializer;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
@@ -280,6 +281,16 @@ impl Doc {
                 self.fingerprint(hasher)
             }
         }
+    }
+
+    /// Where each bit of its fingerprint leans and, into `shingles`, its
+    /// verification features ([`SimHasher::shares_and_shingles`]), for
+    /// fingerprints centred on the corpus. Only texts are centred.
+    pub fn shares_and_shingles(&self, hasher: &SimHasher, shingles: &mut Vec<u64>) -> BitShares {
+        let Body::Text(t) = &self.body else {
+            unreachable!("only texts' fingerprints are centred")
+        };
+        hasher.shares_and_shingles(t, shingles)
     }
 
     /// The vector's dimension, for vectors.

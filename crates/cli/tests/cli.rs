@@ -2367,11 +2367,16 @@ fn pairs_and_clusters_as_parquet_hold_the_json_lines_rows() {
 
 #[test]
 fn dedup_help_states_the_default_k_the_run_uses() {
-    use neardup_core::{Width, dedup::default_k};
+    use neardup_core::{
+        Width,
+        dedup::{centred_k, default_k},
+    };
     let help = stdout(&run(&["dedup", "--help"]));
     let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
     let verified = format!(
-        "Default with verification {} for 128 bits, {} for 64",
+        "Default with verification {} for 128 bits, {} for 64, on centred candidates ({} and {} with --no-centre",
+        centred_k(Width::W128),
+        centred_k(Width::W64),
         default_k(Width::W128, true),
         default_k(Width::W64, true)
     );
@@ -2383,14 +2388,22 @@ fn dedup_help_states_the_default_k_the_run_uses() {
     assert!(help.contains(&verified), "{help}");
     assert!(help.contains(&unverified), "{help}");
     // And the run says so.
-    let out = run(&["dedup", sample().to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let k = default_k(Width::W128, true);
-    assert!(
-        stderr(&out).contains(&format!("within k = {k}")),
-        "{}",
-        stderr(&out)
-    );
+    let sample = sample();
+    for (flags, k) in [
+        (&[][..], centred_k(Width::W128)),
+        (&["--no-centre"][..], default_k(Width::W128, true)),
+        (&["--bits", "64"][..], centred_k(Width::W64)),
+    ] {
+        let mut args = vec!["dedup", sample.to_str().unwrap()];
+        args.extend(flags);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("within k = {k}")),
+            "{flags:?}: {}",
+            stderr(&out)
+        );
+    }
 }
 
 #[test]
@@ -2475,4 +2488,143 @@ fn keep_and_drop_split_the_input_records_whichever_way_they_are_read_again() {
     }
     // Unparsed (no --skip-invalid) and parsed again: the same bytes.
     assert_eq!(outputs[0], outputs[1]);
+}
+
+/// The definition of centred candidates, computed apart from the pipeline:
+/// each document's features and weights (`SimHasher::features`), the share
+/// of its weight on each bit rounded to 1/510 from 1/4 (exact rationals),
+/// the mean over every document read, and a bit set where a document's
+/// share exceeds the mean.
+fn centred_by_definition(texts: &[String]) -> Vec<u128> {
+    use neardup_core::{FingerprintConfig, SimHasher};
+    let hasher = SimHasher::new(FingerprintConfig::candidates()).unwrap();
+    let shares: Vec<Vec<i128>> = texts
+        .iter()
+        .map(|t| {
+            let features = hasher.features(t);
+            let total: f64 = features.iter().map(|f| f.weight).sum();
+            (0..128)
+                .map(|i| {
+                    if total == 0.0 {
+                        return 0;
+                    }
+                    let on: f64 = features
+                        .iter()
+                        .filter(|f| f.hash >> i & 1 == 1)
+                        .map(|f| f.weight)
+                        .sum();
+                    // Term frequencies are whole numbers: round(510 (on/total
+                    // - 1/4)), halves up, clamped to [0, 255].
+                    let (on, total) = (on as i128, total as i128);
+                    (2040 * on - 508 * total)
+                        .div_euclid(4 * total)
+                        .clamp(0, 255)
+                })
+                .collect()
+        })
+        .collect();
+    let n = shares.len() as i128;
+    let sums: Vec<i128> = (0..128)
+        .map(|i| shares.iter().map(|s| s[i]).sum())
+        .collect();
+    shares
+        .iter()
+        .map(|s| {
+            (0..128)
+                .filter(|&i| s[i] * n > sums[i])
+                .fold(0u128, |fp, i| fp | 1 << i)
+        })
+        .collect()
+}
+
+#[test]
+fn centred_candidates_are_found_exactly_and_verified() {
+    use neardup_core::{Width, dedup::centred_k};
+    use std::collections::BTreeSet;
+    let dir = tempfile::tempdir().unwrap();
+    let (text, docs) = planted_corpus();
+    let texts: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let fps = centred_by_definition(&texts);
+    let k = centred_k(Width::W128);
+    // Unrelated documents lie about half the bits apart once centred.
+    let unrelated: Vec<u32> = (0..60)
+        .step_by(3)
+        .flat_map(|a| (a + 3..60).step_by(3).map(move |b| (a, b)))
+        .map(|(a, b)| (fps[a] ^ fps[b]).count_ones())
+        .collect();
+    let mean = unrelated.iter().sum::<u32>() as f64 / unrelated.len() as f64;
+    assert!((54.0..74.0).contains(&mean), "mean distance {mean}");
+    // Brute force: every pair within k whose word 3-shingles reach 0.8.
+    let mut expected = BTreeSet::new();
+    for a in 0..docs.len() {
+        for b in a + 1..docs.len() {
+            let d = (fps[a] ^ fps[b]).count_ones();
+            if d <= k && !docs[a].is_empty() && trigram_jaccard(&docs[a], &docs[b]) >= 0.8 {
+                expected.insert((format!("d{a}"), format!("d{b}"), d));
+            }
+        }
+    }
+    assert!(expected.len() >= 10, "{expected:?}");
+    let found = |out: &Path| -> BTreeSet<(String, String, u32)> {
+        json_lines(&std::fs::read_to_string(out).unwrap())
+            .iter()
+            .map(|p| {
+                let (a, b) = (p["a"].as_str().unwrap(), p["b"].as_str().unwrap());
+                let order = |x: &str| x[1..].parse::<usize>().unwrap();
+                let (a, b) = if order(a) < order(b) { (a, b) } else { (b, a) };
+                (
+                    a.to_owned(),
+                    b.to_owned(),
+                    p["distance"].as_u64().unwrap() as u32,
+                )
+            })
+            .collect()
+    };
+    let plain = write(dir.path(), "c.jsonl", text.as_bytes());
+    let out = dir.path().join("pairs.jsonl");
+    let o = run(&[
+        "dedup",
+        plain.to_str().unwrap(),
+        "--pairs",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(found(&out), expected);
+    // With --against, centred on old and new documents alike: the pairs
+    // that are not both old.
+    let lines: Vec<&str> = text.lines().collect();
+    let half = 30;
+    let old = write(
+        dir.path(),
+        "old.jsonl",
+        (lines[..half].join("\n") + "\n").as_bytes(),
+    );
+    let new = write(
+        dir.path(),
+        "new.jsonl",
+        (lines[half..].join("\n") + "\n").as_bytes(),
+    );
+    let o = run(&[
+        "dedup",
+        new.to_str().unwrap(),
+        "--against",
+        old.to_str().unwrap(),
+        "--pairs",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let across: BTreeSet<_> = expected
+        .iter()
+        .filter(|(_, b, _)| b[1..].parse::<usize>().unwrap() >= half)
+        .cloned()
+        .collect();
+    assert_eq!(found(&out), across);
 }

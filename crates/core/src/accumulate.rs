@@ -4,6 +4,7 @@
 //! bit i set is strictly greater than half the total weight (V[i] > 0 in the
 //! paper's ±w formulation, and exactly PyPI `simhash`'s rule).
 
+use crate::centre::BitShares;
 use crate::fingerprint::{Fingerprint, Width};
 
 /// `SPREAD[b]` has byte j equal to bit j of `b`: adding it to a u64 adds bit j
@@ -108,6 +109,12 @@ impl UnitSums {
         }
         Fingerprint::new(value, self.width)
     }
+
+    /// Each bit's share of the weight, before a threshold decides it.
+    pub(crate) fn shares(mut self) -> BitShares {
+        self.flush();
+        BitShares::of_counts(&self.counts, self.total, self.width)
+    }
 }
 
 /// Sums for arbitrary real weights (possibly negative).
@@ -146,6 +153,11 @@ impl WeightedSums {
             }
         }
         Fingerprint::new(value, self.width)
+    }
+
+    /// Each bit's share of the weight, before a threshold decides it.
+    pub(crate) fn shares(self) -> BitShares {
+        BitShares::of_sums(&self.sums, self.total, self.width)
     }
 }
 

@@ -28,6 +28,7 @@
 //! The library does no I/O of its own: it takes `&str` and writes to `io::Write`.
 
 mod accumulate;
+pub mod centre;
 pub mod config;
 pub mod dedup;
 mod error;

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use jieba_rs::{KeywordExtract, TextRank, TfIdf};
 
 use crate::accumulate::{UnitSums, WeightedSums};
+use crate::centre::BitShares;
 use crate::config::{
     Features, FingerprintConfig, HashFunction, Input as InputKind, NormalizeConfig, Profile,
     Tokenizer, Weights,
@@ -166,12 +167,17 @@ impl SimHasher {
 
     /// [`SimHasher::fingerprint`] with caller-owned buffers.
     pub fn fingerprint_with(&self, text: &str, scratch: &mut Scratch) -> Fingerprint {
+        self.sums_with(text, scratch).finish()
+    }
+
+    /// The document's SimHash vector, before its bits are decided.
+    fn sums_with(&self, text: &str, scratch: &mut Scratch) -> Sums {
         if self.config.profile == Profile::PythonSimhash {
             let mut sums = UnitSums::new(Width::W64);
             python_simhash::for_each_feature(text, &mut scratch.norm, &mut |f| {
                 sums.add(self.hasher.hash(f.as_bytes()))
             });
-            return sums.finish();
+            return Sums::Unit(sums);
         }
         if self.uses_jieba_keywords() {
             scratch.normalize(&self.config.normalize, text);
@@ -179,7 +185,7 @@ impl SimHasher {
             for (word, weight) in self.jieba_keywords(&scratch.norm) {
                 sums.add(self.hasher.hash(word.as_bytes()), weight);
             }
-            return sums.finish();
+            return Sums::Weighted(sums);
         }
         let needs_aggregation =
             self.config.top.is_some() || !matches!(self.config.weights, Weights::Tf);
@@ -192,12 +198,12 @@ impl SimHasher {
             let (view, lower) = (view.text, view.lower);
             // The hash function is chosen once, outside the loop, so that the whole
             // chain from tokenizer to sums inlines.
-            return match (self.config.hash, self.width()) {
+            return Sums::Unit(match (self.config.hash, self.width()) {
                 (HashFunction::Xxh3, Width::W64) => {
                     self.unit_fingerprint(view, lower, joined, Xxh3x64(self.config.seed))
                 }
                 _ => self.unit_fingerprint(view, lower, joined, self.hasher),
-            };
+            });
         }
         self.normalize_for_tokens(text, scratch);
         let counts = &mut scratch.counts;
@@ -218,7 +224,14 @@ impl SimHasher {
         for (h, w) in weighted {
             sums.add(h, w);
         }
-        sums.finish()
+        Sums::Weighted(sums)
+    }
+
+    /// Where each bit of `text`'s fingerprint leans, before a threshold
+    /// decides it: the first step of fingerprints centred on a corpus
+    /// ([`crate::centre`]).
+    pub fn shares(&self, text: &str) -> BitShares {
+        SCRATCH.with(|s| self.sums_with(text, &mut s.borrow_mut()).shares())
     }
 
     /// How [`SimHasher::fingerprint_and_shingles`] hashes word shingles:
@@ -267,10 +280,33 @@ impl SimHasher {
         scratch: &mut Scratch,
         shingles: &mut Vec<u64>,
     ) -> Fingerprint {
+        self.sums_and_shingles_with(text, scratch, shingles)
+            .finish()
+    }
+
+    /// Where each bit of `text`'s fingerprint leans ([`BitShares`]) and,
+    /// into `shingles`, its verification features, as
+    /// [`SimHasher::fingerprint_and_shingles`] makes them, with this thread's
+    /// buffers: the first step of fingerprints centred on a corpus
+    /// ([`crate::centre`]).
+    pub fn shares_and_shingles(&self, text: &str, shingles: &mut Vec<u64>) -> BitShares {
+        SCRATCH.with(|s| {
+            self.sums_and_shingles_with(text, &mut s.borrow_mut(), shingles)
+                .shares()
+        })
+    }
+
+    /// [`SimHasher::fingerprint_and_shingles_with`], up to the SimHash vector.
+    fn sums_and_shingles_with(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        shingles: &mut Vec<u64>,
+    ) -> Sums {
         shingles.clear();
         let (normalize, key) = (&self.config.normalize, self.shingle_key());
         let Some(features) = self.shared_words() else {
-            let fingerprint = self.fingerprint_with(text, scratch);
+            let fingerprint = self.sums_with(text, scratch);
             shingles_keyed(text, normalize, key, &mut scratch.shingles, shingles);
             return fingerprint;
         };
@@ -298,7 +334,7 @@ impl SimHasher {
                 Shares::Tokens => self.unit_fingerprint(view, false, joined, self.hasher),
             };
             shingles_of_normalized(view, key, shingle_scratch, shingles);
-            return fingerprint;
+            return Sums::Unit(fingerprint);
         }
         match features {
             Shares::Shingles => {
@@ -308,13 +344,13 @@ impl SimHasher {
                 let batch = UnitBatch::new(Width::W64, Xxh3x64(self.config.seed));
                 let fingerprint = self.unit_shingles(view, lower, SHINGLE, joined, batch);
                 shingles_keyed(text, normalize, key, shingle_scratch, shingles);
-                fingerprint
+                Sums::Unit(fingerprint)
             }
             Shares::Tokens => {
                 let batch = UnitBatch::new(self.width(), self.hasher);
                 let fingerprint = self.unit_tokens_and_shingles(view, batch, shingles);
                 crate::jaccard::sort_dedup_hashes(shingles);
-                fingerprint
+                Sums::Unit(fingerprint)
             }
         }
     }
@@ -326,7 +362,7 @@ impl SimHasher {
         norm: &str,
         mut batch: UnitBatch<H>,
         out: &mut Vec<u64>,
-    ) -> Fingerprint {
+    ) -> UnitSums {
         let mut shingles = WordShingles::new(self.config.seed);
         let base = norm.as_ptr() as usize;
         let bytes = norm.as_bytes();
@@ -461,7 +497,7 @@ impl SimHasher {
         lower: bool,
         joined: &mut Vec<u8>,
         hash: impl HashBytes,
-    ) -> Fingerprint {
+    ) -> UnitSums {
         let mut batch = UnitBatch::new(self.width(), hash);
         if let Features::Shingles(w) = self.config.features {
             return self.unit_shingles(norm, lower, w, joined, batch);
@@ -488,7 +524,7 @@ impl SimHasher {
         w: usize,
         joined: &mut Vec<u8>,
         mut batch: UnitBatch<H>,
-    ) -> Fingerprint {
+    ) -> UnitSums {
         joined.clear();
         joined.reserve(norm.len() + 1);
         // Where each of the last w tokens starts in `joined`; `slot` is where the
@@ -820,6 +856,28 @@ struct UnitView<'a> {
     normalised: bool,
 }
 
+/// A document's SimHash vector, of unit or real weights.
+enum Sums {
+    Unit(UnitSums),
+    Weighted(WeightedSums),
+}
+
+impl Sums {
+    fn finish(self) -> Fingerprint {
+        match self {
+            Sums::Unit(s) => s.finish(),
+            Sums::Weighted(s) => s.finish(),
+        }
+    }
+
+    fn shares(self) -> BitShares {
+        match self {
+            Sums::Unit(s) => s.shares(),
+            Sums::Weighted(s) => s.shares(),
+        }
+    }
+}
+
 /// Which of a configuration's features are made of the verification
 /// shingles' words ([`SimHasher::fingerprint_and_shingles_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -927,11 +985,11 @@ impl<H: HashBytes> UnitBatch<H> {
         self.len[class] = 0;
     }
 
-    fn finish(mut self, bytes: &[u8]) -> Fingerprint {
+    fn finish(mut self, bytes: &[u8]) -> UnitSums {
         for class in 0..4 {
             self.flush(class, bytes);
         }
-        self.sums.finish()
+        self.sums
     }
 }
 

@@ -429,12 +429,24 @@ pub fn entry_bytes(bits: u32) -> f64 {
 /// fingerprints, and picks the fastest for queries that fits in `memory` bytes
 /// (or the smallest if none fits).
 pub fn plan(bits: u32, k: u32, n: f64, memory: Option<f64>) -> Result<Plan, Error> {
+    plan_up_to(bits, k, bits / 8, n, memory)
+}
+
+/// The widest k a self-join plans for: 3/16 of the bits. A join's pairs are
+/// found once, not per query, and fingerprints centred on their corpus
+/// ([`crate::centre`]) put unrelated documents about half the bits apart,
+/// so a join can afford a wider k than an index's queries.
+pub fn join_max_k(bits: u32) -> u32 {
+    bits * 3 / 16
+}
+
+/// [`plan`] for a k of at most `max_k`.
+fn plan_up_to(bits: u32, k: u32, max_k: u32, n: f64, memory: Option<f64>) -> Result<Plan, Error> {
     if bits != 64 && bits != 128 {
         return Err(Error::InvalidConfig(format!(
             "fingerprint width {bits}: use 64 or 128"
         )));
     }
-    let max_k = bits / 8;
     if k > max_k {
         return Err(Error::InvalidConfig(format!(
             "k = {k} is too large for {bits}-bit fingerprints: use k <= {max_k} \
@@ -516,7 +528,7 @@ pub fn plan(bits: u32, k: u32, n: f64, memory: Option<f64>) -> Result<Plan, Erro
 /// The design for a self-join of `n` fingerprints: the least estimated work,
 /// sorting every table plus comparing within equal prefixes.
 pub fn plan_join(bits: u32, k: u32, n: f64) -> Result<TableDesign, Error> {
-    let p = plan(bits, k, n, None)?;
+    let p = plan_up_to(bits, k, join_max_k(bits), n, None)?;
     let sort_ns_per_entry = 12.0;
     let best = p
         .options
@@ -575,7 +587,7 @@ pub fn plan_join_sampled<B: Bits>(
     if n < 1000 {
         return plan_join(B::BITS, k, n as f64);
     }
-    let p = plan(B::BITS, k, n as f64, None)?;
+    let p = plan_up_to(B::BITS, k, join_max_k(B::BITS), n as f64, None)?;
     let pairs = (n as f64) * (n as f64 - 1.0) / 2.0;
     let mut rng = crate::rng::SplitMix64(0x6a6f_696e);
     let mut diff = || {

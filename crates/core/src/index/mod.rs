@@ -23,7 +23,7 @@ pub use bits::Bits;
 pub use bundle::{AnyIndex, Bundle};
 pub use compressed::{Coding, CompressedIndex};
 pub use design::{
-    Plan, PlanOption, Segment, Table, TableDesign, plan, plan_join, plan_join_for,
+    Plan, PlanOption, Segment, Table, TableDesign, join_max_k, plan, plan_join, plan_join_for,
     plan_join_sampled,
 };
 pub use file::IndexFile;
