@@ -584,35 +584,89 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
         }
     }
 
-    /// Scores the waiting candidates in parallel (skipping, with a spanning
-    /// set, those already connected) and keeps the verified ones.
+    /// Scores the waiting candidates in parallel and keeps the verified
+    /// ones. With a spanning set, pairs already connected are skipped, and
+    /// while most candidates verify, only pairs that would join two clusters
+    /// are scored: a pass scores a spanning forest of the pairs still
+    /// unconnected, as if every one of them verified, and the next takes
+    /// the pairs its failures left apart. The m²/2 candidates of a cluster
+    /// of m near copies sharing a bucket then cost about m scores, not
+    /// m²/2. Once a pass finds most of its pairs below the threshold (near
+    /// misses, which connect nothing), the rest are scored at once: more
+    /// passes would score them all the same, a few at a time. Which pairs
+    /// are scored depends on the candidates' order and scores alone, not on
+    /// the threads.
     fn flush(&mut self) {
-        use rayon::prelude::*;
-        if let Some(parent) = &mut self.parent {
-            self.todo
-                .retain(|&(u, v, _)| find(parent, u) != find(parent, v));
+        let mut todo = std::mem::take(&mut self.todo);
+        let Some(mut parent) = self.parent.take() else {
+            let verified = self.score_all(&todo);
+            self.kept.extend(verified);
+            todo.clear();
+            self.todo = todo;
+            return;
+        };
+        let (mut now, mut later) = (Vec::new(), Vec::new());
+        // Each pass's forest over the clusters' roots, numbered locally.
+        let mut local: std::collections::HashMap<u32, u32> = Default::default();
+        let mut forest: Vec<u32> = Vec::new();
+        let mut spanning = true;
+        loop {
+            todo.retain(|&(u, v, _)| find(&mut parent, u) != find(&mut parent, v));
+            if todo.is_empty() {
+                break;
+            }
+            if spanning {
+                local.clear();
+                forest.clear();
+                for &(u, v, d) in &todo {
+                    let mut slot = |root: u32| {
+                        *local.entry(root).or_insert_with(|| {
+                            forest.push(forest.len() as u32);
+                            forest.len() as u32 - 1
+                        })
+                    };
+                    let (a, b) = (slot(find(&mut parent, u)), slot(find(&mut parent, v)));
+                    let (ra, rb) = (find(&mut forest, a), find(&mut forest, b));
+                    if ra != rb {
+                        forest[ra.max(rb) as usize] = ra.min(rb);
+                        now.push((u, v, d));
+                    } else {
+                        later.push((u, v, d));
+                    }
+                }
+            } else {
+                std::mem::swap(&mut now, &mut todo);
+            }
+            let verified = self.score_all(&now);
+            spanning = 2 * verified.len() >= now.len();
+            now.clear();
+            for &(u, v, ..) in &verified {
+                let (a, b) = (find(&mut parent, u), find(&mut parent, v));
+                if a != b {
+                    parent[a.max(b) as usize] = a.min(b);
+                }
+            }
+            self.kept.extend(verified);
+            std::mem::swap(&mut todo, &mut later);
+            later.clear();
         }
+        self.parent = Some(parent);
+        self.todo = todo;
+    }
+
+    /// The pairs of `pairs` that verify, scored in parallel.
+    fn score_all(&self, pairs: &[(u32, u32, u32)]) -> Vec<(u32, u32, u32, f64)> {
+        use rayon::prelude::*;
         let first = |node: u32| self.nodes.groups.first(node);
         let (score, threshold) = (self.score, self.threshold);
-        let verified: Vec<(u32, u32, u32, f64)> = self
-            .todo
+        pairs
             .par_iter()
             .with_min_len(64)
             .filter_map(|&(u, v, d)| {
                 let j = score(first(u), first(v));
                 (j >= threshold).then_some((u, v, d, j))
             })
-            .collect();
-        self.todo.clear();
-        if let Some(parent) = &mut self.parent {
-            for &(u, v, ..) in &verified {
-                let (a, b) = (find(parent, u), find(parent, v));
-                if a != b {
-                    parent[a.max(b) as usize] = a.min(b);
-                }
-            }
-        }
-        self.kept.extend(verified);
+            .collect()
     }
 
     /// The verified pairs `(u, v, distance, similarity)`, in ascending order.

@@ -574,3 +574,32 @@ proptest! {
         streamed_pairs_match(&fps, k, &chosen)?;
     }
 }
+
+/// Without a list of pairs, a cluster of m near copies whose candidates all
+/// verify costs about m scores, not one per candidate pair (m²/2).
+#[test]
+fn a_spanning_set_scores_a_cluster_of_copies_once_per_copy() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let m = 50u64;
+    // Distinct fingerprints, all within k = 6 of each other.
+    let fps: Vec<u64> = (0..m).collect();
+    let k = 6;
+    let scored = AtomicUsize::new(0);
+    let score = |_: u32, _: u32| {
+        scored.fetch_add(1, Ordering::Relaxed);
+        1.0
+    };
+    let digest = |i: u32| Some(i as u128); // copies with their own features
+    let d = design(64, k, 1);
+    let spanning = Dedup::verified(fps.clone(), k, &d, 0.8, digest, score, true).unwrap();
+    assert_eq!(
+        spanning.representatives(Policy::Components),
+        vec![0; m as usize]
+    );
+    assert_eq!(scored.load(Ordering::Relaxed), m as usize - 1);
+    // Listing every pair scores them all.
+    scored.store(0, Ordering::Relaxed);
+    let all = Dedup::verified(fps, k, &d, 0.8, digest, score, false).unwrap();
+    assert_eq!(all.pair_count(), m * (m - 1) / 2);
+    assert_eq!(scored.load(Ordering::Relaxed), (m * (m - 1) / 2) as usize);
+}
