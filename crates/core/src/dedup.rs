@@ -599,7 +599,7 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
     fn flush(&mut self) {
         let mut todo = std::mem::take(&mut self.todo);
         let Some(mut parent) = self.parent.take() else {
-            let verified = self.score_all(&todo);
+            let verified = self.score_all(&mut todo);
             self.kept.extend(verified);
             todo.clear();
             self.todo = todo;
@@ -637,7 +637,7 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
             } else {
                 std::mem::swap(&mut now, &mut todo);
             }
-            let verified = self.score_all(&now);
+            let verified = self.score_all(&mut now);
             spanning = 2 * verified.len() >= now.len();
             now.clear();
             for &(u, v, ..) in &verified {
@@ -655,8 +655,11 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
     }
 
     /// The pairs of `pairs` that verify, scored in parallel.
-    fn score_all(&self, pairs: &[(u32, u32, u32)]) -> Vec<(u32, u32, u32, f64)> {
+    /// Sorted first: a thread scores a run of pairs with the same first
+    /// node, whose features the score reads once for the run.
+    fn score_all(&self, pairs: &mut [(u32, u32, u32)]) -> Vec<(u32, u32, u32, f64)> {
         use rayon::prelude::*;
+        pairs.par_sort_unstable();
         let first = |node: u32| self.nodes.groups.first(node);
         let (score, threshold) = (self.score, self.threshold);
         pairs
