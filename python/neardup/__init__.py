@@ -521,7 +521,7 @@ def dedup(
 
     Give ``texts`` (verified by exact Jaccard similarity of word 3-shingles,
     ``verify="jaccard:0.8"`` by default; candidates from 128-bit fingerprints
-    of single tokens centred on the corpus, within k = 18, unless ``config``
+    of single tokens centred on the corpus, within k = 19, unless ``config``
     or pipeline keywords say otherwise; ``centre=False`` for plain
     fingerprints within k = 15, as ``--no-centre``) or ready ``fingerprints``
     (no verification; k = 3 for 64 bits).

@@ -773,7 +773,7 @@ def dedup(
 
     Same defaults as ``neardup dedup`` (and :func:`neardup.dedup`): verification
     at Jaccard 0.8 over candidates from 128-bit token fingerprints centred
-    on the corpus, within k = 18 (``centre=False``: plain fingerprints within
+    on the corpus, within k = 19 (``centre=False``: plain fingerprints within
     k = 15, as ``--no-centre``); ``verify=False`` for fingerprints alone
     (k = 3 at 64 bits).
     ``policy``: components or incremental; ``keep_by``: first, longest or

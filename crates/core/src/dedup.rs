@@ -84,8 +84,8 @@ pub fn default_k(width: crate::Width, verify: bool) -> u32 {
 /// is wider than [`default_k`]'s for the same recall (docs/quality.md).
 pub fn centred_k(width: crate::Width) -> u32 {
     match width {
-        crate::Width::W64 => 9,
-        crate::Width::W128 => 18,
+        crate::Width::W64 => 10,
+        crate::Width::W128 => 19,
     }
 }
 

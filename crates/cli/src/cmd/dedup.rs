@@ -53,7 +53,7 @@ pub struct Args {
 
     /// Candidates: Hamming distance at most K (up to 8 for 64-bit fingerprints,
     /// 16 for 128-bit; 12 and 24 for centred candidates). Default with
-    /// verification 18 for 128 bits, 9 for 64, on centred candidates (15 and
+    /// verification 19 for 128 bits, 10 for 64, on centred candidates (15 and
     /// 7 with --no-centre; wide, for recall: verification decides); without,
     /// 3 for 64 bits, 6 for 128.
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(0..=24))]
