@@ -69,23 +69,9 @@ impl BitShares {
         BitShares { q, width }
     }
 
-    /// Shares from their bytes, as [`BitShares::as_bytes`] gives them (64 or
-    /// 128 bytes: the fingerprint's width).
-    pub fn from_bytes(bytes: &[u8]) -> Option<BitShares> {
-        let width = Width::from_bits(u32::try_from(bytes.len()).ok()?).ok()?;
-        let mut q = [0u8; 128];
-        q[..bytes.len()].copy_from_slice(bytes);
-        Some(BitShares { q, width })
-    }
-
     /// One byte per bit of the fingerprint, bit 0 first.
     pub fn as_bytes(&self) -> &[u8] {
         &self.q[..self.width.bits() as usize]
-    }
-
-    /// The fingerprint's width.
-    pub fn width(&self) -> Width {
-        self.width
     }
 }
 
@@ -123,16 +109,6 @@ impl Centre {
             *s += o;
         }
         self.n += other.n;
-    }
-
-    /// Documents added.
-    pub fn len(&self) -> u64 {
-        self.n
-    }
-
-    /// Whether no document was added.
-    pub fn is_empty(&self) -> bool {
-        self.n == 0
     }
 
     /// The sums as bytes, to carry between processes: the number of
@@ -281,11 +257,16 @@ mod tests {
     }
 
     #[test]
-    fn shares_round_trip_through_bytes() {
+    fn shares_are_a_byte_per_bit() {
         let counts: Vec<u64> = (0..128).map(|i| i * 3).collect();
         let s = BitShares::of_counts(&counts, 400, Width::W128);
-        assert_eq!(BitShares::from_bytes(s.as_bytes()), Some(s));
-        assert_eq!(BitShares::from_bytes(&[0; 7]), None);
+        assert_eq!(s.as_bytes().len(), 128);
+        assert_eq!(
+            BitShares::of_counts(&counts, 400, Width::W64)
+                .as_bytes()
+                .len(),
+            64
+        );
         // 0 of 400 is below 1/4: byte 0; 381 of 400 is above 3/4: 255;
         // 201 of 400 is 510 * 0.2525 = 128.775, rounded 129.
         assert_eq!(s.as_bytes()[0], 0);
