@@ -229,7 +229,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let mut phases = Phases::default();
     // With --against: the old documents first, then the new ones.
-    let old = match args.against.is_empty() {
+    let mut old = match args.against.is_empty() {
         true => None,
         false => {
             let mut old_source = source.clone();
@@ -243,7 +243,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
             Some(gather(&old_source, &old_keep, args.run.quiet)?)
         }
     };
-    let mut old = old;
     let mut g = gather(&source, &keep, args.run.quiet)?;
     if centre {
         // On the mean of old and new documents alike.
