@@ -100,6 +100,22 @@ def _centred(shares: bytes, bits: int) -> np.ndarray:
     return words.reshape(-1, 2) if bits == 128 else words
 
 
+def _fixed_rows(data: bytes, rows: int) -> Any:
+    """``rows`` rows of equal width packed in ``data``, as an Arrow binary column."""
+    import pyarrow as pa
+
+    width = len(data) // max(rows, 1)
+    offsets = np.arange(rows + 1, dtype=np.int32) * width
+    return pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
+
+
+def _packed(column: Any) -> bytes:
+    """An Arrow binary column's values, one after another."""
+    arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+    return arr.buffers()[2].to_pybytes()[offs[0] : offs[-1]] if len(arr) else b""
+
+
 def _centre_distributed(spark: Any, fps: Any, bits: int) -> Any:
     """Rows with a ``shares`` column (and zero ``fp_hi``/``fp_lo``) with their
     fingerprints centred on all rows' shares: summed per partition, added on
@@ -109,8 +125,7 @@ def _centre_distributed(spark: Any, fps: Any, bits: int) -> Any:
 
     def sums(batches):
         for b in batches:
-            arr = b.column("shares")
-            yield pa.RecordBatch.from_arrays([pa.array([_rs.centre_of(b"".join(arr.to_pylist()), bits)], type=pa.binary())], names=["centre"])
+            yield pa.RecordBatch.from_arrays([pa.array([_rs.centre_of(_packed(b.column("shares")), bits)], type=pa.binary())], names=["centre"])
 
     parts = fps.select("shares").mapInArrow(sums, T.StructType([T.StructField("centre", T.BinaryType(), False)])).collect()
     total = np.zeros(bits + 1, dtype=np.uint64)
@@ -121,7 +136,7 @@ def _centre_distributed(spark: Any, fps: Any, bits: int) -> Any:
 
     def decide(batches):
         for b in batches:
-            words = np.frombuffer(_rs.centred_words(b"".join(b.column("shares").to_pylist()), centre.value), dtype="<u8")
+            words = np.frombuffer(_rs.centred_words(_packed(b.column("shares")), centre.value), dtype="<u8")
             hi, lo = (words.reshape(-1, 2)[:, 0], words.reshape(-1, 2)[:, 1]) if bits == 128 else (np.zeros(len(words), dtype=np.uint64), words)
             cols = [pa.array(hi.view(np.int64)) if f.name == "fp_hi" else pa.array(lo.view(np.int64)) if f.name == "fp_lo" else b.column(f.name) for f in keep]
             yield pa.RecordBatch.from_arrays(cols, names=[f.name for f in keep])
@@ -228,7 +243,7 @@ def _dedup_distributed(
                 py_texts = [t if t is not None else "" for t in texts.to_pylist()]
                 cols.append(pa.array(_rs.shingle_sets(c, py_texts), type=pa.binary()))
             if centred:
-                cols.append(pa.array([shares[i * bits : (i + 1) * bits] for i in range(len(fps))], type=pa.binary()))
+                cols.append(_fixed_rows(shares, len(fps)))
             yield pa.RecordBatch.from_arrays(cols, schema=pa.schema([(f.name, _arrow_type(f.dataType)) for f in fp_schema.fields]))
 
     if centred:
@@ -903,13 +918,9 @@ def dedup(
                 pa.array(r["ids"], type=pa.string()) if json_col else pc.take(b.column(id_col), take),
             ]
             if threshold is not None:
-                sums = r["summaries"]
-                w = len(sums) // max(len(rows), 1)
-                offs = np.arange(0, (len(rows) + 1) * w, w if w else 1, dtype=np.int32)[: len(rows) + 1]
-                cols.append(pa.Array.from_buffers(pa.binary(), len(rows), [None, pa.py_buffer(offs.tobytes()), pa.py_buffer(sums)]))
+                cols.append(_fixed_rows(r["summaries"], len(rows)))
             if centred:
-                offs = np.arange(0, (len(rows) + 1) * bits, bits, dtype=np.int32)
-                cols.append(pa.Array.from_buffers(pa.binary(), len(rows), [None, pa.py_buffer(offs.tobytes()), pa.py_buffer(r["shares"])]))
+                cols.append(_fixed_rows(r["shares"], len(rows)))
             if rule is not None:
                 if key_field is not None:
                     kc = pc.take(b.column(key_field), take)
@@ -1006,22 +1017,18 @@ def dedup(
     words = np.empty((n, 2), dtype="<u8")
     if centred:
         # Centred on every document's shares, old and new alike.
-        arr = table.column("shares").take(order).combine_chunks()
-        offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
-        centred_fps = _centred(arr.buffers()[2].to_pybytes()[offs[0] : offs[-1]], bits)
+        centred_fps = _centred(_packed(table.column("shares").take(order)), bits)
         if bits == 128:
             words[:] = centred_fps
         else:
             words[:, 0], words[:, 1] = 0, centred_fps
-        del arr, centred_fps
+        del centred_fps
     else:
         words[:, 0] = table.column("fp_hi").to_numpy().view(np.uint64)[order]
         words[:, 1] = table.column("fp_lo").to_numpy().view(np.uint64)[order]
     sums = None
     if threshold is not None:
-        arr = table.column("summary").take(order).combine_chunks()
-        offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
-        sums = arr.buffers()[2].to_pybytes()[offs[0] : offs[-1]]
+        sums = _packed(table.column("summary").take(order))
     keys = None
     if rule:
         new_order = order[n_old:]

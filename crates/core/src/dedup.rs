@@ -609,13 +609,13 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
         // Each pass's forest over the clusters' roots, numbered locally.
         let mut local: std::collections::HashMap<u32, u32> = Default::default();
         let mut forest: Vec<u32> = Vec::new();
-        let mut spanning = true;
+        let mut by_forest = true;
         loop {
             todo.retain(|&(u, v, _)| find(&mut parent, u) != find(&mut parent, v));
             if todo.is_empty() {
                 break;
             }
-            if spanning {
+            if by_forest {
                 local.clear();
                 forest.clear();
                 for &(u, v, d) in &todo {
@@ -638,7 +638,7 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
                 std::mem::swap(&mut now, &mut todo);
             }
             let verified = self.score_all(&mut now);
-            spanning = 2 * verified.len() >= now.len();
+            by_forest = 2 * verified.len() >= now.len();
             now.clear();
             for &(u, v, ..) in &verified {
                 let (a, b) = (find(&mut parent, u), find(&mut parent, v));
