@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 
 use neardup_core::Width;
 use neardup_core::dedup::{Dedup, Policy, clusters};
-use neardup_core::index::{Bits, plan_join};
+use neardup_core::index::{Bits, plan_join_for};
 
 use crate::fingerprint::vector_rows;
 use crate::index::words_to;
@@ -34,7 +34,7 @@ pub(crate) fn dedup_positions(
         policy: Policy,
         verify: Option<(f64, &[Vec<u64>])>,
     ) -> Result<(Vec<(u32, u32, u32, f64)>, Vec<u32>), neardup_core::Error> {
-        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        let design = plan_join_for(k, &fps)?;
         let mut d = Dedup::new(&fps, k, &design)?;
         if let Some((t, sets)) = verify {
             d = d.verify(t, |i| sets[i as usize].as_slice());
@@ -92,7 +92,7 @@ pub(crate) fn dedup_vectors(
         rows: &[f32],
         dim: usize,
     ) -> Result<(Vec<(u32, u32, u32, f64)>, Vec<u32>), neardup_core::Error> {
-        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        let design = plan_join_for(k, &fps)?;
         let row = |i: u32| &rows[i as usize * dim..(i as usize + 1) * dim];
         let d = Dedup::new(&fps, k, &design)?.verify_by(
             threshold,

@@ -12,7 +12,7 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 use neardup_core::centre::BitShares;
 use neardup_core::dedup::{Policy, for_each_pair_streamed, representatives_of_pairs};
-use neardup_core::index::{Bits, plan_join};
+use neardup_core::index::{Bits, plan_join_for};
 use neardup_core::jaccard::jaccard_at_least;
 use neardup_core::keep_by::{KeepBy, SortKey};
 use neardup_core::spill::Summary;
@@ -146,7 +146,7 @@ fn each_candidate(
         k: u32,
         f: impl FnMut(u32, u32, u32),
     ) -> Result<(), neardup_core::Error> {
-        let design = plan_join(B::BITS, k, fps.len().max(1) as f64)?;
+        let design = plan_join_for(k, &fps)?;
         for_each_pair_streamed(fps, k, &design, f)
     }
     match bits {

@@ -4,9 +4,7 @@
 //! (the "big bucket") cost one entry in the join and work linear in the output.
 
 use crate::error::Error;
-use crate::index::{
-    Bits, Collapsed, JoinScratch, TableDesign, join_sorted_unique_each, join_sorted_unique_with,
-};
+use crate::index::{Bits, Collapsed, JoinScratch, SelfJoin};
 
 /// Documents are numbered with u32, one value kept free.
 fn check_documents(n: usize) -> Result<(), Error> {
@@ -26,7 +24,7 @@ fn check_documents(n: usize) -> Result<(), Error> {
 pub fn for_each_pair_streamed<B: Bits>(
     fps: Vec<B>,
     k: u32,
-    design: &TableDesign,
+    design: &impl SelfJoin,
     mut f: impl FnMut(u32, u32, u32),
 ) -> Result<(), Error> {
     check_documents(fps.len())?;
@@ -44,7 +42,7 @@ pub fn for_each_pair_streamed<B: Bits>(
             }
         }
     }
-    join_sorted_unique_each(&c.distinct, k, design, scratch, |round| {
+    design.join_each(&c.distinct, k, scratch, |round| {
         for (u, v, d) in round {
             for &a in groups.members(u) {
                 for &b in groups.members(v) {
@@ -122,14 +120,14 @@ impl Groups {
 
 impl Dedup {
     /// Joins `fps` (document i has `fps[i]`) at distance `k` with `design`.
-    pub fn new<B: Bits>(fps: &[B], k: u32, design: &TableDesign) -> Result<Dedup, Error> {
+    pub fn new<B: Bits>(fps: &[B], k: u32, design: &impl SelfJoin) -> Result<Dedup, Error> {
         check_documents(fps.len())?;
         Self::joined(Collapsed::with_scratch(fps), k, design)
     }
 
     /// [`Dedup::new`] that reuses the fingerprints' allocation (a large run's
     /// fingerprints are not needed after the first sort).
-    pub fn from_vec<B: Bits>(fps: Vec<B>, k: u32, design: &TableDesign) -> Result<Dedup, Error> {
+    pub fn from_vec<B: Bits>(fps: Vec<B>, k: u32, design: &impl SelfJoin) -> Result<Dedup, Error> {
         check_documents(fps.len())?;
         Self::joined(Collapsed::from_vec(fps), k, design)
     }
@@ -137,9 +135,9 @@ impl Dedup {
     fn joined<B: Bits>(
         (c, scratch): (Collapsed<B>, JoinScratch<B>),
         k: u32,
-        design: &TableDesign,
+        design: &impl SelfJoin,
     ) -> Result<Dedup, Error> {
-        let distinct_pairs = join_sorted_unique_with(&c.distinct, k, design, scratch)?;
+        let distinct_pairs = design.join_all(&c.distinct, k, scratch)?;
         Ok(Dedup {
             groups: Groups {
                 order: c.order,
@@ -231,7 +229,7 @@ impl Dedup {
     pub fn verified<B: Bits>(
         fps: Vec<B>,
         k: u32,
-        design: &TableDesign,
+        design: &impl SelfJoin,
         threshold: f64,
         digest: impl Fn(u32) -> Option<u128>,
         score: impl Fn(u32, u32) -> f64 + Sync,
@@ -248,9 +246,7 @@ impl Dedup {
         drop(groups);
         let mut verifier = Verifier::new(&nodes, threshold, &score, spanning);
         verifier.within_nodes();
-        join_sorted_unique_each(&c.distinct, k, design, scratch, |pairs| {
-            verifier.across(&pairs)
-        })?;
+        design.join_each(&c.distinct, k, scratch, |pairs| verifier.across(&pairs))?;
         let kept = verifier.finish();
         Ok(Dedup::of_nodes(nodes, kept))
     }

@@ -4,7 +4,11 @@
 use neardup_core::dedup::{
     Dedup, Policy, clusters, for_each_pair_streamed, representatives_of_pairs,
 };
-use neardup_core::index::{Bits, Index, Match, TableDesign, plan, plan_join_sampled, self_join};
+use neardup_core::index::radius::radius_options;
+use neardup_core::index::{
+    Bits, Index, JoinDesign, Match, RadiusDesign, SelfJoin, TableDesign, plan, plan_join_sampled,
+    self_join,
+};
 use neardup_core::jaccard::jaccard;
 use proptest::prelude::*;
 
@@ -84,7 +88,11 @@ fn brute_pairs<B: Bits>(fps: &[B], k: u32) -> Vec<(u32, u32, u32)> {
 
 /// The streamed join's pairs of `fps` come in the same order with 1 and 3
 /// threads, and are brute force's.
-fn streamed_pairs_match(fps: &[u128], k: u32, d: &TableDesign) -> Result<(), TestCaseError> {
+fn streamed_pairs_match<B: Bits>(
+    fps: &[B],
+    k: u32,
+    d: &impl SelfJoin,
+) -> Result<(), TestCaseError> {
     let run = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -569,8 +577,13 @@ proptest! {
         // Smaller samples than a run's (a debug build is slow to draw them).
         let chosen = plan_join_sampled(k, &fps, 4000, 100_000).unwrap();
         prop_assert_eq!(&plan_join_sampled(k, &fps, 4000, 100_000).unwrap(), &chosen);
-        let options = plan(128, k, n as f64, None).unwrap().options;
-        prop_assert!(options.iter().any(|o| o.design == chosen));
+        match &chosen {
+            JoinDesign::Tables(d) => {
+                let options = plan(128, k, n as f64, None).unwrap().options;
+                prop_assert!(options.iter().any(|o| &o.design == d));
+            }
+            JoinDesign::Radius(d) => prop_assert!(radius_options(128, k).contains(d)),
+        }
         streamed_pairs_match(&fps, k, &chosen)?;
     }
 }
@@ -602,4 +615,100 @@ fn a_spanning_set_scores_a_cluster_of_copies_once_per_copy() {
     let all = Dedup::verified(fps, k, &d, 0.8, digest, score, false).unwrap();
     assert_eq!(all.pair_count(), m * (m - 1) / 2);
     assert_eq!(scored.load(Ordering::Relaxed), (m * (m - 1) / 2) as usize);
+}
+
+/// Copies of a few seeds with up to `k + 2` bits flipped, the top `crowd`
+/// bits cleared: crowded buckets and many pairs within k.
+fn crowded<B: Bits>(seeds: &[u128], n: usize, k: u32, crowd: u32, seed: u64) -> Vec<B> {
+    let mut rng = neardup_core::rng::SplitMix64(seed);
+    let keep = (u128::MAX >> (128 - B::BITS)) >> crowd.min(B::BITS - 1);
+    (0..n)
+        .map(|_| {
+            let s = seeds[(rng.next() % seeds.len() as u64) as usize];
+            let flips = rng.next() % u64::from(k + 3);
+            let f = (0..flips).fold(s, |f, _| f ^ (1u128 << (rng.next() % u64::from(B::BITS))));
+            B::from_u128(f & keep)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Every multi-index design finds each pair within k exactly once, in
+    /// the same order with any number of threads (brute force), at both
+    /// widths, from k = 0 to the join's largest.
+    #[test]
+    fn radius_designs_find_every_pair_once(
+        seeds in prop::collection::vec(any::<u128>(), 1..30),
+        n in 1usize..400,
+        k in 0u32..25,
+        crowd in 0u32..100,
+        choice: usize,
+        seed: u64,
+    ) {
+        let fps: Vec<u128> = crowded(&seeds, n, k, crowd, seed);
+        let options = radius_options(128, k);
+        if !options.is_empty() {
+            streamed_pairs_match(&fps, k, &options[choice % options.len()])?;
+        }
+        let k = k.min(12);
+        let narrow: Vec<u64> = crowded(&seeds, n, k, crowd / 2, seed);
+        let options = radius_options(64, k);
+        if !options.is_empty() {
+            streamed_pairs_match(&narrow, k, &options[choice % options.len()])?;
+        }
+    }
+}
+
+/// A design's blocks cover every bit once, and their radii add up to
+/// exactly what k needs: one block within its radius for any pair within k.
+#[test]
+fn radius_designs_cover_the_bits_with_just_enough_radius() {
+    for bits in [64u32, 128] {
+        for k in 0..=24 {
+            for d in radius_options(bits, k) {
+                let mut next = 0;
+                for b in &d.blocks {
+                    assert_eq!(b.start, next, "{}", d.describe());
+                    assert!(b.len >= 1 && b.len <= neardup_core::index::radius::MAX_BLOCK_BITS);
+                    next += b.len;
+                }
+                assert_eq!(next, bits);
+                let need: u32 = d.blocks.iter().map(|b| b.radius + 1).sum();
+                assert_eq!(need, k + 1, "{}", d.describe());
+            }
+        }
+    }
+    assert!(
+        RadiusDesign::new(128, 3, 5).is_err(),
+        "more blocks than k + 1"
+    );
+    assert!(
+        RadiusDesign::new(128, 19, 5).is_err(),
+        "blocks wider than the directory"
+    );
+    assert!(RadiusDesign::new(96, 3, 4).is_err(), "no such width");
+}
+
+/// A bucket holding thousands of fingerprints (all of one block's value)
+/// is shared among the threads and still gives each pair once.
+#[test]
+fn a_crowded_radius_bucket_is_joined_by_all_threads() {
+    let mut rng = neardup_core::rng::SplitMix64(11);
+    // Only the low 20 bits vary: the blocks above are one bucket.
+    let mut fps: Vec<u64> = (0..4000).map(|_| rng.next() & 0xf_ffff).collect();
+    fps.sort_unstable();
+    fps.dedup();
+    let d = RadiusDesign::new(64, 6, 7).unwrap();
+    let got = Dedup::new(&fps, 6, &d).unwrap();
+    let mut pairs = Vec::new();
+    got.for_each_pair(|a, b, dist| {
+        pairs.push((a, b, dist));
+        Ok::<(), ()>(())
+    })
+    .unwrap();
+    pairs.sort_unstable();
+    assert_eq!(pairs, brute_pairs(&fps, 6));
+    streamed_pairs_match(&fps, 6, &d).unwrap();
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::ValueEnum;
 use neardup_core::dedup::{Dedup, Policy, centred_k, clusters, default_k};
-use neardup_core::index::{Bits, TableDesign, join_max_k, plan_join_for};
+use neardup_core::index::{Bits, JoinDesign, TableDesign, join_max_k, plan_join_for};
 use neardup_core::jaccard::{SHORT_TEXT_WORDS, Verify};
 use neardup_core::spill::Spill;
 use neardup_core::vector::{cosine as cosine_similarity, k_for_recall, recall_at};
@@ -570,7 +570,7 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
 /// for measuring one design against another, the levels of blocks in
 /// `NEARDUP_JOIN_LEVELS` (`17` for 17 blocks picking 17 − k, `16,16` for
 /// two levels; see `neardup plan`).
-fn join_design<B: Bits>(k: u32, fps: &[B]) -> Result<TableDesign> {
+fn join_design<B: Bits>(k: u32, fps: &[B]) -> Result<JoinDesign> {
     let Some(levels) = std::env::var_os("NEARDUP_JOIN_LEVELS") else {
         return Ok(plan_join_for(k, fps)?);
     };
@@ -585,8 +585,9 @@ fn join_design<B: Bits>(k: u32, fps: &[B]) -> Result<TableDesign> {
                  (such as 17 or 16,16), or unset it to let the join plan its tables"
             )
         })?;
-    TableDesign::new(B::BITS, k, &levels)
-        .with_context(|| format!("NEARDUP_JOIN_LEVELS={levels:?}: no such design"))
+    let design = TableDesign::new(B::BITS, k, &levels)
+        .with_context(|| format!("NEARDUP_JOIN_LEVELS={levels:?}: no such design"))?;
+    Ok(JoinDesign::Tables(design))
 }
 
 /// The join alone, for verification by another measure.

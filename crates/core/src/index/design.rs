@@ -11,6 +11,8 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::bits::Bits;
+use super::join::JoinDesign;
+use super::radius::{self, RadiusDesign};
 use crate::error::Error;
 
 /// A run of bits `[start, start + len)` of the fingerprint (bit 0 is the least
@@ -562,16 +564,18 @@ const JOIN_COMPARE_NS: f64 = 0.15;
 const JOIN_COMPARE_SCALAR_NS: f64 = 0.35;
 const JOIN_HIT_NS: f64 = 6.5;
 
-/// [`plan_join`] for these fingerprints: the work of each design is
-/// estimated from the fingerprints themselves rather than from uniformly
+/// The self-join's design for these fingerprints: the work of each design
+/// is estimated from the fingerprints themselves rather than from uniformly
 /// random bits. Text's fingerprints crowd (documents of one language and
 /// domain share words), so that a prefix narrows far less than its length
 /// says, and pairs within k, each found by several tables, cost more with
 /// more tables; which design is fastest depends on how they crowd. A
 /// sample of random pairs gives, per design, the pairs sharing a table's
-/// prefix (the comparisons) and the pairs within k it finds (each once per
-/// table that finds it). Deterministic: a fixed seed.
-pub fn plan_join_for<B: Bits>(k: u32, fps: &[B]) -> Result<TableDesign, Error> {
+/// prefix or lying within a block's radius (the comparisons) and the pairs
+/// within k it finds (each once per table that finds it). Both families are
+/// weighed: the permuted tables of [`plan_join`] and the multi-index blocks
+/// of [`RadiusDesign`]. Deterministic: a fixed seed.
+pub fn plan_join_for<B: Bits>(k: u32, fps: &[B]) -> Result<JoinDesign, Error> {
     plan_join_sampled(k, fps, SAMPLED_PAIRS, SAMPLED_NEAR)
 }
 
@@ -582,10 +586,10 @@ pub fn plan_join_sampled<B: Bits>(
     fps: &[B],
     sampled: usize,
     sampled_near: usize,
-) -> Result<TableDesign, Error> {
+) -> Result<JoinDesign, Error> {
     let n = fps.len();
     if n < 1000 {
-        return plan_join(B::BITS, k, n as f64);
+        return Ok(JoinDesign::Tables(plan_join(B::BITS, k, n as f64)?));
     }
     let p = plan_up_to(B::BITS, k, join_max_k(B::BITS), n as f64, None)?;
     let pairs = (n as f64) * (n as f64 - 1.0) / 2.0;
@@ -611,6 +615,7 @@ pub fn plan_join_sampled<B: Bits>(
             near.push(d);
         }
     }
+    let (sampled, drawn) = (sampled.max(1) as f64, drawn.max(1) as f64);
     let cost = |d: &TableDesign| {
         let masks: Vec<B> = d.tables.iter().map(Table::prefix_mask::<B>).collect();
         let shared = |diffs: &[B]| -> f64 {
@@ -620,8 +625,8 @@ pub fn plan_join_sampled<B: Bits>(
                 .sum::<usize>();
             count as f64
         };
-        let compares = shared(&sample) * pairs / sampled.max(1) as f64;
-        let hits = shared(&near) * pairs / drawn.max(1) as f64;
+        let compares = shared(&sample) * pairs / sampled;
+        let hits = shared(&near) * pairs / drawn;
         let compare_ns = if super::near::avx512() {
             JOIN_COMPARE_NS
         } else {
@@ -635,7 +640,19 @@ pub fn plan_join_sampled<B: Bits>(
     let best = (0..costs.len())
         .min_by(|&a, &b| costs[a].total_cmp(&costs[b]))
         .expect("options is not empty");
-    Ok(p.options[best].design.clone())
+    let radius_cost = |d: &RadiusDesign| {
+        let compared = radius::compared_by(d, &sample) as f64 / sampled;
+        let found = radius::compared_by(d, &near) as f64 * pairs / drawn;
+        radius::radius_cost(d, n as f64, compared, found)
+    };
+    let radius = radius::radius_options(B::BITS, k)
+        .into_par_iter()
+        .map(|d| (radius_cost(&d), d))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(match radius {
+        Some((c, d)) if c < costs[best] => JoinDesign::Radius(d),
+        _ => JoinDesign::Tables(p.options[best].design.clone()),
+    })
 }
 
 /// Directory bits for a table of `n` entries (the same rule the tables use).

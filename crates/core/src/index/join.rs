@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use super::bits::Bits;
 use super::design::{self, FirstTable, Table, TableDesign, reported_by};
+use super::radius::RadiusDesign;
 use super::{mem, radix, table};
 use crate::error::Error;
 
@@ -79,6 +80,132 @@ pub struct Collapsed<B: Bits> {
 #[derive(Debug, Default)]
 pub struct JoinScratch<B> {
     bufs: Vec<Vec<B>>,
+}
+
+impl<B: Bits> JoinScratch<B> {
+    /// The largest of the buffers (empty if there are none).
+    pub(crate) fn into_largest(self) -> Vec<B> {
+        self.bufs
+            .into_iter()
+            .max_by_key(Vec::capacity)
+            .unwrap_or_default()
+    }
+}
+
+/// A design the self-join runs on.
+pub trait SelfJoin: Sync {
+    /// Every pair `(i, j, distance)`, `i < j`, of `sorted` (distinct
+    /// fingerprints in ascending order) within `k`, each exactly once, handed
+    /// to `sink` in rounds, in an order fixed by the design (not by the
+    /// thread count or timing): memory holds a round's pairs, not all of them.
+    fn join_each<B: Bits>(
+        &self,
+        sorted: &[B],
+        k: u32,
+        scratch: JoinScratch<B>,
+        sink: impl FnMut(Vec<(u32, u32, u32)>),
+    ) -> Result<(), Error>;
+
+    /// The pairs of [`SelfJoin::join_each`], all at once and sorted.
+    fn join_all<B: Bits>(
+        &self,
+        sorted: &[B],
+        k: u32,
+        scratch: JoinScratch<B>,
+    ) -> Result<Vec<(u32, u32, u32)>, Error> {
+        let mut pairs = Vec::new();
+        self.join_each(sorted, k, scratch, |round| pairs.extend(round))?;
+        pairs.par_sort_unstable();
+        Ok(pairs)
+    }
+
+    /// A one-line description.
+    fn describe(&self) -> String;
+}
+
+impl SelfJoin for TableDesign {
+    fn join_each<B: Bits>(
+        &self,
+        sorted: &[B],
+        k: u32,
+        scratch: JoinScratch<B>,
+        sink: impl FnMut(Vec<(u32, u32, u32)>),
+    ) -> Result<(), Error> {
+        join_sorted_unique_each(sorted, k, self, scratch, sink)
+    }
+
+    fn join_all<B: Bits>(
+        &self,
+        sorted: &[B],
+        k: u32,
+        scratch: JoinScratch<B>,
+    ) -> Result<Vec<(u32, u32, u32)>, Error> {
+        join_sorted_unique_with(sorted, k, self, scratch)
+    }
+
+    fn describe(&self) -> String {
+        TableDesign::describe(self)
+    }
+}
+
+impl SelfJoin for RadiusDesign {
+    fn join_each<B: Bits>(
+        &self,
+        sorted: &[B],
+        k: u32,
+        scratch: JoinScratch<B>,
+        sink: impl FnMut(Vec<(u32, u32, u32)>),
+    ) -> Result<(), Error> {
+        RadiusDesign::join_each(self, sorted, k, scratch, sink)
+    }
+
+    fn describe(&self) -> String {
+        RadiusDesign::describe(self)
+    }
+}
+
+/// The self-join's design: permuted tables, or multi-index blocks
+/// ([`plan_join_for`](super::plan_join_for) picks the cheaper for the data).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JoinDesign {
+    /// Tables of prefixes compared exactly.
+    Tables(TableDesign),
+    /// Blocks searched within a radius.
+    Radius(RadiusDesign),
+}
+
+impl SelfJoin for JoinDesign {
+    fn join_each<B: Bits>(
+        &self,
+        sorted: &[B],
+        k: u32,
+        scratch: JoinScratch<B>,
+        sink: impl FnMut(Vec<(u32, u32, u32)>),
+    ) -> Result<(), Error> {
+        match self {
+            JoinDesign::Tables(d) => SelfJoin::join_each(d, sorted, k, scratch, sink),
+            JoinDesign::Radius(d) => SelfJoin::join_each(d, sorted, k, scratch, sink),
+        }
+    }
+
+    fn join_all<B: Bits>(
+        &self,
+        sorted: &[B],
+        k: u32,
+        scratch: JoinScratch<B>,
+    ) -> Result<Vec<(u32, u32, u32)>, Error> {
+        match self {
+            JoinDesign::Tables(d) => d.join_all(sorted, k, scratch),
+            JoinDesign::Radius(d) => d.join_all(sorted, k, scratch),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            JoinDesign::Tables(d) => SelfJoin::describe(d),
+            JoinDesign::Radius(d) => SelfJoin::describe(d),
+        }
+    }
 }
 
 impl<B: Bits> Collapsed<B> {

@@ -13,6 +13,7 @@ pub mod ids;
 mod join;
 pub mod mem;
 mod near;
+pub mod radius;
 pub(crate) mod radix;
 pub mod slab;
 pub(crate) mod table;
@@ -29,9 +30,10 @@ pub use design::{
 pub use file::IndexFile;
 pub use ids::{IdRef, IdTable};
 pub use join::{
-    Collapsed, JoinKeys, JoinScratch, join_sorted_unique, join_sorted_unique_each,
-    join_sorted_unique_with, self_join,
+    Collapsed, JoinDesign, JoinKeys, JoinScratch, SelfJoin, join_sorted_unique,
+    join_sorted_unique_each, join_sorted_unique_with, self_join,
 };
+pub use radius::{Block, RadiusDesign};
 pub use slab::{SharedBytes, Slab};
 pub use table::SortedTable;
 
