@@ -443,8 +443,7 @@ fn char_shingles(letters: &[char], out: &mut Vec<u64>) {
     }
     out.reserve(letters.len() + 1 - SHINGLE);
     out.extend(letters.windows(SHINGLE).map(pack));
-    out.sort_unstable();
-    out.dedup();
+    sort_dedup_hashes(out);
 }
 
 /// Size of the intersection of two sorted, distinct slices.
