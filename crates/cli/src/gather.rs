@@ -155,6 +155,13 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     }
     let mut input = input.clone();
     let hasher = hasher_for(pipeline, &mut input)?;
+    // The spill is about 1.2 bytes per byte of text: where it and the input
+    // together are more than the page cache can hold, the input's pages go
+    // as they are read, so that the spill's stay for verification.
+    let bytes = crate::input::DocReader::total_bytes(&input).unwrap_or(0);
+    crate::input::drop_read_pages(
+        verify && available_memory().is_some_and(|m| bytes.saturating_mul(5) / 2 > m),
+    );
     let mut ids = Vec::new();
     let mut values = Values::with_width(hasher.width(), 0);
     let mut raw = keep_raw.then(Vec::new);
@@ -255,4 +262,12 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
         preference: keep.keep_by.preference(&keys),
         shares,
     })
+}
+
+/// Memory the system can give without swapping (`MemAvailable`, Linux), in bytes.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

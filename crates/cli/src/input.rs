@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
@@ -998,6 +999,59 @@ impl Compression {
     }
 }
 
+/// Whether input files' pages leave the page cache once read ([`drop_read_pages`]).
+static DROP_READ_PAGES: AtomicBool = AtomicBool::new(false);
+
+/// Asks that the files opened from now on give their pages back to the
+/// operating system's page cache once read (`POSIX_FADV_DONTNEED`, 64 MB at
+/// a time). For a verified dedup whose input and spill are more than the
+/// cache holds: the cache then keeps the spill, which verification reads at
+/// random, rather than input that is read again only in order.
+pub fn drop_read_pages(on: bool) {
+    DROP_READ_PAGES.store(on, Ordering::Relaxed);
+}
+
+/// A file whose pages are dropped from the page cache behind the reader,
+/// `every` bytes at a time.
+struct DropBehind {
+    file: File,
+    read: u64,
+    dropped: u64,
+    every: u64,
+}
+
+impl DropBehind {
+    fn new(file: File, every: u64) -> DropBehind {
+        DropBehind {
+            file,
+            read: 0,
+            dropped: 0,
+            every,
+        }
+    }
+}
+
+impl Read for DropBehind {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.read += n as u64;
+        if self.read - self.dropped >= self.every {
+            use std::os::fd::AsRawFd;
+            let (from, len) = (
+                self.dropped as libc::off_t,
+                (self.read - self.dropped) as libc::off_t,
+            );
+            // SAFETY: advice on an open descriptor's range; it reads no memory.
+            // (Only advice: whatever it returns, reading goes on.)
+            unsafe {
+                libc::posix_fadvise(self.file.as_raw_fd(), from, len, libc::POSIX_FADV_DONTNEED)
+            };
+            self.dropped = self.read;
+        }
+        Ok(n)
+    }
+}
+
 /// Counts the bytes read from a compressed file, for the progress bar (which
 /// measures the files' sizes on disk).
 struct Counted<R> {
@@ -1044,7 +1098,13 @@ fn open(source: Source, progress: &Progress, fields: &(String, String, bool)) ->
     }
     let raw: Box<dyn Read + Send> = match &source.path {
         None => Box::new(io::stdin()),
-        Some(p) => Box::new(File::open(p).with_context(|| format!("cannot open {}", p.display()))?),
+        Some(p) => {
+            let file = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            match DROP_READ_PAGES.load(Ordering::Relaxed) {
+                true => Box::new(DropBehind::new(file, 64 << 20)),
+                false => Box::new(file),
+            }
+        }
     };
     let mut peek = BufReader::with_capacity(1 << 16, raw);
     let compression = Compression::sniff(
@@ -1346,5 +1406,39 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
         } else {
             Key::Other
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::DropBehind;
+
+    /// Dropping the pages behind the reader changes none of the bytes read,
+    /// whatever the reads' sizes against the stretches dropped.
+    #[test]
+    fn dropping_pages_behind_the_reader_keeps_every_byte() {
+        let mut rng = neardup_core::rng::SplitMix64(5);
+        let bytes: Vec<u8> = (0..300_000).map(|_| rng.next() as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&bytes).unwrap();
+        for (every, chunk) in [(4096u64, 1000usize), (10_000, 65_536), (1, 7)] {
+            let mut f = file.try_clone().unwrap();
+            std::io::Seek::rewind(&mut f).unwrap();
+            let mut reader = DropBehind::new(f, every);
+            let (mut got, mut buf) = (Vec::new(), vec![0u8; chunk]);
+            loop {
+                let n = reader.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(got, bytes, "every {every}, reads of {chunk}");
+            // Everything but the last stretch was given back.
+            assert_eq!(reader.read, bytes.len() as u64);
+            assert!(reader.read - reader.dropped < every, "every {every}");
+        }
     }
 }

@@ -158,11 +158,21 @@ fn send_blocks(
     };
     for (i, f) in files.iter().enumerate() {
         let mut file = File::open(&f.path).map_err(|e| named("open", f, e))?;
+        // Read in order: the kernel reads ahead further, and the next
+        // blocks are asked for while this one is split (the input may have
+        // left the page cache to make room for the spill).
+        advise(&file, 0, 0, libc::POSIX_FADV_SEQUENTIAL);
         let mut at = 0u64;
         loop {
             let Ok(mut bytes) = empty.recv() else {
                 return Ok(());
             };
+            advise(
+                &file,
+                at + size as u64,
+                4 * size as u64,
+                libc::POSIX_FADV_WILLNEED,
+            );
             bytes.resize(size, 0);
             let n = read_up_to(&mut file, &mut bytes).map_err(|e| named("read", f, e))?;
             bytes.truncate(n);
@@ -183,6 +193,21 @@ fn send_blocks(
         }
     }
     Ok(())
+}
+
+/// Advice on how `file`'s bytes `[from, from + len)` (to its end if `len`
+/// is 0) will be read; only advice: the reads go on whatever it returns.
+fn advise(file: &File, from: u64, len: u64, advice: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: advice on an open descriptor's range; it reads no memory.
+    unsafe {
+        libc::posix_fadvise(
+            file.as_raw_fd(),
+            from as libc::off_t,
+            len as libc::off_t,
+            advice,
+        )
+    };
 }
 
 /// Splits blocks into records and writes them.

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::ValueEnum;
 use neardup_core::dedup::{Dedup, Policy, centred_k, clusters, default_k};
-use neardup_core::index::{Bits, JoinDesign, TableDesign, join_max_k, plan_join_for};
+use neardup_core::index::{Bits, JoinDesign, RadiusDesign, TableDesign, join_max_k, plan_join_for};
 use neardup_core::jaccard::{SHORT_TEXT_WORDS, Verify};
 use neardup_core::spill::Spill;
 use neardup_core::vector::{cosine as cosine_similarity, k_for_recall, recall_at};
@@ -566,11 +566,25 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
     Ok(ExitCode::SUCCESS)
 }
 
-/// The self-join's tables: planned from the fingerprints themselves, or,
-/// for measuring one design against another, the levels of blocks in
-/// `NEARDUP_JOIN_LEVELS` (`17` for 17 blocks picking 17 − k, `16,16` for
-/// two levels; see `neardup plan`).
+/// The self-join's design: planned from the fingerprints themselves, or,
+/// for measuring one design against another, imposed by
+/// `NEARDUP_JOIN_LEVELS`, the levels of blocks of permuted tables (`17` for
+/// 17 blocks picking 17 − k, `16,16` for two levels; see `neardup plan`), or
+/// `NEARDUP_JOIN_BLOCKS`, the number of multi-index blocks (`7` for seven
+/// blocks searched within radii adding up to k + 1).
 fn join_design<B: Bits>(k: u32, fps: &[B]) -> Result<JoinDesign> {
+    if let Some(blocks) = std::env::var_os("NEARDUP_JOIN_BLOCKS") {
+        let blocks = blocks.to_string_lossy();
+        let m: u32 = blocks.trim().parse().map_err(|e| {
+            anyhow!(
+                "NEARDUP_JOIN_BLOCKS={blocks:?}: {e}; give a number of blocks (such as 7), \
+                 or unset it to let the join plan its design"
+            )
+        })?;
+        let design = RadiusDesign::new(B::BITS, k, m)
+            .with_context(|| format!("NEARDUP_JOIN_BLOCKS={blocks:?}: no such design"))?;
+        return Ok(JoinDesign::Radius(design));
+    }
     let Some(levels) = std::env::var_os("NEARDUP_JOIN_LEVELS") else {
         return Ok(plan_join_for(k, fps)?);
     };
