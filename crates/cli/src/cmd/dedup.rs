@@ -8,7 +8,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::ValueEnum;
 use neardup_core::dedup::{Dedup, Policy, centred_k, clusters, default_k};
-use neardup_core::index::{Bits, JoinDesign, RadiusDesign, TableDesign, join_max_k, plan_join_for};
+use neardup_core::index::{
+    Bits, JoinDesign, RadiusDesign, SelfJoin, TableDesign, join_max_k, plan_join_for,
+};
 use neardup_core::jaccard::{SHORT_TEXT_WORDS, Verify};
 use neardup_core::spill::Spill;
 use neardup_core::vector::{cosine as cosine_similarity, k_for_recall, recall_at};
@@ -349,6 +351,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     phases.mark("write");
     if !args.run.quiet {
         eprintln!("neardup: phases: {phases}");
+        if let Some(join) = &phases.join {
+            eprintln!("neardup: join: {join}");
+        }
     }
     report(
         &args,
@@ -632,6 +637,7 @@ fn join<B: Bits>(
 ) -> Result<(Dedup, Vec<u32>)> {
     let fps: Vec<B> = values.into_words();
     let design = join_design(k, &fps)?;
+    phases.join = Some(design.describe());
     let dedup = match &verify {
         // Joined and verified a round of tables at a time; without --pairs,
         // the components need only a spanning set of pairs.
@@ -699,6 +705,8 @@ impl Features<'_> {
 struct Phases {
     last: Instant,
     done: Vec<(&'static str, f64)>,
+    /// The self-join's design, described.
+    join: Option<String>,
 }
 
 impl Default for Phases {
@@ -706,6 +714,7 @@ impl Default for Phases {
         Phases {
             last: Instant::now(),
             done: Vec::new(),
+            join: None,
         }
     }
 }

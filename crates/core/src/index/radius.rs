@@ -96,7 +96,7 @@ impl RadiusDesign {
             }
         };
         format!(
-            "{} blocks of {} bits searched within {} (multi-index)",
+            "{} multi-index blocks of {} bits, searched within {}",
             self.blocks.len(),
             span(&lens),
             span(&radii)
