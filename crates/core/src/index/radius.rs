@@ -8,12 +8,12 @@
 //! of it, and a pair is reported by the first block on which it lies within
 //! the radius.
 //!
-//! The permuted tables of [`super::TableDesign`] are the case r_i = 0 (with
-//! one block per table). At 128 bits and k near 19, where a table's prefix
-//! can be only a few bits, those share buckets of tens of thousands of
-//! fingerprints crowded text puts together; blocks of 16-20 bits searched
-//! within a radius of 1 or 2 compare a few hundred times fewer pairs per
-//! table with a tenth as many tables (docs/dedup.md).
+//! The permuted tables of [`super::TableDesign`] with b − k = 1 are the case
+//! r_i = 0. At 128 bits and k near 19 permuted tables have prefixes of 6
+//! bits (20 tables) or 12-14 (210 tables), and crowded text fills their
+//! buckets; seven blocks of 18-19 bits searched within a radius of 1 or 2
+//! compare about a tenth as many pairs in all, and a pair of near copies is
+//! found by a few tables rather than dozens (docs/dedup.md).
 
 use rayon::prelude::*;
 
