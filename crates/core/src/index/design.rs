@@ -249,15 +249,11 @@ impl TableDesign {
             .iter()
             .map(|b| format!("{b} blocks pick {}", b - self.k))
             .collect();
-        let prefix = if lo == hi {
-            format!("{lo}")
-        } else {
-            format!("{lo}-{hi}")
-        };
         format!(
-            "{} tables ({}), prefix {prefix} bits",
+            "{} tables ({}), prefix {} bits",
             self.tables.len(),
-            levels.join(", then ")
+            levels.join(", then "),
+            span(lo, hi)
         )
     }
 }
@@ -388,6 +384,15 @@ fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
         for j in i + 1..k {
             c[j] = c[j - 1] + 1;
         }
+    }
+}
+
+/// A range of values as a description writes it: `6` or `6-7`.
+pub(crate) fn span(lo: u32, hi: u32) -> String {
+    if lo == hi {
+        format!("{lo}")
+    } else {
+        format!("{lo}-{hi}")
     }
 }
 

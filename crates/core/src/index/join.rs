@@ -491,14 +491,25 @@ fn located_pairs<B: Bits>(sorted: &[B]) -> impl Fn(B, B, u32) -> (u32, u32, u32)
 }
 
 fn check_join<B: Bits>(sorted: &[B], k: u32, design: &TableDesign) -> Result<(), Error> {
-    if design.bits != B::BITS {
+    check_join_of(sorted, k, design.bits, design.k)
+}
+
+/// A self-join's arguments against a design of width `bits` that finds up
+/// to `max_k`.
+pub(super) fn check_join_of<B: Bits>(
+    sorted: &[B],
+    k: u32,
+    bits: u32,
+    max_k: u32,
+) -> Result<(), Error> {
+    if bits != B::BITS {
         return Err(Error::WidthMismatch {
-            expected: design.bits,
+            expected: bits,
             got: B::BITS,
         });
     }
-    if k > design.k {
-        return Err(Error::KTooLarge { k, max: design.k });
+    if k > max_k {
+        return Err(Error::KTooLarge { k, max: max_k });
     }
     debug_assert!(
         sorted.windows(2).all(|w| w[0] < w[1]),
