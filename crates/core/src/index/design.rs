@@ -650,9 +650,13 @@ pub fn plan_join_sampled<B: Bits>(
         let found = radius::compared_by(d, &near) as f64 * pairs / drawn;
         radius::radius_cost(d, n as f64, compared, found)
     };
-    let radius = radius::radius_options(B::BITS, k)
-        .into_par_iter()
-        .map(|d| (radius_cost(&d), d))
+    let options = radius::radius_options(B::BITS, k);
+    let costs_radius: Vec<f64> = options.par_iter().map(radius_cost).collect();
+    // The first of equal costs, whatever the threads.
+    let radius = options
+        .into_iter()
+        .zip(costs_radius)
+        .map(|(d, c)| (c, d))
         .min_by(|a, b| a.0.total_cmp(&b.0));
     Ok(match radius {
         Some((c, d)) if c < costs[best] => JoinDesign::Radius(d),
