@@ -266,8 +266,12 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
 
 /// Memory the system can give without swapping (`MemAvailable`, Linux), in bytes.
 fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    Some(proc_kib("/proc/meminfo", "MemAvailable:")? * 1024)
+}
+
+/// A figure in kibibytes from a Linux `/proc` file of `Key: value kB` lines.
+pub(crate) fn proc_kib(path: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }

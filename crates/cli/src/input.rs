@@ -1036,20 +1036,28 @@ impl Read for DropBehind {
         let n = self.file.read(buf)?;
         self.read += n as u64;
         if self.read - self.dropped >= self.every {
-            use std::os::fd::AsRawFd;
-            let (from, len) = (
-                self.dropped as libc::off_t,
-                (self.read - self.dropped) as libc::off_t,
-            );
-            // SAFETY: advice on an open descriptor's range; it reads no memory.
-            // (Only advice: whatever it returns, reading goes on.)
-            unsafe {
-                libc::posix_fadvise(self.file.as_raw_fd(), from, len, libc::POSIX_FADV_DONTNEED)
-            };
+            let len = self.read - self.dropped;
+            advise(&self.file, self.dropped, len, libc::POSIX_FADV_DONTNEED);
             self.dropped = self.read;
         }
         Ok(n)
     }
+}
+
+/// Advice to the kernel on how `file`'s bytes `[from, from + len)` (to its
+/// end if `len` is 0) will be read. Only advice: reading goes on whatever
+/// it returns.
+pub(crate) fn advise(file: &File, from: u64, len: u64, advice: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: advice on an open descriptor's range; it reads no memory.
+    unsafe {
+        libc::posix_fadvise(
+            file.as_raw_fd(),
+            from as libc::off_t,
+            len as libc::off_t,
+            advice,
+        )
+    };
 }
 
 /// Counts the bytes read from a compressed file, for the progress bar (which

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::input::{Format, InputArgs};
+use crate::input::{Format, InputArgs, advise};
 use crate::output::Output;
 
 /// Bytes read at a time.
@@ -193,21 +193,6 @@ fn send_blocks(
         }
     }
     Ok(())
-}
-
-/// Advice on how `file`'s bytes `[from, from + len)` (to its end if `len`
-/// is 0) will be read; only advice: the reads go on whatever it returns.
-fn advise(file: &File, from: u64, len: u64, advice: libc::c_int) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: advice on an open descriptor's range; it reads no memory.
-    unsafe {
-        libc::posix_fadvise(
-            file.as_raw_fd(),
-            from as libc::off_t,
-            len as libc::off_t,
-            advice,
-        )
-    };
 }
 
 /// Splits blocks into records and writes them.

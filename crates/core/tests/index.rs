@@ -648,13 +648,17 @@ proptest! {
         seed: u64,
     ) {
         let fps: Vec<u128> = crowded(&seeds, n, k, crowd, seed);
+        // Blocks are at most 22 bits: 6 of them for 128 bits, 3 for 64, and
+        // no more than k + 1.
         let options = radius_options(128, k);
+        prop_assert_eq!(options.len() as u32, (k + 1).saturating_sub(5));
         if !options.is_empty() {
             streamed_pairs_match(&fps, k, &options[choice % options.len()])?;
         }
         let k = k.min(12);
         let narrow: Vec<u64> = crowded(&seeds, n, k, crowd / 2, seed);
         let options = radius_options(64, k);
+        prop_assert_eq!(options.len() as u32, (k + 1).saturating_sub(2));
         if !options.is_empty() {
             streamed_pairs_match(&narrow, k, &options[choice % options.len()])?;
         }

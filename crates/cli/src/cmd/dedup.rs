@@ -618,10 +618,7 @@ fn join_only<B: Bits>(values: Values, k: u32) -> Result<Dedup> {
 
 /// The process's peak resident memory in MB (Linux: VmHWM), if known.
 fn peak_memory() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
+    Some(crate::gather::proc_kib("/proc/self/status", "VmHWM:")? as f64 / 1024.0)
 }
 
 /// Takes the values: already in their width, they become the join's words.

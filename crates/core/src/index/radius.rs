@@ -173,22 +173,23 @@ fn bucket_sort<B: Bits>(
 ) {
     let value = |x: B| x.field(block.start, block.len).to_u128() as usize;
     let buckets = 1usize << block.len;
+    // Counts shifted by two, summed: `starts[v + 1]` is then where bucket v
+    // starts, and filling it moves it on to where bucket v + 1 starts.
     starts.clear();
-    starts.resize(buckets + 1, 0);
+    starts.resize(buckets + 2, 0);
     for &x in sorted {
-        starts[value(x) + 1] += 1;
+        starts[value(x) + 2] += 1;
     }
-    for v in 0..buckets {
+    for v in 0..=buckets {
         starts[v + 1] += starts[v];
     }
-    // Filled from each bucket's end (so `starts` ends up at the starts).
-    let mut fill: Vec<u32> = starts[1..].to_vec();
-    for (i, &x) in sorted.iter().enumerate().rev() {
-        let v = value(x);
-        fill[v] -= 1;
-        keys[fill[v] as usize] = x;
-        ids[fill[v] as usize] = i as u32;
+    for (i, &x) in sorted.iter().enumerate() {
+        let slot = &mut starts[value(x) + 1];
+        keys[*slot as usize] = x;
+        ids[*slot as usize] = i as u32;
+        *slot += 1;
     }
+    starts.pop();
 }
 
 /// Every xor mask of 1 to `radius` bits within `len` bits, ascending.
