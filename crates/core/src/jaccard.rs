@@ -25,7 +25,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use xxhash_rust::xxh3::{xxh3_64_with_seed, xxh3_128_with_seed};
 
 use crate::config::NormalizeConfig;
 use crate::error::Error;
@@ -110,7 +110,6 @@ pub struct ShingleScratch {
     tmp: String,
     words: Vec<(usize, usize)>,
     key: Vec<u8>,
-    letters: Vec<char>,
 }
 
 /// The sorted, distinct hashes of `text`'s word 3-shingles (character 3-grams
@@ -149,11 +148,13 @@ pub fn shingles_with(
 pub enum ShingleKey {
     /// Its words joined by `joiner`, hashed by xxh3 with `seed`.
     Joined { joiner: u8, seed: u64 },
-    /// Each word hashed by xxh3 with `seed`, the shingle's word hashes then
-    /// mixed in order ([`mix_words`]): a word is hashed once, not once in
-    /// each of the three shingles that hold it, and no shingle is copied
-    /// together (dedup's verification features).
-    Words { seed: u64 },
+    /// Each word hashed by xxh3 with `seed` (64 bits, or the low 64 of its
+    /// 128-bit form when `wide`), the shingle's word hashes then mixed in
+    /// order ([`mix_words`]): a word is hashed once, not once in each of the
+    /// three shingles that hold it, and no shingle is copied together
+    /// (dedup's verification features; a fingerprint of xxh3-hashed words
+    /// of the same width shares the words' hashes).
+    Words { seed: u64, wide: bool },
 }
 
 impl ShingleKey {
@@ -169,16 +170,19 @@ impl ShingleKey {
 /// word hashed once, each shingle mixed from its three words' hashes.
 pub(crate) struct WordShingles {
     seed: u64,
+    wide: bool,
     last: [u64; 2],
     seen: usize,
 }
 
 impl WordShingles {
-    pub(crate) fn new(seed: u64) -> Self {
+    /// The shingles of key [`ShingleKey::Words`] with `seed` and `wide`.
+    pub(crate) fn new(seed: u64, wide: bool) -> Self {
         // Three words a shingle (a text of fewer words is one shingle).
         const _: () = assert!(SHINGLE == 3);
         WordShingles {
             seed,
+            wide,
             last: [0; 2],
             seen: 0,
         }
@@ -187,7 +191,17 @@ impl WordShingles {
     /// The next word; the shingle it ends, if any, onto `out`.
     #[inline]
     pub(crate) fn word(&mut self, word: &[u8], out: &mut Vec<u64>) {
-        let h = xxh3_64_with_seed(word, self.seed);
+        let h = if self.wide {
+            xxh3_128_with_seed(word, self.seed) as u64
+        } else {
+            xxh3_64_with_seed(word, self.seed)
+        };
+        self.hashed(h, out);
+    }
+
+    /// The next word by its hash (as [`WordShingles::word`] makes it).
+    #[inline]
+    pub(crate) fn hashed(&mut self, h: u64, out: &mut Vec<u64>) {
         if self.seen >= 2 {
             out.push(mix_words(&[self.last[0], self.last[1], h]));
         }
@@ -236,7 +250,6 @@ pub fn shingles_keyed(
         tmp,
         words: spans,
         key,
-        letters,
     } = scratch;
     norm.clear();
     // Text that normalisation leaves alone up to ASCII case (and whitespace,
@@ -257,8 +270,7 @@ pub fn shingles_keyed(
         normalize_into(&unfolded, text, norm, tmp);
     } else {
         normalize_into(normalize, text, norm, tmp);
-        if letters_if_continuous(norm, letters) {
-            char_shingles(letters, out);
+        if char_shingles_if_continuous(norm, out) {
             return;
         }
     }
@@ -276,8 +288,7 @@ pub(crate) fn shingles_of_normalized(
     out.clear();
     // Text normalised without whitespace folding, or left alone, has no
     // character of a spaceless script: the test holds for every branch.
-    if letters_if_continuous(norm, &mut scratch.letters) {
-        char_shingles(&scratch.letters, out);
+    if char_shingles_if_continuous(norm, out) {
         return;
     }
     word_shingles(norm, key_of, &mut scratch.words, &mut scratch.key, out);
@@ -293,8 +304,8 @@ fn word_shingles(
 ) {
     let (joiner, seed) = match key_of {
         ShingleKey::Joined { joiner, seed } => (joiner, seed),
-        ShingleKey::Words { seed } => {
-            let mut shingles = WordShingles::new(seed);
+        ShingleKey::Words { seed, wide } => {
+            let mut shingles = WordShingles::new(seed, wide);
             words(norm, &mut |w: &str| shingles.word(w.as_bytes(), out));
             shingles.finish(out);
             sort_dedup_hashes(out);
@@ -326,58 +337,89 @@ fn word_shingles(
     sort_dedup_hashes(out);
 }
 
+/// [`sort_dedup_hashes`]' scratch, per thread: the scattered hashes and
+/// the buckets' offsets.
+#[derive(Default)]
+struct HashSort {
+    scattered: Vec<u64>,
+    offsets: Vec<u32>,
+}
+
 thread_local! {
-    /// [`sort_dedup_hashes`]' radix scratch, per thread.
-    static HASH_SORT: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    static HASH_SORT: std::cell::RefCell<HashSort> = Default::default();
 }
 
 /// Sorts a document's feature hashes and removes repeats. Hashes are spread
-/// evenly, so one counting pass on their top bits (about one bucket per
-/// hash) leaves runs of a few, each finished by insertion sort: about a
-/// third of `sort_unstable`'s time on sets of hundreds to thousands. A
-/// crowded run (values that are not spread, which stays correct) falls back
-/// to `sort_unstable`.
+/// evenly, so one counting pass on their top bits (at least one bucket per
+/// hash) leaves them nearly sorted, each out of place by a few positions
+/// within its bucket: one insertion sort over the whole set finishes them,
+/// and a copy back skips the repeats. About a third of `sort_unstable`'s
+/// time on sets of hundreds to thousands. Values that are not spread (a
+/// hash moved further than a few places) fall back to `sort_unstable`,
+/// which stays correct.
 pub(crate) fn sort_dedup_hashes(v: &mut Vec<u64>) {
+    /// Buckets of the counting pass at most (2^14 offsets stay in L2).
+    const MAX_BITS: u32 = 14;
+    /// How far the insertion sort moves a hash before giving up on spread.
+    const MAX_MOVE: usize = 32;
     let n = v.len();
-    if n < 128 {
+    if n < 64 {
         v.sort_unstable();
         v.dedup();
         return;
     }
-    let bits = (usize::BITS - (n - 1).leading_zeros()).min(13);
+    let bits = (usize::BITS - (n - 1).leading_zeros()).min(MAX_BITS);
     HASH_SORT.with(|scratch| {
-        let tmp = &mut *scratch.borrow_mut();
-        crate::index::radix::sort_by_top(v, tmp, bits);
-        if tmp.capacity() > 1 << 20 {
-            // Not kept for the rest of the run after one very long document.
-            *tmp = Vec::new();
+        let HashSort { scattered, offsets } = &mut *scratch.borrow_mut();
+        if scattered.len() < n {
+            scattered.resize(n, 0);
         }
-    });
-    let top = |x: u64| x >> (64 - bits);
-    let mut lo = 0;
-    while lo < n {
-        let hi = lo
-            + v[lo..]
-                .iter()
-                .take_while(|&&x| top(x) == top(v[lo]))
-                .count();
-        let run = &mut v[lo..hi];
-        lo = hi;
-        if run.len() > 24 {
-            run.sort_unstable();
-            continue;
+        let t = &mut scattered[..n];
+        let bucket = |x: u64| (x >> (64 - bits)) as usize;
+        offsets.clear();
+        offsets.resize((1 << bits) + 1, 0);
+        for &x in v.iter() {
+            offsets[bucket(x) + 1] += 1;
         }
-        for i in 1..run.len() {
-            let x = run[i];
+        for b in 0..1 << bits {
+            offsets[b + 1] += offsets[b];
+        }
+        for &x in v.iter() {
+            let slot = &mut offsets[bucket(x)];
+            t[*slot as usize] = x;
+            *slot += 1;
+        }
+        for i in 1..n {
+            let x = t[i];
+            if t[i - 1] <= x {
+                continue;
+            }
             let mut j = i;
-            while j > 0 && run[j - 1] > x {
-                run[j] = run[j - 1];
+            while j > 0 && t[j - 1] > x && i - j < MAX_MOVE {
+                t[j] = t[j - 1];
                 j -= 1;
             }
-            run[j] = x;
+            t[j] = x;
+            if j > 0 && t[j - 1] > x {
+                t.sort_unstable();
+                break;
+            }
         }
-    }
-    v.dedup();
+        // Copied back without repeats (branch-free: about one hash in five
+        // of a document's shingles is a repeat, at random).
+        let mut kept = 0;
+        let mut last = !t[0];
+        for &x in t.iter() {
+            v[kept] = x;
+            kept += usize::from(x != last);
+            last = x;
+        }
+        v.truncate(kept);
+        if scattered.capacity() > 1 << 20 {
+            // Not kept for the rest of the run after one very long document.
+            *scattered = Vec::new();
+        }
+    });
 }
 
 /// Is `norm` (normalised text) read character by character: is at least one
@@ -391,13 +433,14 @@ pub(crate) fn sort_dedup_hashes(v: &mut Vec<u64>) {
 /// share counts letters, not words, so that re-wrapping or joining lines,
 /// which splits or merges words, never changes how a text is read.
 pub fn is_continuous(norm: &str) -> bool {
-    letters_if_continuous(norm, &mut Vec::new())
+    for_each_letter(norm, |_| {})
 }
 
-/// [`is_continuous`], collecting `norm`'s letters and digits into `letters`.
-fn letters_if_continuous(norm: &str, letters: &mut Vec<char>) -> bool {
-    letters.clear();
-    let mut spaceless = 0usize;
+/// Calls `on_letter` with each of `norm`'s letters and digits, and says
+/// whether it is continuous ([`is_continuous`]).
+#[inline(always)]
+fn for_each_letter(norm: &str, mut on_letter: impl FnMut(char)) -> bool {
+    let (mut letters, mut spaceless) = (0usize, 0usize);
     for c in norm.chars() {
         // Every code point of the two main blocks of ideographs is a letter:
         // no table lookup for them, nor for ASCII.
@@ -410,40 +453,53 @@ fn letters_if_continuous(norm: &str, letters: &mut Vec<char>) -> bool {
             }
         };
         if letter {
-            letters.push(c);
+            on_letter(c);
+            letters += 1;
             spaceless += usize::from(of_spaceless);
         }
     }
-    spaceless > 0 && spaceless * CONTINUOUS_SHARE >= letters.len()
+    spaceless > 0 && spaceless * CONTINUOUS_SHARE >= letters
 }
 
 /// Text is read character by character when at least one in this many of its
 /// letters and digits is of a script written without spaces.
 pub const CONTINUOUS_SHARE: usize = 50;
 
-/// The sorted, distinct hashes of the [`SHINGLE`]-grams of a text's letters
-/// and digits, everything else (spaces, line breaks, punctuation of any width)
-/// left out: a re-wrap, a line joined without a space or a change of
-/// punctuation leaves them as they are. A text of fewer letters than a shingle
-/// is one shingle; none, none.
+/// If `norm` is continuous ([`is_continuous`]), the sorted, distinct hashes
+/// of the [`SHINGLE`]-grams of its letters and digits onto `out` (empty),
+/// everything else (spaces, line breaks, punctuation of any width) left
+/// out: a re-wrap, a line joined without a space or a change of
+/// punctuation leaves them as they are. A text of fewer letters than a
+/// shingle is one shingle; none, none. Else `out` is left empty.
 ///
 /// A shingle's code points (21 bits each) are packed into 63 bits, which a
 /// bijective mix turns into its hash: distinct shingles never share one.
-fn char_shingles(letters: &[char], out: &mut Vec<u64>) {
-    let pack = |w: &[char]| {
-        let packed = w.iter().fold(0u64, |p, &c| (p << 21) | u64::from(c));
-        crate::rng::SplitMix64(packed).next()
-    };
-    if letters.is_empty() {
-        return;
+/// The shingles are made in the pass that decides (text with a character
+/// of a spaceless script is nearly always continuous).
+fn char_shingles_if_continuous(norm: &str, out: &mut Vec<u64>) -> bool {
+    const _: () = assert!(SHINGLE * 21 <= 63);
+    const MASK: u64 = (1 << (SHINGLE * 21)) - 1;
+    debug_assert!(out.is_empty());
+    let hash = |packed: u64| crate::rng::SplitMix64(packed).next();
+    // (At most one letter a byte; most such text is three bytes a letter.)
+    out.reserve(norm.len() / 3);
+    let (mut packed, mut seen) = (0u64, 0usize);
+    let continuous = for_each_letter(norm, |c| {
+        packed = ((packed << 21) | u64::from(c)) & MASK;
+        seen += 1;
+        if seen >= SHINGLE {
+            out.push(hash(packed));
+        }
+    });
+    if !continuous {
+        out.clear();
+        return false;
     }
-    if letters.len() < SHINGLE {
-        out.push(pack(letters));
-        return;
+    if (1..SHINGLE).contains(&seen) {
+        out.push(hash(packed));
     }
-    out.reserve(letters.len() + 1 - SHINGLE);
-    out.extend(letters.windows(SHINGLE).map(pack));
     sort_dedup_hashes(out);
+    true
 }
 
 /// Size of the intersection of two sorted, distinct slices.

@@ -45,6 +45,8 @@ pub struct Scratch {
     joined: Vec<u8>,
     counts: HashMap<u128, (f64, f64)>,
     shingles: ShingleScratch,
+    /// The words' hashes, in order, when the fingerprint shares them.
+    word_hashes: Vec<u64>,
 }
 
 /// Makes fingerprints as a [`FingerprintConfig`] says.
@@ -235,11 +237,13 @@ impl SimHasher {
     }
 
     /// How [`SimHasher::fingerprint_and_shingles`] hashes word shingles:
-    /// each word by xxh3 with the configuration's seed, the three mixed
-    /// ([`ShingleKey::Words`]).
+    /// each word by xxh3 with the configuration's seed and width (its low
+    /// 64 bits), the three mixed ([`ShingleKey::Words`]). A fingerprint of
+    /// xxh3-hashed words hashes each word once for both.
     pub fn shingle_key(&self) -> ShingleKey {
         ShingleKey::Words {
             seed: self.config.seed,
+            wide: self.width() == Width::W128,
         }
     }
 
@@ -315,6 +319,7 @@ impl SimHasher {
             tmp,
             joined,
             shingles: shingle_scratch,
+            word_hashes,
             ..
         } = scratch;
         // The text `fingerprint_with` cuts into words for this configuration.
@@ -348,7 +353,7 @@ impl SimHasher {
             }
             Shares::Tokens => {
                 let batch = UnitBatch::new(self.width(), self.hasher);
-                let fingerprint = self.unit_tokens_and_shingles(view, batch, shingles);
+                let fingerprint = self.unit_tokens_and_shingles(view, batch, word_hashes, shingles);
                 crate::jaccard::sort_dedup_hashes(shingles);
                 Sums::Unit(fingerprint)
             }
@@ -357,21 +362,42 @@ impl SimHasher {
 
     /// Term-frequency fingerprint of `norm`'s words, and their 3-shingles'
     /// hashes (as [`SimHasher::shingle_key`] makes them, unsorted) into `out`.
+    /// With xxh3, the words' hashes for the fingerprint (in batches, out of
+    /// order) are kept in `word_hashes` and the shingles mixed from them.
     fn unit_tokens_and_shingles<H: HashBytes>(
         &self,
         norm: &str,
         mut batch: UnitBatch<H>,
+        word_hashes: &mut Vec<u64>,
         out: &mut Vec<u64>,
     ) -> UnitSums {
-        let mut shingles = WordShingles::new(self.config.seed);
+        let ShingleKey::Words { seed, wide } = self.shingle_key() else {
+            unreachable!("dedup's shingles are keyed by words");
+        };
+        let mut shingles = WordShingles::new(seed, wide);
         let base = norm.as_ptr() as usize;
         let bytes = norm.as_bytes();
+        if self.config.hash != HashFunction::Xxh3 {
+            for_each_token(self.config.tokenizer, norm, &mut |t| {
+                batch.add(t.as_ptr() as usize - base, t.len(), bytes);
+                shingles.word(t.as_bytes(), out);
+            });
+            shingles.finish(out);
+            return batch.finish(bytes);
+        }
+        word_hashes.clear();
+        batch.keep = Some(std::mem::take(word_hashes));
         for_each_token(self.config.tokenizer, norm, &mut |t| {
             batch.add(t.as_ptr() as usize - base, t.len(), bytes);
-            shingles.word(t.as_bytes(), out);
         });
+        let (sums, kept) = batch.finish_kept(bytes);
+        out.reserve(kept.len());
+        for &h in &kept {
+            shingles.hashed(h, out);
+        }
         shingles.finish(out);
-        batch.finish(bytes)
+        *word_hashes = kept;
+        sums
     }
 
     /// Which features are made of the words the verification shingles are,
@@ -845,6 +871,10 @@ struct UnitBatch<H> {
     sums: UnitSums,
     groups: [[(usize, usize); BATCH_GROUP]; 4],
     len: [usize; 4],
+    /// When set, each feature's hash (its low 64 bits) in the order the
+    /// features came, and where in it each waiting feature's goes.
+    keep: Option<Vec<u64>>,
+    slots: [[u32; BATCH_GROUP]; 4],
 }
 
 /// What [`SimHasher::unit_view`] gives: the text to cut into tokens, whether
@@ -951,6 +981,8 @@ impl<H: HashBytes> UnitBatch<H> {
             sums: UnitSums::new(width),
             groups: [[(0, 0); BATCH_GROUP]; 4],
             len: [0; 4],
+            keep: None,
+            slots: [[0; BATCH_GROUP]; 4],
         }
     }
 
@@ -967,6 +999,10 @@ impl<H: HashBytes> UnitBatch<H> {
         };
         let n = self.len[class];
         self.groups[class][n] = (offset, len);
+        if let Some(kept) = &mut self.keep {
+            self.slots[class][n] = kept.len() as u32;
+            kept.push(0);
+        }
         self.len[class] = n + 1;
         if n + 1 == BATCH_GROUP {
             self.flush(class, bytes);
@@ -982,6 +1018,11 @@ impl<H: HashBytes> UnitBatch<H> {
             *h = self.hash.hash(&bytes[offset..offset + len]);
         }
         self.sums.add_all(&hashes[..group.len()]);
+        if let Some(kept) = &mut self.keep {
+            for (&slot, &h) in self.slots[class].iter().zip(&hashes[..group.len()]) {
+                kept[slot as usize] = h as u64;
+            }
+        }
         self.len[class] = 0;
     }
 
@@ -990,6 +1031,14 @@ impl<H: HashBytes> UnitBatch<H> {
             self.flush(class, bytes);
         }
         self.sums
+    }
+
+    /// [`UnitBatch::finish`], and the kept hashes in the features' order.
+    fn finish_kept(mut self, bytes: &[u8]) -> (UnitSums, Vec<u64>) {
+        for class in 0..4 {
+            self.flush(class, bytes);
+        }
+        (self.sums, self.keep.unwrap_or_default())
     }
 }
 

@@ -312,19 +312,24 @@ proptest! {
     }
 
     /// With the pipeline's key (words hashed apart), a word shingle's hash
-    /// is the mix of its words' xxh3 hashes, in order; and the sets hold the
+    /// is the mix of its words' xxh3 hashes (the low half of the 128-bit
+    /// ones when wide), in order; and the sets hold the
     /// same shingles as with a joined key (one hash for one shingle).
     #[test]
-    fn word_keyed_shingles_mix_the_words_hashes(t in messy(), seed in any::<u64>()) {
+    fn word_keyed_shingles_mix_the_words_hashes(t in messy(), seed in any::<u64>(), wide in any::<bool>()) {
         use neardup_core::jaccard::{ShingleKey, ShingleScratch, mix_words, shingles_keyed};
-        use xxhash_rust::xxh3::xxh3_64_with_seed;
+        use xxhash_rust::xxh3::{xxh3_64_with_seed, xxh3_128_with_seed};
         let words = words_of_normal_form(&t);
         prop_assume!(words.is_some());
         let words = words.unwrap();
-        let hashes: Vec<u64> = words.iter().map(|w| xxh3_64_with_seed(w.as_bytes(), seed)).collect();
+        let hash = |w: &String| match wide {
+            true => xxh3_128_with_seed(w.as_bytes(), seed) as u64,
+            false => xxh3_64_with_seed(w.as_bytes(), seed),
+        };
+        let hashes: Vec<u64> = words.iter().map(hash).collect();
         let expected = sorted_windows(&hashes, mix_words);
         let mut got = Vec::new();
-        let key = ShingleKey::Words { seed };
+        let key = ShingleKey::Words { seed, wide };
         shingles_keyed(&t, &NormalizeConfig::default(), key, &mut ShingleScratch::default(), &mut got);
         prop_assert_eq!(&got, &expected);
         let distinct = sorted_windows(&words, |w| w.join(" "));

@@ -516,10 +516,21 @@ fn shingle_sharing_config() -> impl Strategy<Value = FingerprintConfig> {
         ]),
         prop::sample::select(vec![Weights::Tf, Weights::Binary]),
         (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
-        (any::<bool>(), prop::sample::select(vec![0u64, 7])),
+        (
+            any::<bool>(),
+            prop::sample::select(vec![0u64, 7]),
+            // xxh3 hashes the words once for the fingerprint and shingles.
+            prop::sample::select(vec![HashFunction::Xxh3, HashFunction::Fnv1a]),
+        ),
     )
         .prop_map(
-            |(tokenizer, features, weights, (casefold, whitespace, html, wide), (stop, seed))| {
+            |(
+                tokenizer,
+                features,
+                weights,
+                (casefold, whitespace, html, wide),
+                (stop, seed, hash),
+            )| {
                 let mut config = FingerprintConfig {
                     tokenizer,
                     features,
@@ -527,6 +538,7 @@ fn shingle_sharing_config() -> impl Strategy<Value = FingerprintConfig> {
                     stopwords: stop,
                     bits: width_of(wide),
                     seed,
+                    hash,
                     ..Default::default()
                 };
                 config.normalize.casefold = casefold;
