@@ -433,7 +433,7 @@ pub(crate) fn sort_dedup_hashes(v: &mut Vec<u64>) {
 /// share counts letters, not words, so that re-wrapping or joining lines,
 /// which splits or merges words, never changes how a text is read.
 pub fn is_continuous(norm: &str) -> bool {
-    for_each_letter(norm, |_| {})
+    may_be_continuous(norm) && for_each_letter(norm, |_| {})
 }
 
 /// Calls `on_letter` with each of `norm`'s letters and digits, and says
@@ -461,6 +461,21 @@ fn for_each_letter(norm: &str, mut on_letter: impl FnMut(char)) -> bool {
     spaceless > 0 && spaceless * CONTINUOUS_SHARE >= letters
 }
 
+/// False when `norm` cannot be continuous ([`is_continuous`]), judged from
+/// its bytes in one vectorised pass: every character of a spaceless script
+/// ([`is_spaceless_script`]) starts with a byte E2 to E9, EF or F0, and
+/// every ASCII letter or digit is a letter or digit. Most text in a script
+/// with spaces quotes a few Chinese or Japanese characters, if any, which
+/// the exact count, character by character, need not look at.
+fn may_be_continuous(norm: &str) -> bool {
+    let (mut leads, mut ascii_letters) = (0usize, 0usize);
+    for &b in norm.as_bytes() {
+        leads += usize::from(matches!(b, 0xE2..=0xE9 | 0xEF | 0xF0));
+        ascii_letters += usize::from(b.is_ascii_alphanumeric());
+    }
+    leads > 0 && leads * CONTINUOUS_SHARE >= ascii_letters
+}
+
 /// Text is read character by character when at least one in this many of its
 /// letters and digits is of a script written without spaces.
 pub const CONTINUOUS_SHARE: usize = 50;
@@ -480,6 +495,9 @@ fn char_shingles_if_continuous(norm: &str, out: &mut Vec<u64>) -> bool {
     const _: () = assert!(SHINGLE * 21 <= 63);
     const MASK: u64 = (1 << (SHINGLE * 21)) - 1;
     debug_assert!(out.is_empty());
+    if !may_be_continuous(norm) {
+        return false;
+    }
     let hash = |packed: u64| crate::rng::SplitMix64(packed).next();
     // (At most one letter a byte; most such text is three bytes a letter.)
     out.reserve(norm.len() / 3);

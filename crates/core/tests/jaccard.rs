@@ -150,12 +150,18 @@ fn char_trigrams(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Is at least one in fifty of `t`'s letters and digits Chinese?
+/// Is at least one in fifty of `t`'s letters and digits Chinese or
+/// Japanese (Han, kana)?
 fn continuous(t: &str) -> bool {
     let letters: Vec<char> = t.chars().filter(|c| c.is_alphanumeric()).collect();
     let han = letters
         .iter()
-        .filter(|c| ('\u{4e00}'..='\u{9fff}').contains(*c))
+        .filter(|&&c| {
+            ('\u{4e00}'..='\u{9fff}').contains(&c)
+                || ('\u{3040}'..='\u{30ff}').contains(&c)
+                || ('\u{f900}'..='\u{faff}').contains(&c)
+                || ('\u{20000}'..='\u{3ffff}').contains(&c)
+        })
         .count();
     han > 0 && han * 50 >= letters.len()
 }
@@ -185,7 +191,54 @@ fn sorted_windows<T, U: Ord>(items: &[T], f: impl Fn(&[T]) -> U) -> Vec<U> {
     out
 }
 
+/// Latin text (accents; with or without typographic punctuation and
+/// arrows, whose bytes also start characters of spaceless scripts) with a
+/// few Chinese or Japanese characters, about as many as make one in fifty
+/// letters.
+fn latin_quoting_chinese() -> impl Strategy<Value = String> {
+    let latin = |typographic: bool| {
+        let mut pool = vec![
+            "the ",
+            "options ",
+            "naïve ",
+            "café ",
+            "x86 ",
+            "ｆｕｌｌ ",
+            "\\n",
+        ];
+        if typographic {
+            pool.extend(["— ", "→ ", "“quoted” ", "…", "①"]);
+        }
+        prop::collection::vec(prop::sample::select(pool), 0..300)
+    };
+    let spaceless = prop::sample::select(vec!["中", "文", "网", "ひ", "カ", "𠀀", "豈"]);
+    (
+        any::<bool>().prop_flat_map(latin),
+        prop::collection::vec((any::<prop::sample::Index>(), spaceless), 0..12),
+    )
+        .prop_map(|(mut words, spaceless)| {
+            for (at, c) in spaceless {
+                let at = at.index(words.len() + 1);
+                words.insert(at, c);
+            }
+            words.concat()
+        })
+}
+
 proptest! {
+    /// Whether text is read character by character is the one-in-fifty
+    /// rule, also where Latin text quotes Chinese near that share.
+    #[test]
+    fn continuity_is_the_share_of_spaceless_letters(t in latin_quoting_chinese()) {
+        let (mut norm, mut tmp) = (String::new(), String::new());
+        neardup_core::normalize::normalize_into(&NormalizeConfig::default(), &t, &mut norm, &mut tmp);
+        prop_assert_eq!(neardup_core::jaccard::is_continuous(&norm), continuous(&norm));
+        if !continuous(&t) {
+            let words = words_of_normal_form(&t).unwrap();
+            prop_assert_eq!(shingles(&t).len(), sorted_windows(&words, |w| w.join(" ")).len());
+        }
+    }
+
     /// In text at least one in fifty of whose letters is Chinese, the features are character
     /// trigrams of letters and digits, whatever the spaces and punctuation.
     #[test]
