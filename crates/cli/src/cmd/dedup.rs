@@ -345,9 +345,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     })?;
     let spilled = g.spill.as_ref().map_or(0, Spill::disk_bytes)
         + old_spill.as_ref().map_or(0, Spill::disk_bytes);
-    g.spill = None;
-    drop(old_spill);
-    write_outputs(&args, &g, &dedup, &reps, verify.map(Check::Jaccard), first)?;
+    // Closing the spill, the kernel frees its pages (about 60 ms a GB):
+    // beside the writing rather than before it.
+    let spills = (g.spill.take(), old_spill);
+    let closing = std::thread::spawn(move || drop(spills));
+    let written = write_outputs(&args, &g, &dedup, &reps, verify.map(Check::Jaccard), first);
+    let _ = closing.join();
+    written?;
     phases.mark("write");
     if !args.run.quiet {
         eprintln!("neardup: phases: {phases}");
