@@ -68,9 +68,20 @@ impl UnitSums {
         if self.pending as usize + hashes.len() > 255 {
             self.flush();
         }
-        match self.width {
-            Width::W64 => Self::spread_into::<8>(&mut self.lanes, hashes),
-            Width::W128 => Self::spread_into::<16>(&mut self.lanes, hashes),
+        let wide = self.width == Width::W128;
+        #[cfg(target_arch = "x86_64")]
+        if avx512bw() {
+            // SAFETY: the CPU has AVX-512 BW.
+            unsafe { x86::spread(&mut self.lanes, hashes, wide) };
+        } else if wide {
+            Self::spread_into::<16>(&mut self.lanes, hashes);
+        } else {
+            Self::spread_into::<8>(&mut self.lanes, hashes);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        match wide {
+            true => Self::spread_into::<16>(&mut self.lanes, hashes),
+            false => Self::spread_into::<8>(&mut self.lanes, hashes),
         }
         self.pending += hashes.len() as u32;
         self.total += hashes.len() as u64;
@@ -114,6 +125,56 @@ impl UnitSums {
     pub(crate) fn shares(mut self) -> BitShares {
         self.flush();
         BitShares::of_counts(&self.counts, self.total, self.width)
+    }
+}
+
+/// Whether unit sums add a hash's bits as a mask of bytes, 64 counters an
+/// instruction (AVX-512 BW, unless `NEARDUP_NO_AVX512` is set).
+#[cfg(target_arch = "x86_64")]
+fn avx512bw() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::env::var_os("NEARDUP_NO_AVX512").is_none()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// [`super::UnitSums::spread_into`] of `hashes` (their low 64 bits, or
+    /// all 128 when `wide`): the byte counters of lanes 0 to 7 (8 to 15) are
+    /// bits 0 to 63 (64 to 127) in order, so each 64 bits of a hash, as a
+    /// mask of bytes set to -1, are subtracted from them at once.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 BW.
+    #[target_feature(enable = "avx512bw")]
+    pub(super) unsafe fn spread(lanes: &mut [u64; 16], hashes: &[u128], wide: bool) {
+        let (low, high) = lanes.split_at_mut(8);
+        let (low, high) = (
+            low.as_mut_ptr().cast::<__m512i>(),
+            high.as_mut_ptr().cast::<__m512i>(),
+        );
+        // SAFETY: each half is eight u64s, 64 bytes, read and written unaligned.
+        unsafe {
+            let mut lo = _mm512_loadu_si512(low);
+            if wide {
+                let mut hi = _mm512_loadu_si512(high);
+                for &h in hashes {
+                    lo = _mm512_sub_epi8(lo, _mm512_movm_epi8(h as u64));
+                    hi = _mm512_sub_epi8(hi, _mm512_movm_epi8((h >> 64) as u64));
+                }
+                _mm512_storeu_si512(high, hi);
+            } else {
+                for &h in hashes {
+                    lo = _mm512_sub_epi8(lo, _mm512_movm_epi8(h as u64));
+                }
+            }
+            _mm512_storeu_si512(low, lo);
+        }
     }
 }
 
@@ -195,6 +256,12 @@ mod tests {
             let mut grouped = UnitSums::new(width);
             let masked: Vec<u128> = hashes.iter().map(|&h| h & width.mask()).collect();
             for group in masked.chunks(31) { grouped.add_all(group); }
+            // The counts themselves, not only the bits they decide (added by
+            // AVX-512 where the CPU has it, else eight bits an add).
+            let (mut g, mut a) = (grouped.clone(), acc.clone());
+            g.flush();
+            a.flush();
+            prop_assert_eq!(g.counts, a.counts);
             prop_assert_eq!(grouped.finish().value(), acc.clone().finish().value());
             let pairs: Vec<(u128, i64)> = hashes.iter().map(|&h| (h & width.mask(), 1)).collect();
             prop_assert_eq!(acc.finish().value(), textbook(&pairs, width));
