@@ -46,11 +46,24 @@ impl BitShares {
     /// The shares of `counts[i]` of `total` unit weights.
     pub(crate) fn of_counts(counts: &[u64], total: u64, width: Width) -> BitShares {
         let mut q = [0u8; 128];
-        if total > 0 {
+        let counts = &counts[..width.bits() as usize];
+        // round(510 c / t - 127.5), halves up, in integers:
+        // floor((1020 c - 255 t + t) / 2t).
+        if total > 0 && total < 1 << 40 {
+            // Without a division a bit: a floating-point quotient (of
+            // integers below 2^51, off by at most one) corrected exactly.
+            let t = total as i64;
+            let (d, inverse) = (2 * t, 1.0 / (2 * t) as f64);
+            for (q, &c) in q.iter_mut().zip(counts) {
+                let x = 1020 * c as i64 - 254 * t;
+                let mut f = (x as f64 * inverse).floor() as i64;
+                f -= i64::from(f * d > x);
+                f += i64::from((f + 1) * d <= x);
+                *q = f.clamp(0, 255) as u8;
+            }
+        } else if total > 0 {
             let t = i128::from(total);
-            for (q, &c) in q.iter_mut().zip(&counts[..width.bits() as usize]) {
-                // round(510 c / t - 127.5), halves up, in integers:
-                // floor((1020 c - 255 t + t) / 2t).
+            for (q, &c) in q.iter_mut().zip(counts) {
                 let x = 1020 * i128::from(c) - 254 * t;
                 *q = x.div_euclid(2 * t).clamp(0, 255) as u8;
             }
@@ -254,6 +267,25 @@ mod tests {
         assert_eq!(added[..2], [3, 208]);
         assert_eq!(Centre::from_bytes(&[0; 8 * 64]), None);
         assert_eq!(Centre::from_bytes(&[0; 13]), None);
+    }
+
+    /// Every count of small totals, halves (exact quotients) included, and
+    /// a few large totals.
+    #[test]
+    fn every_small_count_is_quantised_as_defined() {
+        let large = [1u64 << 39, (1 << 40) - 1, 1 << 40, 123_456_789_012_345];
+        for t in (1..=400).chain(large) {
+            let step = if t > 400 { t / 997 } else { 1 };
+            let counts: Vec<u64> = (0..=t).step_by(step as usize).chain([t]).collect();
+            for chunk in counts.chunks(128) {
+                let mut padded = chunk.to_vec();
+                padded.resize(128, 0);
+                let got = BitShares::of_counts(&padded, t, Width::W128);
+                for (i, &c) in chunk.iter().enumerate() {
+                    assert_eq!(got.as_bytes()[i], quantised(c, t), "c {c} t {t}");
+                }
+            }
+        }
     }
 
     #[test]
