@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import gzip
 import html.parser
 import json
 import os

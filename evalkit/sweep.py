@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -120,7 +119,7 @@ def svg_chart(rows, lang, path):
     x = lambda r: m + r * (w - 2 * m)  # noqa: E731
     y = lambda p: h - m - p * (h - 2 * m)  # noqa: E731
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 * 8}" font-family="sans-serif" font-size="12">',
-           f'<rect width="100%" height="100%" fill="white"/>',
+           '<rect width="100%" height="100%" fill="white"/>',
            f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">Precision and recall by k, {"English" if lang == "en" else "Chinese"} (no verification; truth: Jaccard &gt;= 0.8)</text>']
     for t in range(0, 11, 2):
         v = t / 10
