@@ -262,6 +262,21 @@ mod tests {
             g.flush();
             a.flush();
             prop_assert_eq!(g.counts, a.counts);
+            // Both ways of adding a group, whichever the CPU runs.
+            for group in masked.chunks(255) {
+                let mut scalar = [0u64; 16];
+                match wide {
+                    true => UnitSums::spread_into::<16>(&mut scalar, group),
+                    false => UnitSums::spread_into::<8>(&mut scalar, group),
+                }
+                #[cfg(target_arch = "x86_64")]
+                if is_x86_feature_detected!("avx512bw") {
+                    let mut vector = [0u64; 16];
+                    // SAFETY: the CPU has AVX-512 BW.
+                    unsafe { x86::spread(&mut vector, group, wide) };
+                    prop_assert_eq!(vector, scalar);
+                }
+            }
             prop_assert_eq!(grouped.finish().value(), acc.clone().finish().value());
             let pairs: Vec<(u128, i64)> = hashes.iter().map(|&h| (h & width.mask(), 1)).collect();
             prop_assert_eq!(acc.finish().value(), textbook(&pairs, width));

@@ -353,8 +353,8 @@ thread_local! {
 /// evenly, so one counting pass on their top bits (at least one bucket per
 /// hash) leaves them nearly sorted, each out of place by a few positions
 /// within its bucket: one insertion sort over the whole set finishes them,
-/// and a copy back skips the repeats. About a third of `sort_unstable`'s
-/// time on sets of hundreds to thousands. Values that are not spread (a
+/// and a copy back skips the repeats. About 0.4 of `sort_unstable`'s time
+/// on sets of 64 to 16,384 random hashes. Values that are not spread (a
 /// hash moved further than a few places) fall back to `sort_unstable`,
 /// which stays correct.
 pub(crate) fn sort_dedup_hashes(v: &mut Vec<u64>) {
