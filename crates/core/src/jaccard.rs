@@ -342,7 +342,7 @@ fn word_shingles(
 #[derive(Default)]
 struct HashSort {
     scattered: Vec<u64>,
-    offsets: Vec<u32>,
+    offsets: Vec<usize>,
 }
 
 thread_local! {
@@ -375,20 +375,8 @@ pub(crate) fn sort_dedup_hashes(v: &mut Vec<u64>) {
             scattered.resize(n, 0);
         }
         let t = &mut scattered[..n];
-        let bucket = |x: u64| (x >> (64 - bits)) as usize;
-        offsets.clear();
-        offsets.resize((1 << bits) + 1, 0);
-        for &x in v.iter() {
-            offsets[bucket(x) + 1] += 1;
-        }
-        for b in 0..1 << bits {
-            offsets[b + 1] += offsets[b];
-        }
-        for &x in v.iter() {
-            let slot = &mut offsets[bucket(x)];
-            t[*slot as usize] = x;
-            *slot += 1;
-        }
+        let bucket = |x: &u64| (x >> (64 - bits)) as usize;
+        crate::index::radix::scatter_by(v, t, 1 << bits, bucket, offsets);
         for i in 1..n {
             let x = t[i];
             if t[i - 1] <= x {

@@ -66,26 +66,28 @@ pub fn sort_by_key_into<T: Copy>(
 
 /// One stable counting pass by `digit` (under 2^13 distinct values).
 fn pass_by<T: Copy>(src: &[T], dst: &mut [T], digit: impl Fn(&T) -> usize) {
-    let mut offsets = vec![0usize; (1 << 13) + 1];
-    for x in src {
-        offsets[digit(x) + 1] += 1;
-    }
-    for b in 0..1 << 13 {
-        offsets[b + 1] += offsets[b];
-    }
-    for x in src {
-        let slot = &mut offsets[digit(x)];
-        dst[*slot] = *x;
-        *slot += 1;
-    }
+    scatter_by(src, dst, 1 << 13, digit, &mut Vec::new());
 }
 
 /// One stable counting pass on digit `(top(d) >> shift) & (2^width - 1)`.
 fn pass<T: TopBits>(src: &[T], dst: &mut [T], d: u32, shift: u32, width: u32) {
     let mask = (1u64 << width) - 1;
     let digit = |x: &T| ((x.top_bits(d) >> shift) & mask) as usize;
-    let buckets = 1usize << width;
-    let mut offsets = vec![0usize; buckets + 1];
+    scatter_by(src, dst, 1 << width, digit, &mut Vec::new());
+}
+
+/// Copies `src` into `dst` (as long) grouped by `digit` (below `buckets`),
+/// stably: one counting pass, `offsets` its scratch.
+#[inline]
+pub(crate) fn scatter_by<T: Copy>(
+    src: &[T],
+    dst: &mut [T],
+    buckets: usize,
+    digit: impl Fn(&T) -> usize,
+    offsets: &mut Vec<usize>,
+) {
+    offsets.clear();
+    offsets.resize(buckets + 1, 0);
     for x in src {
         offsets[digit(x) + 1] += 1;
     }
