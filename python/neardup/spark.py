@@ -17,8 +17,8 @@ see :class:`LocalSplits`; other inputs by Spark):
 1. Fingerprints (one pass over the input, in the executors): whole Arrow
    batches go to Rust (``mapInArrow``), which parses the JSON Lines records,
    and returns each document's fingerprint, id, keep-by key and, with
-   verification, an 84-byte summary of its feature set (count, digest,
-   64-byte MinHash sketch). Each row's position in input order is computed in
+   verification, an 80-byte summary of its feature set (count, digest,
+   60-byte MinHash sketch). Each row's position in input order is computed in
    the same worker from its file and byte offset (:class:`Positions`), so
    every pass finds the same numbers without a pass of its own.
 2. Candidates (driver): the fingerprints and summaries, about 110 bytes per
@@ -371,7 +371,7 @@ def _dedup_distributed(
 
 
 # Fingerprints of at most this many documents are joined on the driver (about
-# 110 bytes each there: 16 of fingerprint, 84 of verification summary, 8 of
+# 110 bytes each there: 16 of fingerprint, 80 of verification summary, 8 of
 # position); above it the fully distributed path runs.
 DRIVER_DOCUMENTS = 20_000_000
 

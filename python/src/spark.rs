@@ -22,8 +22,8 @@ use crate::fingerprint::arrow_spans;
 use crate::{PyConfig, bytemuck_bytes, err, parse_policy, u64s};
 
 /// Bytes of a document's verification summary: its feature count (u32), the
-/// set's digest (u128) and its 64-byte MinHash sketch, little-endian.
-const SUMMARY_BYTES: usize = 4 + 16 + neardup_core::spill::SKETCH_BINS;
+/// set's digest (u128) and its MinHash sketch, little-endian.
+const SUMMARY_BYTES: usize = 4 + 16 + neardup_core::spill::SKETCH_BYTES;
 
 fn summary_bytes(set: &[u64], out: &mut Vec<u8>) {
     let s = Summary::of(set);
@@ -42,7 +42,7 @@ impl SummaryRef<'_> {
         &self.0[4..20]
     }
     fn sketch(&self) -> neardup_core::spill::Sketch {
-        neardup_core::spill::Sketch(self.0[20..SUMMARY_BYTES].try_into().expect("64 bytes"))
+        neardup_core::spill::Sketch(self.0[20..SUMMARY_BYTES].try_into().expect("a sketch"))
     }
 }
 

@@ -451,6 +451,9 @@ struct Nodes {
     group_nodes: Vec<u32>,
     /// Nodes of documents with nothing to compare, paired with nothing.
     is_void: Vec<bool>,
+    /// Each node's first document, the one scored for all (one look-up
+    /// where a candidate pair costs a few).
+    first: Vec<u32>,
 }
 
 impl Nodes {
@@ -501,6 +504,10 @@ impl Nodes {
             order[fill[node as usize] as usize] = doc as u32;
             fill[node as usize] += 1;
         }
+        let first = starts[..n_nodes]
+            .iter()
+            .map(|&s| order[s as usize])
+            .collect();
         Nodes {
             groups: Groups {
                 order,
@@ -509,6 +516,7 @@ impl Nodes {
             },
             group_nodes,
             is_void,
+            first,
         }
     }
 
@@ -526,6 +534,9 @@ struct Verifier<'a, S> {
     score: &'a S,
     /// With a spanning set: the union-find forest of the verified pairs.
     parent: Option<Vec<u32>>,
+    /// With a spanning set: a pass's forest of the clusters it would join
+    /// (see [`Verifier::flush`]), the identity between passes.
+    forest: Vec<u32>,
     /// Candidates not yet scored.
     todo: Vec<(u32, u32, u32)>,
     kept: Vec<(u32, u32, u32, f64)>,
@@ -540,6 +551,10 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
             threshold,
             score,
             parent: spanning.then(|| (0..nodes.is_void.len() as u32).collect()),
+            forest: match spanning {
+                true => (0..nodes.is_void.len() as u32).collect(),
+                false => Vec::new(),
+            },
             todo: Vec::with_capacity(Self::STRETCH),
             kept: Vec::new(),
         }
@@ -602,36 +617,40 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
             return;
         };
         let (mut now, mut later) = (Vec::new(), Vec::new());
-        // Each pass's forest over the clusters' roots, numbered locally.
-        let mut local: std::collections::HashMap<u32, u32> = Default::default();
-        let mut forest: Vec<u32> = Vec::new();
+        // Each pass's forest over the clusters' roots: the identity, but
+        // where the pass joined two (`touched`, undone after the pass).
+        let mut forest = std::mem::take(&mut self.forest);
+        let mut touched = Vec::new();
         let mut by_forest = true;
         loop {
-            todo.retain(|&(u, v, _)| find(&mut parent, u) != find(&mut parent, v));
-            if todo.is_empty() {
-                break;
-            }
             if by_forest {
-                local.clear();
-                forest.clear();
                 for &(u, v, d) in &todo {
-                    let mut slot = |root: u32| {
-                        *local.entry(root).or_insert_with(|| {
-                            forest.push(forest.len() as u32);
-                            forest.len() as u32 - 1
-                        })
-                    };
-                    let (a, b) = (slot(find(&mut parent, u)), slot(find(&mut parent, v)));
-                    let (ra, rb) = (find(&mut forest, a), find(&mut forest, b));
-                    if ra != rb {
-                        forest[ra.max(rb) as usize] = ra.min(rb);
+                    let (ru, rv) = (find(&mut parent, u), find(&mut parent, v));
+                    if ru == rv {
+                        continue;
+                    }
+                    let (a, b) = (find(&mut forest, ru), find(&mut forest, rv));
+                    if a != b {
+                        forest[a.max(b) as usize] = a.min(b);
+                        touched.push(a.max(b));
                         now.push((u, v, d));
                     } else {
                         later.push((u, v, d));
                     }
                 }
+                for &t in &touched {
+                    forest[t as usize] = t;
+                }
+                touched.clear();
             } else {
-                std::mem::swap(&mut now, &mut todo);
+                for &(u, v, d) in &todo {
+                    if find(&mut parent, u) != find(&mut parent, v) {
+                        now.push((u, v, d));
+                    }
+                }
+            }
+            if now.is_empty() {
+                break;
             }
             let verified = self.score_all(&mut now);
             by_forest = 2 * verified.len() >= now.len();
@@ -646,7 +665,9 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
             std::mem::swap(&mut todo, &mut later);
             later.clear();
         }
+        todo.clear();
         self.parent = Some(parent);
+        self.forest = forest;
         self.todo = todo;
     }
 
@@ -656,7 +677,7 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
     fn score_all(&self, pairs: &mut [(u32, u32, u32)]) -> Vec<(u32, u32, u32, f64)> {
         use rayon::prelude::*;
         pairs.par_sort_unstable();
-        let first = |node: u32| self.nodes.groups.first(node);
+        let first = |node: u32| self.nodes.first[node as usize];
         let (score, threshold) = (self.score, self.threshold);
         pairs
             .par_iter()
