@@ -37,8 +37,8 @@ pub const SKETCH_BYTES: usize = SKETCH_BINS / 4;
 /// A one-permutation MinHash of a feature set (Li, Owen & Zhang 2012) in
 /// [`SKETCH_BYTES`] bytes: the features' hashes fall into [`SKETCH_BINS`]
 /// bins by their top bits, each bin keeps the smallest, and two bits of it
-/// are kept (b-bit MinHash, Li & König 2010): 1, 2 or 3 (the minimum's
-/// residue mod 3, plus one), 0 marking an empty bin. Two sets agree in a bin
+/// are kept (b-bit MinHash, Li & König 2010): 1, 2 or 3 (which third of
+/// the range its low 32 bits fall in), 0 marking an empty bin. Two sets agree in a bin
 /// that both fill with probability about 1/3 + 2/3 of their Jaccard
 /// similarity, which lets verification rule out most candidate pairs
 /// without reading their features. Many small bins estimate the similarity
@@ -58,19 +58,17 @@ impl Sketch {
     /// The sketch of a set of (uniformly distributed) feature hashes.
     ///
     /// In a sorted set (the spill's sets are) each bin's minimum is its first
-    /// hash: one pass notes where the bin changes, a branch taken once per
-    /// bin. An unsorted set is found out by the same pass and looked at again,
-    /// keeping each bin's minimum.
+    /// hash: a pass from the end stores each hash in its bin, the first one
+    /// last, with neither a branch nor a comparison (a bin changes every few
+    /// hashes, too often to branch on). An unsorted set is found out by the
+    /// same pass and looked at again, keeping each bin's minimum.
     pub fn of(set: &[u64]) -> Sketch {
         let mut mins = [u64::MAX; SKETCH_BINS];
-        let (mut bin, mut prev, mut sorted) = (usize::MAX, 0u64, true);
-        for &h in set {
-            sorted &= h >= prev;
-            prev = h;
-            if bin_of(h) != bin {
-                bin = bin_of(h);
-                mins[bin] = h;
-            }
+        let (mut next, mut sorted) = (u64::MAX, true);
+        for &h in set.iter().rev() {
+            sorted &= h <= next;
+            next = h;
+            mins[bin_of(h)] = h;
         }
         if !sorted {
             mins = [u64::MAX; SKETCH_BINS];
@@ -82,9 +80,9 @@ impl Sketch {
         let mut out = [0u8; SKETCH_BYTES];
         for (o, four) in out.iter_mut().zip(mins.chunks_exact(4)) {
             for (i, &m) in four.iter().enumerate() {
-                if m != u64::MAX {
-                    *o |= (1 + (m % 3) as u8) << (2 * i);
-                }
+                // 1, 2 or 3 from the low 32 bits, 0 for an empty bin.
+                let value = 1 + (((m & 0xFFFF_FFFF) * 3) >> 32) as u8;
+                *o |= (u8::from(m != u64::MAX) * value) << (2 * i);
             }
         }
         Sketch(out)
@@ -425,7 +423,12 @@ mod tests {
             for (bin, &m) in mins.iter().enumerate() {
                 let want = match m {
                     u64::MAX => 0,
-                    m => 1 + (m % 3) as u8,
+                    // Which third of the 32-bit range the low half is in.
+                    m => match m as u32 {
+                        x if u64::from(x) * 3 < 1 << 32 => 1,
+                        x if u64::from(x) * 3 < 2 << 32 => 2,
+                        _ => 3,
+                    },
                 };
                 prop_assert_eq!((sketch.0[bin / 4] >> (2 * (bin % 4))) & 3, want, "bin {}", bin);
             }
