@@ -352,8 +352,17 @@ impl SimHasher {
                 Sums::Unit(fingerprint)
             }
             Shares::Tokens => {
-                let batch = UnitBatch::new(self.width(), self.hasher);
-                let fingerprint = self.unit_tokens_and_shingles(view, batch, word_hashes, shingles);
+                let fingerprint = match (self.config.hash, self.width()) {
+                    // The candidate configuration's, without the dispatch.
+                    (HashFunction::Xxh3, Width::W128) => {
+                        let batch = UnitBatch::new(Width::W128, Xxh3x128(self.config.seed));
+                        self.unit_tokens_and_shingles(view, batch, word_hashes, shingles)
+                    }
+                    _ => {
+                        let batch = UnitBatch::new(self.width(), self.hasher);
+                        self.unit_tokens_and_shingles(view, batch, word_hashes, shingles)
+                    }
+                };
                 crate::jaccard::sort_dedup_hashes(shingles);
                 Sums::Unit(fingerprint)
             }
@@ -961,6 +970,16 @@ impl HashBytes for Xxh3x64 {
     #[inline(always)]
     fn hash(&self, bytes: &[u8]) -> u128 {
         xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.0) as u128
+    }
+}
+
+/// xxh3 with 128 bits (the candidate configuration's), without the dispatch.
+struct Xxh3x128(u64);
+
+impl HashBytes for Xxh3x128 {
+    #[inline(always)]
+    fn hash(&self, bytes: &[u8]) -> u128 {
+        xxhash_rust::xxh3::xxh3_128_with_seed(bytes, self.0)
     }
 }
 
