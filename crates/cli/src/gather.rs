@@ -155,13 +155,16 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     }
     let mut input = input.clone();
     let hasher = hasher_for(pipeline, &mut input)?;
-    // The spill is about 1.2 bytes per byte of text: where it and the input
-    // together are more than the page cache can hold, the input's pages go
-    // as they are read, so that the spill's stay for verification.
-    let bytes = crate::input::DocReader::total_bytes(&input).unwrap_or(0);
-    crate::input::drop_read_pages(
-        verify && available_memory().is_some_and(|m| bytes.saturating_mul(5) / 2 > m),
-    );
+    // Where the input and the spill (about 1.2 bytes per byte of text,
+    // several per byte of compressed input) are more than the page cache
+    // can hold, the input's pages go as they are read, so that the spill's
+    // stay for verification: decided as the spill grows, on the share of the
+    // input (as stored) read so far.
+    let stored = crate::input::DocReader::total_bytes(&input).unwrap_or(0);
+    let cache = available_memory().unwrap_or(u64::MAX);
+    let read_before = crate::input::file_bytes_read();
+    crate::input::drop_read_pages(false);
+    let mut dropping = false;
     let mut ids = Vec::new();
     let mut values = Values::with_width(hasher.width(), 0);
     let mut raw = keep_raw.then(Vec::new);
@@ -233,6 +236,18 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
                     blank += u64::from(set.is_empty());
                     w.push(&set, summary)
                         .context("cannot write the verification features' spill file")?;
+                }
+            }
+            if let (Some(w), false) = (spill.as_ref(), dropping) {
+                let read = crate::input::file_bytes_read() - read_before;
+                let spill_at_end = (w.bytes() as u128 * u128::from(stored))
+                    .checked_div(u128::from(read))
+                    .unwrap_or(0);
+                // (A quarter to spare: the process's own memory, the
+                // system's, and a projection made early.)
+                if (u128::from(stored) + spill_at_end) * 5 / 4 > u128::from(cache) {
+                    crate::input::drop_read_pages(true);
+                    dropping = true;
                 }
             }
             Ok(())

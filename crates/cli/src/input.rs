@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
@@ -1002,31 +1002,43 @@ impl Compression {
 /// Whether input files' pages leave the page cache once read ([`drop_read_pages`]).
 static DROP_READ_PAGES: AtomicBool = AtomicBool::new(false);
 
-/// Asks that the files opened from now on give their pages back to the
-/// operating system's page cache once read (`POSIX_FADV_DONTNEED`, 64 MB at
-/// a time). For a verified dedup whose input and spill are more than the
-/// cache holds: the cache then keeps the spill, which verification reads at
-/// random, rather than input that is read again only in order.
+/// Bytes read from input files so far, as stored (compressed ones
+/// compressed), by this process.
+static FILE_BYTES_READ: AtomicU64 = AtomicU64::new(0);
+
+/// Asks that input files give their pages back to the operating system's
+/// page cache once read (`POSIX_FADV_DONTNEED`, 64 MB at a time), from the
+/// next stretch on (the stretches of a file already read go too). For a
+/// verified dedup whose input and spill are more than the cache holds: the
+/// cache then keeps the spill, which verification reads at random, rather
+/// than input that is read again only in order.
 pub fn drop_read_pages(on: bool) {
     DROP_READ_PAGES.store(on, Ordering::Relaxed);
 }
 
+/// Bytes read from input files so far, as stored on disk.
+pub fn file_bytes_read() -> u64 {
+    FILE_BYTES_READ.load(Ordering::Relaxed)
+}
+
 /// A file whose pages are dropped from the page cache behind the reader,
-/// `every` bytes at a time.
+/// `every` bytes at a time, while `on` says so.
 struct DropBehind {
     file: File,
     read: u64,
     dropped: u64,
     every: u64,
+    on: &'static AtomicBool,
 }
 
 impl DropBehind {
-    fn new(file: File, every: u64) -> DropBehind {
+    fn new(file: File, every: u64, on: &'static AtomicBool) -> DropBehind {
         DropBehind {
             file,
             read: 0,
             dropped: 0,
             every,
+            on,
         }
     }
 }
@@ -1035,7 +1047,8 @@ impl Read for DropBehind {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.file.read(buf)?;
         self.read += n as u64;
-        if self.read - self.dropped >= self.every {
+        FILE_BYTES_READ.fetch_add(n as u64, Ordering::Relaxed);
+        if self.read - self.dropped >= self.every && self.on.load(Ordering::Relaxed) {
             let len = self.read - self.dropped;
             advise(&self.file, self.dropped, len, libc::POSIX_FADV_DONTNEED);
             self.dropped = self.read;
@@ -1108,10 +1121,7 @@ fn open(source: Source, progress: &Progress, fields: &(String, String, bool)) ->
         None => Box::new(io::stdin()),
         Some(p) => {
             let file = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-            match DROP_READ_PAGES.load(Ordering::Relaxed) {
-                true => Box::new(DropBehind::new(file, 64 << 20)),
-                false => Box::new(file),
-            }
+            Box::new(DropBehind::new(file, 64 << 20, &DROP_READ_PAGES))
         }
     };
     let mut peek = BufReader::with_capacity(1 << 16, raw);
@@ -1420,13 +1430,16 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::DropBehind;
 
     /// Dropping the pages behind the reader changes none of the bytes read,
-    /// whatever the reads' sizes against the stretches dropped.
+    /// whatever the reads' sizes against the stretches dropped; nothing is
+    /// given back while it is off, and everything read once it is on.
     #[test]
     fn dropping_pages_behind_the_reader_keeps_every_byte() {
+        static ON: AtomicBool = AtomicBool::new(false);
         let mut rng = neardup_core::rng::SplitMix64(5);
         let bytes: Vec<u8> = (0..300_000).map(|_| rng.next() as u8).collect();
         let mut file = tempfile::tempfile().unwrap();
@@ -1434,9 +1447,15 @@ mod tests {
         for (every, chunk) in [(4096u64, 1000usize), (10_000, 65_536), (1, 7)] {
             let mut f = file.try_clone().unwrap();
             std::io::Seek::rewind(&mut f).unwrap();
-            let mut reader = DropBehind::new(f, every);
+            ON.store(false, Ordering::Relaxed);
+            let mut reader = DropBehind::new(f, every, &ON);
             let (mut got, mut buf) = (Vec::new(), vec![0u8; chunk]);
             loop {
+                if got.len() >= bytes.len() / 2 {
+                    ON.store(true, Ordering::Relaxed);
+                } else {
+                    assert_eq!(reader.dropped, 0, "nothing given back while off");
+                }
                 let n = reader.read(&mut buf).unwrap();
                 if n == 0 {
                     break;

@@ -336,7 +336,12 @@ impl SimHasher {
                     let batch = UnitBatch::new(Width::W64, Xxh3x64(self.config.seed));
                     self.unit_shingles(view, false, SHINGLE, joined, batch)
                 }
-                Shares::Tokens => self.unit_fingerprint(view, false, joined, self.hasher),
+                Shares::Tokens => match (self.config.hash, self.width()) {
+                    (HashFunction::Xxh3, Width::W128) => {
+                        self.unit_fingerprint(view, false, joined, Xxh3x128(self.config.seed))
+                    }
+                    _ => self.unit_fingerprint(view, false, joined, self.hasher),
+                },
             };
             shingles_of_normalized(view, key, shingle_scratch, shingles);
             return Sums::Unit(fingerprint);

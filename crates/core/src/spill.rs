@@ -227,6 +227,11 @@ impl SpillWriter {
         Ok(())
     }
 
+    /// Bytes of features written so far.
+    pub fn bytes(&self) -> u64 {
+        self.written * 8
+    }
+
     /// Documents written so far.
     pub fn len(&self) -> usize {
         self.ends.len()
