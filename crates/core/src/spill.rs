@@ -36,12 +36,12 @@ pub const SKETCH_BYTES: usize = SKETCH_BINS / 4;
 
 /// A one-permutation MinHash of a feature set (Li, Owen & Zhang 2012) in
 /// [`SKETCH_BYTES`] bytes: the features' hashes fall into [`SKETCH_BINS`]
-/// bins by their top bits, each bin keeps the smallest, and two bits of it
-/// are kept (b-bit MinHash, Li & König 2010): 1, 2 or 3 (which third of
-/// the range its low 32 bits fall in), 0 marking an empty bin. Two sets agree in a bin
-/// that both fill with probability about 1/3 + 2/3 of their Jaccard
-/// similarity, which lets verification rule out most candidate pairs
-/// without reading their features. Many small bins estimate the similarity
+/// bins by value (⌊h · bins / 2⁶⁴⌋), each bin keeps the smallest, and two
+/// bits of it are kept (b-bit MinHash, Li & König 2010): 1, 2 or 3 (which
+/// third of the range its low 32 bits fall in), 0 marking an empty bin.
+/// Two sets agree in a bin that both fill with probability about 1/3 + 2/3
+/// of their Jaccard similarity, which lets verification rule out most
+/// candidate pairs without reading their features. Many small bins estimate the similarity
 /// better than few wide ones in the same bytes (at J = 0.8, a standard
 /// deviation of about 0.03 rather than 0.05 with 64 bins of a byte).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
