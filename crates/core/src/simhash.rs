@@ -198,14 +198,7 @@ impl SimHasher {
             } = scratch;
             let view = self.unit_view(text, norm, tmp);
             let (view, lower) = (view.text, view.lower);
-            // The hash function is chosen once, outside the loop, so that the whole
-            // chain from tokenizer to sums inlines.
-            return Sums::Unit(match (self.config.hash, self.width()) {
-                (HashFunction::Xxh3, Width::W64) => {
-                    self.unit_fingerprint(view, lower, joined, Xxh3x64(self.config.seed))
-                }
-                _ => self.unit_fingerprint(view, lower, joined, self.hasher),
-            });
+            return Sums::Unit(with_hash!(self, |h| self.unit_fingerprint(view, lower, joined, h)));
         }
         self.normalize_for_tokens(text, scratch);
         let counts = &mut scratch.counts;
@@ -336,12 +329,9 @@ impl SimHasher {
                     let batch = UnitBatch::new(Width::W64, Xxh3x64(self.config.seed));
                     self.unit_shingles(view, false, SHINGLE, joined, batch)
                 }
-                Shares::Tokens => match (self.config.hash, self.width()) {
-                    (HashFunction::Xxh3, Width::W128) => {
-                        self.unit_fingerprint(view, false, joined, Xxh3x128(self.config.seed))
-                    }
-                    _ => self.unit_fingerprint(view, false, joined, self.hasher),
-                },
+                Shares::Tokens => {
+                    with_hash!(self, |h| self.unit_fingerprint(view, false, joined, h))
+                }
             };
             shingles_of_normalized(view, key, shingle_scratch, shingles);
             return Sums::Unit(fingerprint);
@@ -357,17 +347,10 @@ impl SimHasher {
                 Sums::Unit(fingerprint)
             }
             Shares::Tokens => {
-                let fingerprint = match (self.config.hash, self.width()) {
-                    // The candidate configuration's, without the dispatch.
-                    (HashFunction::Xxh3, Width::W128) => {
-                        let batch = UnitBatch::new(Width::W128, Xxh3x128(self.config.seed));
-                        self.unit_tokens_and_shingles(view, batch, word_hashes, shingles)
-                    }
-                    _ => {
-                        let batch = UnitBatch::new(self.width(), self.hasher);
-                        self.unit_tokens_and_shingles(view, batch, word_hashes, shingles)
-                    }
-                };
+                let fingerprint = with_hash!(self, |h| {
+                    let batch = UnitBatch::new(self.width(), h);
+                    self.unit_tokens_and_shingles(view, batch, word_hashes, shingles)
+                });
                 crate::jaccard::sort_dedup_hashes(shingles);
                 Sums::Unit(fingerprint)
             }
@@ -980,6 +963,31 @@ impl HashBytes for Xxh3x64 {
 
 /// xxh3 with 128 bits (the candidate configuration's), without the dispatch.
 struct Xxh3x128(u64);
+
+/// Evaluates `$body` with `$h` bound to `$hasher`'s hash function as a
+/// concrete type where there is one (xxh3 at 64 or 128 bits), else to its
+/// [`FeatureHasher`]: the function is chosen once, outside the loops, so
+/// that the chain from tokenizer to sums inlines.
+macro_rules! with_hash {
+    ($hasher:expr, |$h:ident| $body:expr) => {{
+        let hasher: &SimHasher = $hasher;
+        match (hasher.config.hash, hasher.width()) {
+            (HashFunction::Xxh3, Width::W64) => {
+                let $h = Xxh3x64(hasher.config.seed);
+                $body
+            }
+            (HashFunction::Xxh3, Width::W128) => {
+                let $h = Xxh3x128(hasher.config.seed);
+                $body
+            }
+            _ => {
+                let $h = hasher.hasher;
+                $body
+            }
+        }
+    }};
+}
+use with_hash;
 
 impl HashBytes for Xxh3x128 {
     #[inline(always)]

@@ -92,8 +92,9 @@ impl Sketch {
     /// false only when the bins that agree are so few that a pair at the
     /// threshold would show that many with probability below 10⁻⁵ (a
     /// Chernoff bound for independent bins, which one-permutation bins are
-    /// nearly; about 10⁻⁶ in fact). Never false for sets that reach it but
-    /// by that chance.
+    /// nearly; by the exact binomial tail, below 1.6·10⁻⁶ where 100 bins or
+    /// more are filled). Never false for sets that reach it but by that
+    /// chance.
     ///
     /// Of the bins either set fills (n), a pair at J matches the minimum in
     /// about J·n (one-permutation MinHash is unbiased given n); a bin that
