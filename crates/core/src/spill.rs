@@ -90,17 +90,19 @@ impl Sketch {
 
     /// Whether two sets can still have Jaccard similarity `threshold` or more:
     /// false only when the bins that agree are so few that a pair at the
-    /// threshold would show that many with probability below 10⁻⁵ (a
-    /// Chernoff bound for independent bins, which one-permutation bins are
-    /// nearly; by the exact binomial tail, below 1.6·10⁻⁶ where 100 bins or
-    /// more are filled). Never false for sets that reach it but by that
-    /// chance.
+    /// threshold would show that many or fewer with probability at most
+    /// 10⁻⁵ (the exact binomial tail, for independent bins, which
+    /// one-permutation bins nearly are). Never false for sets that reach it
+    /// but by that chance.
     ///
     /// Of the bins either set fills (n), a pair at J matches the minimum in
     /// about J·n (one-permutation MinHash is unbiased given n); a bin that
     /// both fill and whose minima differ agrees by chance one time in three;
     /// a bin only one fills never agrees. So at J >= t the agreeing bins
-    /// number at least t·n·(2/3) + (bins both fill)/3 on average.
+    /// number at least t·n·(2/3) + (bins both fill)/3 on average; bins of
+    /// unequal rates with that mean fall as far below it no more often than
+    /// bins of one rate do (Hoeffding 1956), so the binomial tail at that
+    /// least rate bounds the chance.
     pub fn may_reach(&self, other: &Sketch, threshold: f64) -> bool {
         const LOW: u32 = 0x5555_5555;
         let (mut agree, mut either, mut both) = (0u32, 0u32, 0u32);
@@ -118,36 +120,81 @@ impl Sketch {
             // Nothing to compare: not ruled out.
             return true;
         }
-        let n = f64::from(either);
-        let least = ((2.0 * threshold * n + f64::from(both)) / (3.0 * n)).min(1.0);
-        !far_below(f64::from(agree) / n, least, n)
+        CUTS.with(|cell| {
+            let mut cuts = cell.borrow_mut();
+            if cuts.threshold != threshold.to_bits() {
+                *cuts = Cuts::new(threshold);
+            }
+            agree >= cuts.get(either, both)
+        })
     }
 }
 
-/// Whether `x`, the share of `n` independent trials that succeeded, is so far
-/// below `q`, the least mean success rate, that it happens with probability
-/// below 10⁻⁵: P ≤ exp(−n·D(x‖q)) (Chernoff), D the binary relative
-/// entropy. Bounds on D settle most cases without a logarithm.
-fn far_below(x: f64, q: f64, n: f64) -> bool {
-    /// ln 10⁵.
-    const ODDS: f64 = 11.512_925_464_970_229;
-    if x >= q {
-        return false;
-    }
+/// The least agreement rate of a pair at Jaccard similarity `threshold` whose
+/// sketches fill `n` bins between them, `both` of them both ([`Sketch::may_reach`]).
+fn least_rate(threshold: f64, n: u32, both: u32) -> f64 {
+    let n = f64::from(n);
+    ((2.0 * threshold * n + f64::from(both)) / (3.0 * n)).min(1.0)
+}
+
+/// The chance a sketch screen may miss a pair at the threshold.
+const SCREEN_ERROR: f64 = 1e-5;
+
+/// The largest `c` such that `c` or fewer successes of `n` independent
+/// trials at rate `q` are no likelier than [`SCREEN_ERROR`] together
+/// (`P(X < c) <= SCREEN_ERROR`): counts below it are ruled out.
+fn binomial_cut(n: u32, q: f64) -> u32 {
     if q >= 1.0 {
         // Every trial succeeds: one failure is enough.
-        return true;
+        return n;
     }
-    let gap = n * (q - x) * (q - x);
-    // D(x‖q) >= (q − x)² / 2q below q, and <= χ² = (q − x)² / q(1 − q).
-    if gap > 2.0 * q * ODDS {
-        return true;
+    let (ln_q, ln_p) = (q.ln(), (1.0 - q).ln());
+    // ln C(n, k), built up term by term.
+    let (mut ln_choose, mut tail) = (0.0f64, 0.0f64);
+    for k in 0..n {
+        if k > 0 {
+            ln_choose += f64::from(n - k + 1).ln() - f64::from(k).ln();
+        }
+        tail += (ln_choose + f64::from(k) * ln_q + f64::from(n - k) * ln_p).exp();
+        if tail > SCREEN_ERROR {
+            return k;
+        }
     }
-    if gap <= q * (1.0 - q) * ODDS {
-        return false;
+    n
+}
+
+/// One thread's cut table for one threshold: the least agreeing bins of a
+/// pair whose sketches fill `n` bins, `both` of them both, made as asked.
+struct Cuts {
+    threshold: u64,
+    /// At `n (n + 1) / 2 + both`; [`Cuts::UNKNOWN`] until asked for.
+    cut: Vec<u8>,
+}
+
+impl Cuts {
+    const UNKNOWN: u8 = u8::MAX;
+
+    fn new(threshold: f64) -> Cuts {
+        const _: () = assert!(SKETCH_BINS < Cuts::UNKNOWN as usize);
+        let n = SKETCH_BINS + 1;
+        Cuts {
+            threshold: threshold.to_bits(),
+            cut: vec![Cuts::UNKNOWN; n * (n + 1) / 2],
+        }
     }
-    let lower = if x > 0.0 { x * (x / q).ln() } else { 0.0 };
-    n * (lower + (1.0 - x) * ((1.0 - x) / (1.0 - q)).ln()) > ODDS
+
+    fn get(&mut self, n: u32, both: u32) -> u32 {
+        let at = (n * (n + 1) / 2 + both) as usize;
+        if self.cut[at] == Cuts::UNKNOWN {
+            let q = least_rate(f64::from_bits(self.threshold), n, both);
+            self.cut[at] = binomial_cut(n, q) as u8;
+        }
+        u32::from(self.cut[at])
+    }
+}
+
+thread_local! {
+    static CUTS: RefCell<Cuts> = RefCell::new(Cuts::new(f64::NAN));
 }
 
 /// What stays in memory of a document's set: its digest and sketch.
@@ -441,40 +488,51 @@ mod tests {
         }
     }
 
-    /// The test's cut, checked against the exact binomial tail: for every
-    /// number of bins and least agreement rate, the counts it rules out
-    /// have probability at most 10⁻⁵ together, and at least 10⁻⁹ where any
-    /// count is that rare (it screens something).
+    /// The cut, checked against the binomial tail summed here from the
+    /// distribution's factorials: for every number of bins and least
+    /// agreement rate, the counts it rules out have probability at most
+    /// 10⁻⁵ together, and one count more would pass that.
     #[test]
     fn ruled_out_counts_are_rare_at_the_threshold() {
-        // ln of the binomial probability of k successes in n at rate q.
-        let ln_choose = |n: u32, k: u32| -> f64 {
-            (1..=k)
-                .map(|i| f64::from(n - k + i).ln() - f64::from(i).ln())
+        let ln_fact: Vec<f64> = (0..=SKETCH_BINS)
+            .scan(0.0, |acc, i| {
+                *acc += (i.max(1) as f64).ln();
+                Some(*acc)
+            })
+            .collect();
+        let tail = |n: u32, q: f64, below: u32| -> f64 {
+            (0..below)
+                .map(|k| {
+                    let (n, k) = (n as usize, k as usize);
+                    let ln = ln_fact[n] - ln_fact[k] - ln_fact[n - k]
+                        + k as f64 * q.ln()
+                        + (n - k) as f64 * (1.0 - q).ln();
+                    ln.exp()
+                })
                 .sum()
         };
         for n in 1..=SKETCH_BINS as u32 {
-            for step in 0..=40 {
+            for step in 0..40 {
                 let q = 1.0 / 3.0 + f64::from(step) / 60.0;
-                let nf = f64::from(n);
-                let cut = (0..=n).find(|&c| !far_below(f64::from(c) / nf, q, nf));
-                let cut = cut.expect("every bin agreeing is never ruled out");
-                let tail: f64 = (0..cut)
-                    .map(|k| {
-                        let ln = ln_choose(n, k)
-                            + f64::from(k) * q.ln()
-                            + f64::from(n - k) * (1.0 - q).max(f64::MIN_POSITIVE).ln();
-                        ln.exp()
-                    })
-                    .sum();
-                assert!(tail <= 1e-5, "n {n} q {q}: cut {cut}, tail {tail:e}");
-                // Not far weaker than the exact tail: where some count is
-                // rarer than 10⁻⁹, the counts ruled out are not all rarer.
-                let none = f64::from(n) * (1.0 - q).max(f64::MIN_POSITIVE).ln();
-                if q < 1.0 && none.exp() < 1e-9 {
-                    assert!(tail >= 1e-9, "n {n} q {q}: cut {cut}, tail {tail:e}");
+                let cut = binomial_cut(n, q);
+                assert!(cut <= n);
+                let ruled_out = tail(n, q, cut);
+                assert!(
+                    ruled_out <= 1e-5,
+                    "n {n} q {q}: cut {cut}, tail {ruled_out:e}"
+                );
+                if cut < n {
+                    let more = tail(n, q, cut + 1);
+                    assert!(more > 1e-5, "n {n} q {q}: cut {cut} could be {}", cut + 1);
                 }
             }
+            // At rate 1, any bin that disagrees rules the pair out.
+            assert_eq!(binomial_cut(n, 1.0), n);
+        }
+        // The table gives the cut of the pair's least rate.
+        let mut cuts = Cuts::new(0.8);
+        for (n, both) in [(1, 0), (1, 1), (200, 150), (240, 240), (17, 3)] {
+            assert_eq!(cuts.get(n, both), binomial_cut(n, least_rate(0.8, n, both)));
         }
     }
 
