@@ -157,14 +157,14 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     let hasher = hasher_for(pipeline, &mut input)?;
     // Where the input and the spill (about 1.2 bytes per byte of text,
     // several per byte of compressed input) are more than the page cache
-    // can hold, the input's pages go as they are read, so that the spill's
-    // stay for verification: decided as the spill grows, on the share of the
-    // input (as stored) read so far.
+    // can hold, the input's pages past what fits beside the spill go as they
+    // are read, so that the spill's stay for verification: decided as the
+    // spill grows, on the share of the input (as stored) read so far.
     let stored = crate::input::DocReader::total_bytes(&input).unwrap_or(0);
     let cache = available_memory().unwrap_or(u64::MAX);
     let read_before = crate::input::file_bytes_read();
-    crate::input::drop_read_pages(false);
-    let mut dropping = false;
+    crate::input::keep_read_pages(u64::MAX);
+    let mut kept_input = u64::MAX;
     let mut ids = Vec::new();
     let mut values = Values::with_width(hasher.width(), 0);
     let mut raw = keep_raw.then(Vec::new);
@@ -238,16 +238,19 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
                         .context("cannot write the verification features' spill file")?;
                 }
             }
-            if let (Some(w), false) = (spill.as_ref(), dropping) {
+            if let Some(w) = spill.as_ref() {
                 let read = crate::input::file_bytes_read() - read_before;
-                let spill_at_end = (w.bytes() as u128 * u128::from(stored))
+                let spill_at_end = (u128::from(w.bytes()) * u128::from(stored))
                     .checked_div(u128::from(read))
                     .unwrap_or(0);
-                // (A quarter to spare: the process's own memory, the
-                // system's, and a projection made early.)
-                if (u128::from(stored) + spill_at_end) * 5 / 4 > u128::from(cache) {
-                    crate::input::drop_read_pages(true);
-                    dropping = true;
+                // The input that fits in the cache beside the spill (a fifth
+                // to spare: the process's own memory, the system's, and a
+                // projection made early), only ever lowered.
+                let fits = (u128::from(cache) * 4 / 5).saturating_sub(spill_at_end);
+                let fits = u64::try_from(fits).unwrap_or(u64::MAX);
+                if fits < stored && fits < kept_input {
+                    kept_input = fits;
+                    crate::input::keep_read_pages(read_before + fits);
                 }
             }
             Ok(())

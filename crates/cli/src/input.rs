@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
@@ -999,21 +999,25 @@ impl Compression {
     }
 }
 
-/// Whether input files' pages leave the page cache once read ([`drop_read_pages`]).
-static DROP_READ_PAGES: AtomicBool = AtomicBool::new(false);
+/// Input bytes (as stored, in reading order, counted by [`FILE_BYTES_READ`])
+/// whose pages may stay in the page cache ([`keep_read_pages`]).
+static KEEP_READ_PAGES: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Bytes read from input files so far, as stored (compressed ones
 /// compressed), by this process.
 static FILE_BYTES_READ: AtomicU64 = AtomicU64::new(0);
 
 /// Asks that input files give their pages back to the operating system's
-/// page cache once read (`POSIX_FADV_DONTNEED`, 64 MB at a time), from the
-/// next stretch on (the stretches of a file already read go too). For a
-/// verified dedup whose input and spill are more than the cache holds: the
-/// cache then keeps the spill, which verification reads at random, rather
-/// than input that is read again only in order.
-pub fn drop_read_pages(on: bool) {
-    DROP_READ_PAGES.store(on, Ordering::Relaxed);
+/// page cache once read (`POSIX_FADV_DONTNEED`, 64 MB at a time) from
+/// position `upto` of the input on (in bytes as stored, counted in reading
+/// order as [`file_bytes_read`] counts them; `u64::MAX` keeps every page).
+/// Stretches of the file being read that are already past `upto` go at the
+/// next read. For a verified dedup whose input and spill are more than the
+/// cache holds: the cache then keeps the spill, which verification reads at
+/// random, and as much of the input as fits beside it, which the write phase
+/// reads again in order.
+pub fn keep_read_pages(upto: u64) {
+    KEEP_READ_PAGES.store(upto, Ordering::Relaxed);
 }
 
 /// Bytes read from input files so far, as stored on disk.
@@ -1022,23 +1026,30 @@ pub fn file_bytes_read() -> u64 {
 }
 
 /// A file whose pages are dropped from the page cache behind the reader,
-/// `every` bytes at a time, while `on` says so.
+/// `every` bytes at a time, beyond the input position `keep` says.
 struct DropBehind {
     file: File,
+    /// Where the file starts in the input's reading order.
+    start: u64,
     read: u64,
+    /// Where the last stretch given back ends (in the file).
     dropped: u64,
+    /// Bytes given back.
+    given_back: u64,
     every: u64,
-    on: &'static AtomicBool,
+    keep: &'static AtomicU64,
 }
 
 impl DropBehind {
-    fn new(file: File, every: u64, on: &'static AtomicBool) -> DropBehind {
+    fn new(file: File, start: u64, every: u64, keep: &'static AtomicU64) -> DropBehind {
         DropBehind {
             file,
+            start,
             read: 0,
             dropped: 0,
+            given_back: 0,
             every,
-            on,
+            keep,
         }
     }
 }
@@ -1048,10 +1059,23 @@ impl Read for DropBehind {
         let n = self.file.read(buf)?;
         self.read += n as u64;
         FILE_BYTES_READ.fetch_add(n as u64, Ordering::Relaxed);
-        if self.read - self.dropped >= self.every && self.on.load(Ordering::Relaxed) {
-            let len = self.read - self.dropped;
-            advise(&self.file, self.dropped, len, libc::POSIX_FADV_DONTNEED);
-            self.dropped = self.read;
+        if self.read - self.dropped >= self.every {
+            // The file's pages from here on may go.
+            let from = self
+                .keep
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.start)
+                .max(self.dropped);
+            if from < self.read {
+                advise(
+                    &self.file,
+                    from,
+                    self.read - from,
+                    libc::POSIX_FADV_DONTNEED,
+                );
+                self.given_back += self.read - from;
+                self.dropped = self.read;
+            }
         }
         Ok(n)
     }
@@ -1121,7 +1145,12 @@ fn open(source: Source, progress: &Progress, fields: &(String, String, bool)) ->
         None => Box::new(io::stdin()),
         Some(p) => {
             let file = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-            Box::new(DropBehind::new(file, 64 << 20, &DROP_READ_PAGES))
+            Box::new(DropBehind::new(
+                file,
+                file_bytes_read(),
+                64 << 20,
+                &KEEP_READ_PAGES,
+            ))
         }
     };
     let mut peek = BufReader::with_capacity(1 << 16, raw);
@@ -1430,42 +1459,56 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::DropBehind;
 
     /// Dropping the pages behind the reader changes none of the bytes read,
     /// whatever the reads' sizes against the stretches dropped; nothing is
-    /// given back while it is off, and everything read once it is on.
+    /// given back while every page may stay, and once a position is set,
+    /// everything read past it (but the last stretch) and nothing before it.
     #[test]
     fn dropping_pages_behind_the_reader_keeps_every_byte() {
-        static ON: AtomicBool = AtomicBool::new(false);
+        static KEEP: AtomicU64 = AtomicU64::new(u64::MAX);
         let mut rng = neardup_core::rng::SplitMix64(5);
         let bytes: Vec<u8> = (0..300_000).map(|_| rng.next() as u8).collect();
+        let len = bytes.len() as u64;
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(&bytes).unwrap();
+        let start = 1_000_000u64;
         for (every, chunk) in [(4096u64, 1000usize), (10_000, 65_536), (1, 7)] {
-            let mut f = file.try_clone().unwrap();
-            std::io::Seek::rewind(&mut f).unwrap();
-            ON.store(false, Ordering::Relaxed);
-            let mut reader = DropBehind::new(f, every, &ON);
-            let (mut got, mut buf) = (Vec::new(), vec![0u8; chunk]);
-            loop {
-                if got.len() >= bytes.len() / 2 {
-                    ON.store(true, Ordering::Relaxed);
-                } else {
-                    assert_eq!(reader.dropped, 0, "nothing given back while off");
+            // Where the kept input ends: before the file, at its start, inside
+            // it (before and after where the position is set), past its end.
+            for upto in [10, start, start + 40_000, start + 200_000, start + len + 1] {
+                let mut f = file.try_clone().unwrap();
+                std::io::Seek::rewind(&mut f).unwrap();
+                KEEP.store(u64::MAX, Ordering::Relaxed);
+                let mut reader = DropBehind::new(f, start, every, &KEEP);
+                let (mut got, mut buf) = (Vec::new(), vec![0u8; chunk]);
+                loop {
+                    if got.len() >= bytes.len() / 2 {
+                        KEEP.store(upto, Ordering::Relaxed);
+                    } else {
+                        assert_eq!(reader.given_back, 0, "nothing given back while kept");
+                    }
+                    let n = reader.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
                 }
-                let n = reader.read(&mut buf).unwrap();
-                if n == 0 {
-                    break;
+                assert_eq!(got, bytes, "every {every}, reads of {chunk}");
+                assert_eq!(reader.read, len);
+                let kept = upto.saturating_sub(start).min(len);
+                if kept == len {
+                    assert_eq!(reader.given_back, 0, "every {every} upto {upto}");
+                    continue;
                 }
-                got.extend_from_slice(&buf[..n]);
+                // From the kept part's end on, all but the last stretch.
+                assert!(reader.dropped > kept, "every {every} upto {upto}");
+                assert_eq!(reader.given_back, reader.dropped - kept, "upto {upto}");
+                assert!(len - reader.dropped < every, "every {every} upto {upto}");
             }
-            assert_eq!(got, bytes, "every {every}, reads of {chunk}");
-            // Everything but the last stretch was given back.
-            assert_eq!(reader.read, bytes.len() as u64);
-            assert!(reader.read - reader.dropped < every, "every {every}");
         }
     }
 }
