@@ -1,5 +1,6 @@
 //! Verification features on disk: each document's sorted shingle hashes,
-//! written once in input order and read back by document with positioned reads
+//! written once in input order (a set already written, by its digest, not
+//! again) and read back by document with positioned reads
 //! into small per-thread buffers, so that verifying a corpus holds 88 bytes per
 //! document in memory (an offset, a 128-bit digest, and its feature count and
 //! a 60-byte MinHash sketch, which rule out most candidate pairs unread, in
@@ -12,6 +13,7 @@
 //! kill.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
@@ -225,14 +227,20 @@ struct Screen {
 
 const _: () = assert!(std::mem::size_of::<Screen>() == 64);
 
-/// Writes documents' feature sets, in document order, to a temporary file.
+/// Writes documents' feature sets, in document order, to a temporary file;
+/// a set equal to one written before (by its 128-bit digest, which also
+/// makes verification treat the two as one) is not written again.
 #[derive(Debug)]
 pub struct SpillWriter {
     out: BufWriter<File>,
-    ends: Vec<u64>,
+    starts: Vec<u64>,
     digests: Vec<u128>,
     screens: Vec<Screen>,
     written: u64,
+    /// The first document of each digest written (by its low 64 bits; the
+    /// whole digest is checked): 16 bytes or so a distinct set, until
+    /// [`SpillWriter::finish`].
+    first: HashMap<u64, u32>,
 }
 
 impl SpillWriter {
@@ -244,10 +252,11 @@ impl SpillWriter {
         }?;
         Ok(SpillWriter {
             out: BufWriter::with_capacity(1 << 20, file),
-            ends: Vec::new(),
+            starts: Vec::new(),
             digests: Vec::new(),
             screens: Vec::new(),
             written: 0,
+            first: HashMap::new(),
         })
     }
 
@@ -264,9 +273,26 @@ impl SpillWriter {
                 ),
             )
         })?;
-        self.out.write_all(bytemuck::cast_slice(set))?;
-        self.written += set.len() as u64;
-        self.ends.push(self.written);
+        let doc = u32::try_from(self.starts.len()).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("more than {} documents in one spill", u32::MAX),
+            )
+        })?;
+        let key = summary.digest as u64;
+        let same = self.first.get(&key).copied().filter(|&d| {
+            let d = d as usize;
+            self.digests[d] == summary.digest && self.screens[d].len == len
+        });
+        match same {
+            Some(d) if len > 0 => self.starts.push(self.starts[d as usize]),
+            _ => {
+                self.out.write_all(bytemuck::cast_slice(set))?;
+                self.starts.push(self.written);
+                self.written += set.len() as u64;
+                self.first.entry(key).or_insert(doc);
+            }
+        }
         self.digests.push(summary.digest);
         self.screens.push(Screen {
             len,
@@ -282,12 +308,12 @@ impl SpillWriter {
 
     /// Documents written so far.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.starts.len()
     }
 
     /// Whether no document was written.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.starts.is_empty()
     }
 
     /// Flushes the file and opens it for reading.
@@ -296,7 +322,8 @@ impl SpillWriter {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Ok(Spill {
             file,
-            ends: self.ends,
+            starts: self.starts,
+            written: self.written,
             digests: self.digests,
             screens: self.screens,
             id: NEXT.fetch_add(1, Ordering::Relaxed),
@@ -309,7 +336,10 @@ impl SpillWriter {
 #[derive(Debug)]
 pub struct Spill {
     file: File,
-    ends: Vec<u64>,
+    /// Where each document's set starts in the file, in hashes.
+    starts: Vec<u64>,
+    /// Hashes in the file.
+    written: u64,
     digests: Vec<u128>,
     screens: Vec<Screen>,
     /// Tells this spill's cached reads from another's on the same thread.
@@ -334,18 +364,18 @@ thread_local! {
 impl Spill {
     /// Documents.
     pub fn documents(&self) -> usize {
-        self.ends.len()
+        self.starts.len()
     }
 
     /// Features of document `doc`.
     pub fn set_len(&self, doc: u32) -> usize {
-        let (s, e) = self.span(doc);
-        (e - s) as usize
+        self.screens[doc as usize].len as usize
     }
 
     fn span(&self, doc: u32) -> (u64, u64) {
         let d = doc as usize;
-        (if d == 0 { 0 } else { self.ends[d - 1] }, self.ends[d])
+        let s = self.starts[d];
+        (s, s + u64::from(self.screens[d].len))
     }
 
     /// Document `doc`'s digest, or `None` for a document without features
@@ -359,7 +389,7 @@ impl Spill {
 
     /// Bytes of the file on disk.
     pub fn disk_bytes(&self) -> u64 {
-        self.ends.last().copied().unwrap_or(0) * 8
+        self.written * 8
     }
 
     /// Reads document `doc`'s set into `buf`.
@@ -576,10 +606,44 @@ mod tests {
             }
         }
         spill.check().unwrap();
+        // The repeated set is on disk once.
+        let distinct: std::collections::HashSet<&Vec<u64>> = sets.iter().collect();
+        assert_eq!(distinct.len(), sets.len() - 1);
         assert_eq!(
             spill.disk_bytes(),
-            8 * sets.iter().map(Vec::len).sum::<usize>() as u64
+            8 * distinct.iter().map(|s| s.len()).sum::<usize>() as u64
         );
+    }
+
+    proptest! {
+        /// Sets drawn from a few, so that most repeat (empty ones too), each
+        /// read back as written, and the file holds each distinct set once.
+        #[test]
+        fn repeated_sets_are_written_once_and_read_back(
+            pool in prop::collection::vec(prop::collection::btree_set(any::<u64>(), 0..40), 1..6),
+            picks in prop::collection::vec(any::<prop::sample::Index>(), 0..40),
+        ) {
+            let sets: Vec<Vec<u64>> = picks
+                .iter()
+                .map(|i| pool[i.index(pool.len())].iter().copied().collect())
+                .collect();
+            let mut w = SpillWriter::new(None).unwrap();
+            for s in &sets {
+                w.push(s, Summary::of(s)).unwrap();
+            }
+            let spill = w.finish().unwrap();
+            let mut buf = Vec::new();
+            for (i, s) in sets.iter().enumerate() {
+                spill.read_into(i as u32, &mut buf).unwrap();
+                prop_assert_eq!(&buf, s);
+                prop_assert_eq!(spill.set_len(i as u32), s.len());
+            }
+            let distinct: std::collections::HashSet<&Vec<u64>> = sets.iter().collect();
+            prop_assert_eq!(
+                spill.disk_bytes(),
+                8 * distinct.iter().map(|s| s.len()).sum::<usize>() as u64
+            );
+        }
     }
 
     /// Random sets of `n` features sharing a `j`-ish fraction.
