@@ -13,6 +13,7 @@ pub mod ids;
 mod join;
 pub mod mem;
 mod near;
+pub(crate) use near::avx512;
 pub mod radius;
 pub(crate) mod radix;
 pub mod slab;
