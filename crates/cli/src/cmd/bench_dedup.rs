@@ -178,14 +178,25 @@ fn run_dedup(
     threads: usize,
     verified: bool,
 ) -> Result<Measured> {
-    let keep = tmp.join("keep.jsonl");
+    let (keep, clusters) = (tmp.join("keep.jsonl"), tmp.join("clusters.jsonl"));
+    // The previous run's outputs go first, so that every run finds the same
+    // free memory (an output replaces the old file only once it is whole, so
+    // the old one's pages would otherwise still be held while it is written).
+    for old in [&keep, &clusters] {
+        match std::fs::remove_file(old) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("cannot remove {}", old.display()));
+            }
+            _ => {}
+        }
+    }
     let mut cmd = Command::new(exe);
     cmd.arg("dedup")
         .arg(corpus)
         .arg("--keep")
         .arg(&keep)
         .arg("--clusters")
-        .arg(tmp.join("clusters.jsonl"))
+        .arg(&clusters)
         .arg("--threads")
         .arg(threads.to_string())
         .arg("--tmp-dir")
