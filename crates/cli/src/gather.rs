@@ -155,7 +155,7 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     }
     let mut input = input.clone();
     let hasher = hasher_for(pipeline, &mut input)?;
-    // Where the input and the spill (about 1.2 bytes per byte of text,
+    // Where the input and the spill (at most about 1.3 bytes per byte of text,
     // several per byte of compressed input) are more than the page cache
     // can hold, the input's pages past what fits beside the spill go as they
     // are read, so that the spill's stay for verification: decided as the
