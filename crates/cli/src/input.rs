@@ -1012,7 +1012,7 @@ static FILE_BYTES_READ: AtomicU64 = AtomicU64::new(0);
 /// position `upto` of the input on (in bytes as stored, counted in reading
 /// order as [`file_bytes_read`] counts them; `u64::MAX` keeps every page).
 /// Stretches of the file being read that are already past `upto` go at the
-/// next read. For a verified dedup whose input and spill are more than the
+/// next read; `upto` is only ever lowered while a file is read. For a verified dedup whose input and spill are more than the
 /// cache holds: the cache then keeps the spill, which verification reads at
 /// random, and as much of the input as fits beside it, which the write phase
 /// reads again in order.
@@ -1032,8 +1032,9 @@ struct DropBehind {
     /// Where the file starts in the input's reading order.
     start: u64,
     read: u64,
-    /// Where the last stretch given back ends (in the file).
-    dropped: u64,
+    /// The stretch of the file given back so far, `[from, to)` (empty
+    /// while `from == to`).
+    dropped: (u64, u64),
     /// Bytes given back.
     given_back: u64,
     every: u64,
@@ -1046,7 +1047,7 @@ impl DropBehind {
             file,
             start,
             read: 0,
-            dropped: 0,
+            dropped: (0, 0),
             given_back: 0,
             every,
             keep,
@@ -1059,22 +1060,23 @@ impl Read for DropBehind {
         let n = self.file.read(buf)?;
         self.read += n as u64;
         FILE_BYTES_READ.fetch_add(n as u64, Ordering::Relaxed);
-        if self.read - self.dropped >= self.every {
-            // The file's pages from here on may go.
-            let from = self
-                .keep
-                .load(Ordering::Relaxed)
-                .saturating_sub(self.start)
-                .max(self.dropped);
-            if from < self.read {
-                advise(
-                    &self.file,
-                    from,
-                    self.read - from,
-                    libc::POSIX_FADV_DONTNEED,
-                );
-                self.given_back += self.read - from;
-                self.dropped = self.read;
+        let (from, to) = self.dropped;
+        if self.read - to >= self.every {
+            // The file's pages from here on may go: those read since the
+            // stretch given back so far, and those before it if the point
+            // was lowered since.
+            let keep = self.keep.load(Ordering::Relaxed).saturating_sub(self.start);
+            if keep < self.read {
+                let parts = match from == to {
+                    true => [(keep, self.read), (0, 0)],
+                    false => [(keep, from), (to.max(keep), self.read)],
+                };
+                for (a, b) in parts.into_iter().filter(|(a, b)| a < b) {
+                    advise(&self.file, a, b - a, libc::POSIX_FADV_DONTNEED);
+                    self.given_back += b - a;
+                }
+                let start = if from == to { keep } else { keep.min(from) };
+                self.dropped = (start, self.read);
             }
         }
         Ok(n)
@@ -1465,8 +1467,9 @@ mod tests {
 
     /// Dropping the pages behind the reader changes none of the bytes read,
     /// whatever the reads' sizes against the stretches dropped; nothing is
-    /// given back while every page may stay, and once a position is set,
-    /// everything read past it (but the last stretch) and nothing before it.
+    /// given back while every page may stay, and once a position is set (and
+    /// lowered), everything read past it (but the last stretch) once and
+    /// nothing before it.
     #[test]
     fn dropping_pages_behind_the_reader_keeps_every_byte() {
         static KEEP: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -1486,8 +1489,11 @@ mod tests {
                 let mut reader = DropBehind::new(f, start, every, &KEEP);
                 let (mut got, mut buf) = (Vec::new(), vec![0u8; chunk]);
                 loop {
+                    // Lowered twice: a third of the way in, then half way.
                     if got.len() >= bytes.len() / 2 {
                         KEEP.store(upto, Ordering::Relaxed);
+                    } else if got.len() >= bytes.len() / 3 {
+                        KEEP.store(upto + 60_000, Ordering::Relaxed);
                     } else {
                         assert_eq!(reader.given_back, 0, "nothing given back while kept");
                     }
@@ -1504,10 +1510,13 @@ mod tests {
                     assert_eq!(reader.given_back, 0, "every {every} upto {upto}");
                     continue;
                 }
-                // From the kept part's end on, all but the last stretch.
-                assert!(reader.dropped > kept, "every {every} upto {upto}");
-                assert_eq!(reader.given_back, reader.dropped - kept, "upto {upto}");
-                assert!(len - reader.dropped < every, "every {every} upto {upto}");
+                // From the kept part's end on, all but the last stretch, each
+                // byte once.
+                let (from, to) = reader.dropped;
+                assert_eq!(from, kept, "every {every} upto {upto}");
+                assert!(to > kept, "every {every} upto {upto}");
+                assert_eq!(reader.given_back, to - kept, "every {every} upto {upto}");
+                assert!(len - to < every, "every {every} upto {upto}");
             }
         }
     }

@@ -142,7 +142,7 @@ fn least_rate(threshold: f64, n: u32, both: u32) -> f64 {
 /// The chance a sketch screen may miss a pair at the threshold.
 const SCREEN_ERROR: f64 = 1e-5;
 
-/// The largest `c` such that `c` or fewer successes of `n` independent
+/// The largest `c` such that fewer than `c` successes of `n` independent
 /// trials at rate `q` are no likelier than [`SCREEN_ERROR`] together
 /// (`P(X < c) <= SCREEN_ERROR`): counts below it are ruled out.
 fn binomial_cut(n: u32, q: f64) -> u32 {
@@ -238,8 +238,8 @@ pub struct SpillWriter {
     screens: Vec<Screen>,
     written: u64,
     /// The first document of each digest written (by its low 64 bits; the
-    /// whole digest is checked): 16 bytes or so a distinct set, until
-    /// [`SpillWriter::finish`].
+    /// whole digest is checked): 20 to 40 bytes a distinct set with the
+    /// table's spare room, until [`SpillWriter::finish`].
     first: HashMap<u64, u32>,
 }
 
