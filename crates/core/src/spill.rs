@@ -146,6 +146,10 @@ const SCREEN_ERROR: f64 = 1e-5;
 /// trials at rate `q` are no likelier than [`SCREEN_ERROR`] together
 /// (`P(X < c) <= SCREEN_ERROR`): counts below it are ruled out.
 fn binomial_cut(n: u32, q: f64) -> u32 {
+    if q <= 0.0 {
+        // No agreement is expected (a threshold of 0): nothing is ruled out.
+        return 0;
+    }
     if q >= 1.0 {
         // Every trial succeeds: one failure is enough.
         return n;
@@ -556,8 +560,10 @@ mod tests {
                     assert!(more > 1e-5, "n {n} q {q}: cut {cut} could be {}", cut + 1);
                 }
             }
-            // At rate 1, any bin that disagrees rules the pair out.
+            // At rate 1, any bin that disagrees rules the pair out; at rate
+            // 0 (a threshold of 0), nothing is.
             assert_eq!(binomial_cut(n, 1.0), n);
+            assert_eq!(binomial_cut(n, 0.0), 0);
         }
         // The table gives the cut of the pair's least rate.
         let mut cuts = Cuts::new(0.8);
@@ -689,6 +695,11 @@ mod tests {
             ruled_out_below > trials as u32 * 99 / 100,
             "{ruled_out_below}"
         );
+        // At a threshold of 0 every pair may reach it, even disjoint sets,
+        // and sets filling no bin in common (a least rate of 0).
+        let (a, b) = pair_of_sets(500, 0, 2);
+        assert!(Sketch::of(&a).may_reach(&Sketch::of(&b), 0.0));
+        assert!(Sketch::of(&[5]).may_reach(&Sketch::of(&[1 << 63]), 0.0));
         // Identical sets agree everywhere; empty bins agree with nothing.
         let (a, _) = pair_of_sets(500, 0, 1);
         assert!(Sketch::of(&a).may_reach(&Sketch::of(&a), 1.0));
