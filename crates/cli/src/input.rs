@@ -1012,10 +1012,11 @@ static FILE_BYTES_READ: AtomicU64 = AtomicU64::new(0);
 /// position `upto` of the input on (in bytes as stored, counted in reading
 /// order as [`file_bytes_read`] counts them; `u64::MAX` keeps every page).
 /// Stretches of the file being read that are already past `upto` go at the
-/// next read; `upto` is only ever lowered while a file is read. For a verified dedup whose input and spill are more than the
-/// cache holds: the cache then keeps the spill, which verification reads at
-/// random, and as much of the input as fits beside it, which the write phase
-/// reads again in order.
+/// next read; `upto` is only ever lowered while a file is read. For a
+/// verified dedup whose input and spill are more than the cache holds: the
+/// cache then keeps the spill, which verification reads at random, and as
+/// much of the input as fits beside it, which the write phase reads again
+/// in order.
 pub fn keep_read_pages(upto: u64) {
     KEEP_READ_PAGES.store(upto, Ordering::Relaxed);
 }
