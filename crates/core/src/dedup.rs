@@ -181,7 +181,7 @@ impl Dedup {
         self,
         threshold: f64,
         digest: impl Fn(u32) -> Option<u128>,
-        score: impl Fn(u32, u32) -> f64 + Sync,
+        score: impl PairScore,
     ) -> Dedup {
         self.verify_with(threshold, digest, score, false)
     }
@@ -198,7 +198,7 @@ impl Dedup {
         self,
         threshold: f64,
         digest: impl Fn(u32) -> Option<u128>,
-        score: impl Fn(u32, u32) -> f64 + Sync,
+        score: impl PairScore,
     ) -> Dedup {
         self.verify_with(threshold, digest, score, true)
     }
@@ -207,7 +207,7 @@ impl Dedup {
         self,
         threshold: f64,
         digest: impl Fn(u32) -> Option<u128>,
-        score: impl Fn(u32, u32) -> f64 + Sync,
+        score: impl PairScore,
         spanning: bool,
     ) -> Dedup {
         let nodes = Nodes::split(&self.groups, digest);
@@ -232,7 +232,7 @@ impl Dedup {
         design: &impl SelfJoin,
         threshold: f64,
         digest: impl Fn(u32) -> Option<u128>,
-        score: impl Fn(u32, u32) -> f64 + Sync,
+        score: impl PairScore,
         spanning: bool,
     ) -> Result<Dedup, Error> {
         check_documents(fps.len())?;
@@ -527,6 +527,25 @@ impl Nodes {
     }
 }
 
+/// How verification scores a candidate pair of documents: any
+/// `Fn(a, b) -> similarity` does, and a score that reads its documents'
+/// data from memory scattered over the corpus can also be told which
+/// document comes next.
+pub trait PairScore: Sync {
+    /// The similarity of documents `a` and `b` (see [`Dedup::verify_by`]).
+    fn score(&self, a: u32, b: u32) -> f64;
+
+    /// Document `doc` will be scored soon: a hint to start loading what
+    /// [`PairScore::score`] reads of it. Does nothing unless implemented.
+    fn prefetch(&self, _doc: u32) {}
+}
+
+impl<F: Fn(u32, u32) -> f64 + Sync> PairScore for F {
+    fn score(&self, a: u32, b: u32) -> f64 {
+        self(a, b)
+    }
+}
+
 /// Scores candidate node pairs in stretches, keeping those at the threshold.
 struct Verifier<'a, S> {
     nodes: &'a Nodes,
@@ -542,7 +561,7 @@ struct Verifier<'a, S> {
     kept: Vec<(u32, u32, u32, f64)>,
 }
 
-impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
+impl<'a, S: PairScore> Verifier<'a, S> {
     const STRETCH: usize = 1 << 14;
 
     fn new(nodes: &'a Nodes, threshold: f64, score: &'a S, spanning: bool) -> Self {
@@ -672,19 +691,33 @@ impl<'a, S: Fn(u32, u32) -> f64 + Sync> Verifier<'a, S> {
     }
 
     /// The pairs of `pairs` that verify, scored in parallel.
-    /// Sorted first: a thread scores a run of pairs with the same first
-    /// node, whose features the score reads once for the run.
+    /// Sorted by first node: a thread scores a run of pairs with the same
+    /// first node, whose features the score reads once for the run. (Which
+    /// pairs verify, not their order, is what the callers use.)
+    ///
+    /// The second documents are scattered over the corpus: what the score
+    /// reads of each is asked for [`AHEAD`] pairs early
+    /// ([`PairScore::prefetch`]), so that its cache misses overlap.
     fn score_all(&self, pairs: &mut [(u32, u32, u32)]) -> Vec<(u32, u32, u32, f64)> {
         use rayon::prelude::*;
-        pairs.par_sort_unstable();
+        /// Pairs between a prefetch and the score that reads it.
+        const AHEAD: usize = 8;
+        pairs.par_sort_unstable_by_key(|&(u, ..)| u);
         let first = |node: u32| self.nodes.first[node as usize];
         let (score, threshold) = (self.score, self.threshold);
         pairs
-            .par_iter()
-            .with_min_len(64)
-            .filter_map(|&(u, v, d)| {
-                let j = score(first(u), first(v));
-                (j >= threshold).then_some((u, v, d, j))
+            .par_chunks(256)
+            .flat_map_iter(|chunk| {
+                for &(_, v, _) in chunk.iter().take(AHEAD) {
+                    score.prefetch(first(v));
+                }
+                chunk.iter().enumerate().filter_map(move |(i, &(u, v, d))| {
+                    if let Some(&(_, w, _)) = chunk.get(i + AHEAD) {
+                        score.prefetch(first(w));
+                    }
+                    let j = score.score(first(u), first(v));
+                    (j >= threshold).then_some((u, v, d, j))
+                })
             })
             .collect()
     }

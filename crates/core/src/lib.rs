@@ -52,7 +52,7 @@ pub use config::{
     Features, FingerprintConfig, HashFunction, IdfRef, Input as InputKind, MAX_WIDTH,
     NormalizeConfig, Profile, Tokenizer, Weights,
 };
-pub use dedup::{Dedup, Policy};
+pub use dedup::{Dedup, PairScore, Policy};
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, Width};
 pub use idf::{IdfBuilder, IdfTable};

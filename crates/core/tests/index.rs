@@ -617,6 +617,71 @@ fn a_spanning_set_scores_a_cluster_of_copies_once_per_copy() {
     assert_eq!(scored.load(Ordering::Relaxed), (m * (m - 1) / 2) as usize);
 }
 
+/// A score that can be told which documents come next hears of each
+/// pair's second document before scoring the pair, and verification keeps
+/// the pairs that a plain score keeps.
+#[test]
+fn a_score_hears_of_each_second_document_before_scoring_it() {
+    use neardup_core::PairScore;
+    use std::sync::Mutex;
+    /// Scores by Jaccard similarity, logging (prefetch?, document).
+    struct Logged<'a> {
+        sets: &'a [Vec<u64>],
+        log: &'a Mutex<Vec<(bool, u32)>>,
+    }
+    impl PairScore for Logged<'_> {
+        fn score(&self, a: u32, b: u32) -> f64 {
+            self.log.lock().unwrap().push((false, b));
+            jaccard(&self.sets[a as usize], &self.sets[b as usize])
+        }
+        fn prefetch(&self, doc: u32) {
+            self.log.lock().unwrap().push((true, doc));
+        }
+    }
+    // 300 distinct fingerprints within k = 8 of each other in a few groups,
+    // sets that overlap more or less: thousands of pairs, some verifying.
+    let mut rng = neardup_core::rng::SplitMix64(7);
+    let n = 300;
+    let fps: Vec<u64> = (0..n).map(|i| (i % 3) << 60 | (rng.next() & 0x7)).collect();
+    let sets: Vec<Vec<u64>> = (0..n)
+        .map(|_| {
+            let base = rng.next() % 4 * 100;
+            let mut s: Vec<u64> = (base..base + 40).filter(|_| rng.next() % 8 != 0).collect();
+            s.dedup();
+            s
+        })
+        .collect();
+    let k = 8;
+    let d = design(64, k, 1);
+    let digest = |i: u32| Some(i as u128);
+    let log = Mutex::new(Vec::new());
+    let logged = Logged {
+        sets: &sets,
+        log: &log,
+    };
+    let heard = Dedup::verified(fps.clone(), k, &d, 0.7, digest, logged, false).unwrap();
+    let plain = |a: u32, b: u32| jaccard(&sets[a as usize], &sets[b as usize]);
+    let want = Dedup::verified(fps, k, &d, 0.7, digest, plain, false).unwrap();
+    assert!(want.pair_count() > 100, "{} pairs", want.pair_count());
+    assert_eq!(heard.pair_count(), want.pair_count());
+    assert_eq!(
+        heard.representatives(Policy::Components),
+        want.representatives(Policy::Components)
+    );
+    let log = log.into_inner().unwrap();
+    let mut prefetched = vec![false; n as usize];
+    let mut scored = 0;
+    for (is_prefetch, doc) in log {
+        if is_prefetch {
+            prefetched[doc as usize] = true;
+        } else {
+            assert!(prefetched[doc as usize], "document {doc} scored unannounced");
+            scored += 1;
+        }
+    }
+    assert!(scored >= want.pair_count(), "{scored} scores");
+}
+
 /// Copies of a few seeds with up to `k + 2` bits flipped, the top `crowd`
 /// bits cleared: crowded buckets and many pairs within k.
 fn crowded<B: Bits>(seeds: &[u128], n: usize, k: u32, crowd: u32, seed: u64) -> Vec<B> {

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::ValueEnum;
-use neardup_core::dedup::{Dedup, Policy, centred_k, clusters, default_k};
+use neardup_core::dedup::{Dedup, PairScore, Policy, centred_k, clusters, default_k};
 use neardup_core::index::{
     Bits, JoinDesign, RadiusDesign, SelfJoin, TableDesign, join_max_k, plan_join_for,
 };
@@ -644,7 +644,10 @@ fn join<B: Bits>(
         // the components need only a spanning set of pairs.
         Some((threshold, features)) => {
             let digest = |doc| features.digest(doc);
-            let score = |a, b| features.jaccard(a, b, *threshold);
+            let score = SpillScore {
+                features: *features,
+                threshold: *threshold,
+            };
             let dedup = Dedup::verified(fps, k, &design, *threshold, digest, score, spanning)?;
             features.check()?;
             phases.mark("join and verify");
@@ -698,6 +701,24 @@ impl Features<'_> {
                 .context("cannot read the verification features' spill file back")?;
         }
         Ok(())
+    }
+}
+
+/// Verification's score: the exact Jaccard similarity from the spills, told
+/// which documents come next.
+struct SpillScore<'a> {
+    features: Features<'a>,
+    threshold: f64,
+}
+
+impl PairScore for SpillScore<'_> {
+    fn score(&self, a: u32, b: u32) -> f64 {
+        self.features.jaccard(a, b, self.threshold)
+    }
+
+    fn prefetch(&self, doc: u32) {
+        let (spill, d) = self.features.place(doc);
+        spill.prefetch(d);
     }
 }
 

@@ -132,6 +132,10 @@ impl RadiusDesign {
             .iter()
             .map(|b| (B::mask(b.start, b.len), b.radius))
             .collect();
+        // A round's pairs go to the sink while the threads join the next
+        // round: what the sink does on this thread alone (a verifier's
+        // union-find) overlaps the join instead of leaving a core idle.
+        let mut pending: Vec<Vec<(u32, u32, u32)>> = Vec::new();
         for (t, block) in self.blocks.iter().enumerate() {
             bucket_sort(sorted, block, &mut keys, &mut ids, &mut starts);
             let table = Table {
@@ -144,13 +148,23 @@ impl RadiusDesign {
             };
             let slices = table.slices(SLICES);
             for round in slices.chunks(ROUND) {
-                let pairs: Vec<Vec<(u32, u32, u32)>> = round
-                    .par_iter()
-                    .map(|range| table.join(range.clone()))
-                    .collect();
-                pairs.into_iter().for_each(&mut sink);
+                let mut pairs = Vec::new();
+                // The sink need not be `Send`: the scope runs its body on
+                // this thread.
+                rayon::in_place_scope(|scope| {
+                    let (pairs, table) = (&mut pairs, &table);
+                    scope.spawn(move |_| {
+                        *pairs = round
+                            .par_iter()
+                            .map(|range| table.join(range.clone()))
+                            .collect();
+                    });
+                    std::mem::take(&mut pending).into_iter().for_each(&mut sink);
+                });
+                pending = pairs;
             }
         }
+        pending.into_iter().for_each(&mut sink);
         Ok(())
     }
 }
