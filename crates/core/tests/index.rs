@@ -646,9 +646,9 @@ fn a_score_hears_of_each_second_document_before_scoring_it() {
     let sets: Vec<Vec<u64>> = (0..n)
         .map(|_| {
             let base = rng.next() % 4 * 100;
-            let mut s: Vec<u64> = (base..base + 40).filter(|_| rng.next() % 8 != 0).collect();
-            s.dedup();
-            s
+            (base..base + 40)
+                .filter(|_| !rng.next().is_multiple_of(8))
+                .collect()
         })
         .collect();
     let k = 8;
@@ -675,7 +675,10 @@ fn a_score_hears_of_each_second_document_before_scoring_it() {
         if is_prefetch {
             prefetched[doc as usize] = true;
         } else {
-            assert!(prefetched[doc as usize], "document {doc} scored unannounced");
+            assert!(
+                prefetched[doc as usize],
+                "document {doc} scored unannounced"
+            );
             scored += 1;
         }
     }

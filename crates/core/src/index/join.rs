@@ -97,7 +97,8 @@ pub trait SelfJoin: Sync {
     /// Every pair `(i, j, distance)`, `i < j`, of `sorted` (distinct
     /// fingerprints in ascending order) within `k`, each exactly once, handed
     /// to `sink` in rounds, in an order fixed by the design (not by the
-    /// thread count or timing): memory holds a round's pairs, not all of them.
+    /// thread count or timing): memory holds two rounds' pairs at most (one
+    /// being joined, one in the sink), not all of them.
     fn join_each<B: Bits>(
         &self,
         sorted: &[B],
@@ -396,9 +397,9 @@ const SLICES: usize = 256;
 const ROUND: usize = 16;
 
 /// [`join_sorted_unique_with`] a table at a time, a round of slices at a
-/// time: `sink` gets each slice's pairs once its round is joined, so that
-/// memory holds a round's pairs (a sixteenth of a table's), not all of
-/// them. A table's keys are sorted (while the previous table is joined),
+/// time: `sink` gets each slice's pairs once its round is joined (while the
+/// threads join the next round), so that memory holds two rounds' pairs (a
+/// sixteenth of a table's each), not all of them. A table's keys are sorted (while the previous table is joined),
 /// then cut into [`SLICES`] slices of whole buckets that the threads join
 /// [`ROUND`] at a time. Every pair `(i, j, distance)`, `i < j`, reaches
 /// `sink` exactly once, in an order fixed by the design (not by the thread
@@ -436,6 +437,7 @@ pub fn join_sorted_unique_each<B: Bits>(
         let (keys, tmp) = current.split_at_mut(n);
         sort_table(sorted, first, keys, tmp)
     };
+    let mut pending: Vec<Vec<(u32, u32, u32)>> = Vec::new();
     for (ti, t) in tables.iter().enumerate() {
         let prefix = t.prefix_mask::<B>();
         let (keys, _) = current.split_at_mut(n);
@@ -451,15 +453,24 @@ pub fn join_sorted_unique_each<B: Bits>(
             }
             let mut slices = split_at_buckets(keys, &top, SLICES);
             for round in slices.chunks_mut(ROUND) {
-                let pairs: Vec<Vec<(u32, u32, u32)>> = round
-                    .par_iter_mut()
-                    .map(|slice| {
-                        let mut out = Vec::new();
-                        join_buckets(slice, &top, prefix, rule.of(ti), k, &pair, &mut out);
-                        out
-                    })
-                    .collect();
-                pairs.into_iter().for_each(&mut sink);
+                // The previous round's pairs go to the sink while the
+                // threads join this one.
+                let mut pairs = Vec::new();
+                rayon::in_place_scope(|inner| {
+                    let (pairs, top, pair, rule) = (&mut pairs, &top, &pair, &rule);
+                    inner.spawn(move |_| {
+                        *pairs = round
+                            .par_iter_mut()
+                            .map(|slice| {
+                                let mut out = Vec::new();
+                                join_buckets(slice, top, prefix, rule.of(ti), k, pair, &mut out);
+                                out
+                            })
+                            .collect();
+                    });
+                    std::mem::take(&mut pending).into_iter().for_each(&mut sink);
+                });
+                pending = pairs;
             }
         });
         if let Some(next_top) = next_top {
@@ -467,6 +478,7 @@ pub fn join_sorted_unique_each<B: Bits>(
             std::mem::swap(&mut current, &mut next);
         }
     }
+    pending.into_iter().for_each(&mut sink);
     Ok(())
 }
 
