@@ -696,7 +696,7 @@ impl<'a, S: PairScore> Verifier<'a, S> {
     /// pairs verify, not their order, is what the callers use.)
     ///
     /// The second documents are scattered over the corpus: what the score
-    /// reads of each is asked for [`AHEAD`] pairs early
+    /// reads of each is asked for `AHEAD` pairs early
     /// ([`PairScore::prefetch`]), so that its cache misses overlap.
     fn score_all(&self, pairs: &mut [(u32, u32, u32)]) -> Vec<(u32, u32, u32, f64)> {
         use rayon::prelude::*;

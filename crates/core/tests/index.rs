@@ -638,8 +638,9 @@ fn a_score_hears_of_each_second_document_before_scoring_it() {
             self.log.lock().unwrap().push((true, doc));
         }
     }
-    // 300 distinct fingerprints within k = 8 of each other in a few groups,
-    // sets that overlap more or less: thousands of pairs, some verifying.
+    // 300 documents on 24 fingerprints, all within k = 8 of each other, and
+    // sets on four ranges of values, overlapping more or less: tens of
+    // thousands of candidate pairs, some verifying.
     let mut rng = neardup_core::rng::SplitMix64(7);
     let n = 300;
     let fps: Vec<u64> = (0..n).map(|i| (i % 3) << 60 | (rng.next() & 0x7)).collect();

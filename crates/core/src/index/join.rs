@@ -399,11 +399,11 @@ const ROUND: usize = 16;
 /// [`join_sorted_unique_with`] a table at a time, a round of slices at a
 /// time: `sink` gets each slice's pairs once its round is joined (while the
 /// threads join the next round), so that memory holds two rounds' pairs (a
-/// sixteenth of a table's each), not all of them. A table's keys are sorted (while the previous table is joined),
-/// then cut into [`SLICES`] slices of whole buckets that the threads join
-/// [`ROUND`] at a time. Every pair `(i, j, distance)`, `i < j`, reaches
-/// `sink` exactly once, in an order fixed by the design (not by the thread
-/// count or timing).
+/// sixteenth of a table's each), not all of them. A table's keys are sorted
+/// (while the previous table is joined), then cut into [`SLICES`] slices of
+/// whole buckets that the threads join [`ROUND`] at a time. Every pair
+/// `(i, j, distance)`, `i < j`, reaches `sink` exactly once, in an order
+/// fixed by the design (not by the thread count or timing).
 pub fn join_sorted_unique_each<B: Bits>(
     sorted: &[B],
     k: u32,
