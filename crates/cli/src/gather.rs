@@ -155,11 +155,12 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     }
     let mut input = input.clone();
     let hasher = hasher_for(pipeline, &mut input)?;
-    // Where the input and the spill (at most about 1.3 bytes per byte of text,
-    // several per byte of compressed input) are more than the page cache
-    // can hold, the input's pages past what fits beside the spill go as they
-    // are read, so that the spill's stay for verification: decided as the
-    // spill grows, on the share of the input (as stored) read so far.
+    // Where the input and the spill (about 0.9 bytes per byte of English
+    // text, 2.4 of Chinese, several per byte of compressed input) are more
+    // than the page cache can hold, the input's pages past what fits beside
+    // the spill go as they are read, so that the spill's stay for
+    // verification: decided as the spill grows, on the share of the input (as
+    // stored) read so far.
     let stored = crate::input::DocReader::total_bytes(&input).unwrap_or(0);
     let cache = available_memory().unwrap_or(u64::MAX);
     let read_before = crate::input::file_bytes_read();

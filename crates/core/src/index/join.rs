@@ -455,22 +455,17 @@ pub fn join_sorted_unique_each<B: Bits>(
             for round in slices.chunks_mut(ROUND) {
                 // The previous round's pairs go to the sink while the
                 // threads join this one.
-                let mut pairs = Vec::new();
-                rayon::in_place_scope(|inner| {
-                    let (pairs, top, pair, rule) = (&mut pairs, &top, &pair, &rule);
-                    inner.spawn(move |_| {
-                        *pairs = round
-                            .par_iter_mut()
-                            .map(|slice| {
-                                let mut out = Vec::new();
-                                join_buckets(slice, top, prefix, rule.of(ti), k, pair, &mut out);
-                                out
-                            })
-                            .collect();
-                    });
-                    std::mem::take(&mut pending).into_iter().for_each(&mut sink);
+                let (top, pair, rule) = (&top, &pair, &rule);
+                join_beside_sink(&mut pending, &mut sink, move || {
+                    round
+                        .par_iter_mut()
+                        .map(|slice| {
+                            let mut out = Vec::new();
+                            join_buckets(slice, top, prefix, rule.of(ti), k, pair, &mut out);
+                            out
+                        })
+                        .collect()
                 });
-                pending = pairs;
             }
         });
         if let Some(next_top) = next_top {
@@ -480,6 +475,26 @@ pub fn join_sorted_unique_each<B: Bits>(
     }
     pending.into_iter().for_each(&mut sink);
     Ok(())
+}
+
+/// Runs `join` (a round of the join, on the threads) while `sink` takes the
+/// previous round's pairs, waiting in `pending`, on this thread; leaves the
+/// new round's pairs in `pending`. What the sink does alone (a verifier's
+/// union-find) then overlaps the join instead of leaving a core idle, and the
+/// pairs reach it in the same order. The sink need not be `Send`: the scope
+/// runs its body on this thread.
+pub(super) fn join_beside_sink(
+    pending: &mut Vec<Vec<(u32, u32, u32)>>,
+    sink: &mut impl FnMut(Vec<(u32, u32, u32)>),
+    join: impl FnOnce() -> Vec<Vec<(u32, u32, u32)>> + Send,
+) {
+    let mut pairs = Vec::new();
+    rayon::in_place_scope(|scope| {
+        let out = &mut pairs;
+        scope.spawn(move |_| *out = join());
+        std::mem::take(pending).into_iter().for_each(&mut *sink);
+    });
+    *pending = pairs;
 }
 
 /// A pair of fingerprints of `sorted` (distinct, ascending) as their

@@ -18,7 +18,7 @@
 use rayon::prelude::*;
 
 use super::bits::Bits;
-use super::join::{JoinScratch, check_join_of};
+use super::join::{JoinScratch, check_join_of, join_beside_sink};
 use super::mem;
 use crate::error::Error;
 
@@ -132,9 +132,7 @@ impl RadiusDesign {
             .iter()
             .map(|b| (B::mask(b.start, b.len), b.radius))
             .collect();
-        // A round's pairs go to the sink while the threads join the next
-        // round: what the sink does on this thread alone (a verifier's
-        // union-find) overlaps the join instead of leaving a core idle.
+        // A round's pairs go to the sink while the threads join the next.
         let mut pending: Vec<Vec<(u32, u32, u32)>> = Vec::new();
         for (t, block) in self.blocks.iter().enumerate() {
             bucket_sort(sorted, block, &mut keys, &mut ids, &mut starts);
@@ -148,20 +146,13 @@ impl RadiusDesign {
             };
             let slices = table.slices(SLICES);
             for round in slices.chunks(ROUND) {
-                let mut pairs = Vec::new();
-                // The sink need not be `Send`: the scope runs its body on
-                // this thread.
-                rayon::in_place_scope(|scope| {
-                    let (pairs, table) = (&mut pairs, &table);
-                    scope.spawn(move |_| {
-                        *pairs = round
-                            .par_iter()
-                            .map(|range| table.join(range.clone()))
-                            .collect();
-                    });
-                    std::mem::take(&mut pending).into_iter().for_each(&mut sink);
+                let table = &table;
+                join_beside_sink(&mut pending, &mut sink, move || {
+                    round
+                        .par_iter()
+                        .map(|range| table.join(range.clone()))
+                        .collect()
                 });
-                pending = pairs;
             }
         }
         pending.into_iter().for_each(&mut sink);
