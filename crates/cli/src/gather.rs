@@ -190,6 +190,7 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     let mut keys: Vec<SortKey> = Vec::new();
     let centre = verify && keep.centre && input.kind == InputKind::Text;
     let mut shares = centre.then(Vec::new);
+    let sets = SetPool::default();
     let stats = for_each_batch(
         &input,
         keep_raw || keep.keep_by.field().is_some(),
@@ -207,7 +208,7 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
             }
             // The verification features, from the fingerprint's own where the
             // two coincide (hashed with the hasher's key, the same for all).
-            let mut set = Vec::new();
+            let mut set = sets.take();
             let made = match centre {
                 true => Made::Shares(doc.shares_and_shingles(&hasher, &mut set)),
                 false => Made::Fingerprint(doc.fingerprint_and_shingles(&hasher, &mut set)),
@@ -237,6 +238,7 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
                     blank += u64::from(set.is_empty());
                     w.push(&set, summary)
                         .context("cannot write the verification features' spill file")?;
+                    sets.give(set);
                 }
             }
             if let Some(w) = spill.as_ref() {
@@ -283,6 +285,42 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     })
 }
 
+/// Feature-set buffers handed back by the sink once a set is written, for
+/// the workers to fill again: a document's set then costs no allocation (nor
+/// a free on another thread than the one that allocated it), and its buffer
+/// has the room a set needs from the start.
+#[derive(Default)]
+struct SetPool(std::sync::Mutex<Pooled>);
+
+#[derive(Default)]
+struct Pooled {
+    free: Vec<Vec<u64>>,
+    /// Hashes of room in `free`.
+    room: usize,
+}
+
+impl SetPool {
+    /// Room the pool holds at most, in hashes (32 MB): about the sets of
+    /// the batches in flight.
+    const ROOM: usize = 4 << 20;
+
+    fn take(&self) -> Vec<u64> {
+        let mut pool = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let set = pool.free.pop().unwrap_or_default();
+        pool.room -= set.capacity();
+        set
+    }
+
+    fn give(&self, mut set: Vec<u64>) {
+        let mut pool = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.room + set.capacity() <= Self::ROOM {
+            set.clear();
+            pool.room += set.capacity();
+            pool.free.push(set);
+        }
+    }
+}
+
 /// Memory the system can give without swapping (`MemAvailable`, Linux), in bytes.
 fn available_memory() -> Option<u64> {
     Some(proc_kib("/proc/meminfo", "MemAvailable:")? * 1024)
@@ -293,4 +331,33 @@ pub(crate) fn proc_kib(path: &str, key: &str) -> Option<u64> {
     let text = std::fs::read_to_string(path).ok()?;
     let line = text.lines().find(|l| l.starts_with(key))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SetPool;
+
+    #[test]
+    fn set_pool_hands_back_empty_buffers_and_keeps_at_most_its_room() {
+        let pool = SetPool::default();
+        assert_eq!(pool.take().capacity(), 0, "an empty pool makes a new buffer");
+        let mut set = Vec::with_capacity(1000);
+        set.extend(0..1000u64);
+        pool.give(set);
+        let again = pool.take();
+        assert!(again.is_empty(), "a buffer comes back cleared");
+        assert!(again.capacity() >= 1000, "with its room");
+        assert_eq!(pool.take().capacity(), 0, "a buffer is handed out once");
+        // Buffers past the pool's room are let go.
+        let (half, n) = (SetPool::ROOM / 2, 3);
+        for _ in 0..n {
+            pool.give(Vec::with_capacity(half));
+        }
+        let kept = std::iter::from_fn(|| Some(pool.take()))
+            .take_while(|s| s.capacity() > 0)
+            .count();
+        assert_eq!(kept, 2, "two halves fill the room; the third is dropped");
+        let room = pool.0.lock().unwrap().room;
+        assert_eq!(room, 0, "nothing is counted once everything is taken");
+    }
 }
