@@ -340,7 +340,11 @@ mod tests {
     #[test]
     fn set_pool_hands_back_empty_buffers_and_keeps_at_most_its_room() {
         let pool = SetPool::default();
-        assert_eq!(pool.take().capacity(), 0, "an empty pool makes a new buffer");
+        assert_eq!(
+            pool.take().capacity(),
+            0,
+            "an empty pool makes a new buffer"
+        );
         let mut set = Vec::with_capacity(1000);
         set.extend(0..1000u64);
         pool.give(set);

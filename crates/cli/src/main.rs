@@ -19,6 +19,15 @@ mod table_out;
 mod units;
 mod vector_store;
 
+/// mimalloc serves every allocation. Dedup's records are allocated by the
+/// reader thread, its documents and their buffers by the workers, and most of
+/// them freed by the sink's thread; with glibc's allocator, searching its
+/// fragmented large-chunk bins showed as 2-4% of a 10 GB run's samples.
+/// Measured with alternating runs (docs/dedup.md): the 1 GB fingerprint
+/// phase 5-8% faster, at about 100 MB more peak memory.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Near-duplicate detection with SimHash fingerprints (Charikar; Manku, Jain &
 /// Das Sarma, WWW 2007).
 ///
