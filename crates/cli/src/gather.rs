@@ -286,9 +286,9 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
 }
 
 /// Feature-set buffers handed back by the sink once a set is written, for
-/// the workers to fill again: a document's set then costs no allocation (nor
-/// a free on another thread than the one that allocated it), and its buffer
-/// has the room a set needs from the start.
+/// the workers to fill again: a document's set costs no allocation unless it
+/// outgrows the buffer it is given, and no free on the sink's thread of
+/// memory another thread allocated.
 #[derive(Default)]
 struct SetPool(std::sync::Mutex<Pooled>);
 

@@ -21,10 +21,10 @@ mod vector_store;
 
 /// mimalloc serves every allocation. Dedup's records are allocated by the
 /// reader thread, its documents and their buffers by the workers, and most of
-/// them freed by the sink's thread; with glibc's allocator, searching its
-/// fragmented large-chunk bins showed as 2-4% of a 10 GB run's samples.
-/// Measured with alternating runs (docs/dedup.md): the 1 GB fingerprint
-/// phase 5-8% faster, at about 100 MB more peak memory.
+/// them freed by the sink's thread; with glibc's allocator, `_int_malloc`
+/// (mostly searching its large-chunk bins) took 2-4% of a 10 GB run's samples.
+/// Faster in alternating runs at 1 GB and 10 GB, at 100-350 MB more peak
+/// memory (docs/dedup.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
