@@ -9,7 +9,8 @@ use neardup_core::index::{Bits, plan_join_for};
 
 use crate::fingerprint::vector_rows;
 use crate::index::words_to;
-use crate::{err, parse_policy, u64s};
+use crate::{err, features_of, parse_policy};
+use neardup_core::jaccard::SetFeature;
 
 /// Batch dedup of fingerprints (and optionally feature sets): pairs as
 /// (a, b, distance, jaccard or -1) over positions, and each position's
@@ -27,12 +28,13 @@ pub(crate) fn dedup_positions(
     sets: Option<Vec<Vec<u8>>>,
 ) -> PyResult<(Vec<(u32, u32, u32, f64)>, Vec<u32>)> {
     let policy = parse_policy(policy)?;
-    let sets: Option<Vec<Vec<u64>>> = sets.map(|s| s.iter().map(|b| u64s(b)).collect());
+    let sets: Option<Vec<Vec<SetFeature>>> =
+        sets.map(|s| s.iter().map(|b| features_of(b)).collect());
     fn run<B: Bits>(
         fps: Vec<B>,
         k: u32,
         policy: Policy,
-        verify: Option<(f64, &[Vec<u64>])>,
+        verify: Option<(f64, &[Vec<SetFeature>])>,
     ) -> Result<(Vec<(u32, u32, u32, f64)>, Vec<u32>), neardup_core::Error> {
         let design = plan_join_for(k, &fps)?;
         let mut d = Dedup::new(&fps, k, &design)?;

@@ -8,11 +8,11 @@ use pyo3::types::PyBytes;
 use rayon::prelude::*;
 
 use neardup_core::centre::{BitShares, Centre};
-use neardup_core::jaccard::{shingles_for, verified_jaccard};
+use neardup_core::jaccard::{SetFeature, narrow, shingles_for, verified_jaccard};
 use neardup_core::{Fingerprint, Input, Width};
 
 use crate::config::PyConfig;
-use crate::{bytemuck_bytes, err, fp_to_int, run_parallel, u64s, words_of};
+use crate::{bytemuck_bytes, err, features_of, fp_to_int, run_parallel, words_of};
 
 /// The fingerprint of one text, as an int.
 #[pyfunction]
@@ -198,8 +198,9 @@ pub(crate) fn fingerprints_arrow<'py>(
     Ok(PyBytes::new(py, bytemuck_bytes(&words)))
 }
 
-/// The verification features of each text (sorted 64-bit shingle hashes)
-/// after the configuration's normalisation, each as little-endian bytes.
+/// The verification features of each text (sorted, distinct 32-bit
+/// features, `neardup_core::jaccard::narrow`) after the configuration's
+/// normalisation, each as little-endian bytes.
 #[pyfunction]
 pub(crate) fn shingle_sets<'py>(
     py: Python<'py>,
@@ -207,14 +208,18 @@ pub(crate) fn shingle_sets<'py>(
     texts: Vec<PyBackedStr>,
 ) -> Vec<Bound<'py, PyBytes>> {
     let normalize = config.config.normalize;
-    let sets: Vec<Vec<u64>> = py.detach(|| {
+    let sets: Vec<Vec<SetFeature>> = py.detach(|| {
         texts
             .par_iter()
-            .map(|t| shingles_for(t, &normalize))
+            .map(|t| {
+                let mut set = Vec::new();
+                narrow(&shingles_for(t, &normalize), &mut set);
+                set
+            })
             .collect()
     });
     sets.iter()
-        .map(|s| PyBytes::new(py, bytemuck_bytes(s)))
+        .map(|s| PyBytes::new(py, bytemuck::cast_slice(s)))
         .collect()
 }
 
@@ -231,7 +236,7 @@ pub(crate) fn jaccard_pairs(
     Ok(py.detach(|| {
         a.par_iter()
             .zip(b.par_iter())
-            .map(|(x, y)| verified_jaccard(&u64s(x), &u64s(y)))
+            .map(|(x, y)| verified_jaccard(&features_of(x), &features_of(y)))
             .collect()
     }))
 }

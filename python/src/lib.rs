@@ -63,6 +63,15 @@ fn bytemuck_bytes(words: &[u64]) -> &[u8] {
     bytemuck::cast_slice(words)
 }
 
+/// Verification features from their little-endian bytes (as
+/// `shingle_sets` and the Spark job's rows give them).
+fn features_of(bytes: &[u8]) -> Vec<neardup_core::jaccard::SetFeature> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect()
+}
+
 fn u64s(bytes: &[u8]) -> Vec<u64> {
     bytes
         .chunks_exact(8)

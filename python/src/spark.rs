@@ -13,19 +13,19 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use neardup_core::centre::BitShares;
 use neardup_core::dedup::{Policy, for_each_pair_streamed, representatives_of_pairs};
 use neardup_core::index::{Bits, plan_join_for};
-use neardup_core::jaccard::jaccard_at_least;
+use neardup_core::jaccard::{SetFeature, jaccard_at_least};
 use neardup_core::keep_by::{KeepBy, SortKey};
 use neardup_core::spill::Summary;
 use neardup_core::{Fingerprint, IdfTable, SimHasher, Weights};
 
 use crate::fingerprint::arrow_spans;
-use crate::{PyConfig, bytemuck_bytes, err, parse_policy, u64s};
+use crate::{PyConfig, bytemuck_bytes, err, features_of, parse_policy, u64s};
 
 /// Bytes of a document's verification summary: its feature count (u32), the
 /// set's digest (u128) and its MinHash sketch, little-endian.
 const SUMMARY_BYTES: usize = 4 + 16 + neardup_core::spill::SKETCH_BYTES;
 
-fn summary_bytes(set: &[u64], out: &mut Vec<u8>) {
+fn summary_bytes(set: &[SetFeature], out: &mut Vec<u8>) {
     let s = Summary::of(set);
     out.extend_from_slice(&(set.len().min(u32::MAX as usize) as u32).to_le_bytes());
     out.extend_from_slice(&s.digest.to_le_bytes());
@@ -301,7 +301,7 @@ struct Row {
     fp: Fingerprint,
     id: String,
     key: SortKey,
-    set: Option<Vec<u64>>,
+    set: Option<Vec<SetFeature>>,
     shares: Option<BitShares>,
 }
 
@@ -391,21 +391,21 @@ pub fn spark_rows<'py>(
                     (true, _) if shares => {
                         let mut set = Vec::new();
                         leaning = Some(match sets {
-                            true => hasher.shares_and_shingles(&rec.text, &mut set),
+                            true => hasher.shares_and_set(&rec.text, &mut set),
                             false => hasher.shares(&rec.text),
                         });
                         (hasher.fingerprint(""), sets.then_some(set))
                     }
                     (true, true) => {
                         let mut set = Vec::new();
-                        let fp = hasher.fingerprint_and_shingles(&rec.text, &mut set);
+                        let fp = hasher.fingerprint_and_set(&rec.text, &mut set);
                         (fp, Some(set))
                     }
                     (true, false) => (hasher.fingerprint(&rec.text), None),
                     (false, _) => {
                         let mut set = Vec::new();
                         if sets {
-                            hasher.shingles(&rec.text, &mut set);
+                            hasher.verification_set(&rec.text, &mut set);
                         }
                         (hasher.fingerprint(""), sets.then_some(set))
                     }
@@ -459,7 +459,7 @@ pub fn spark_rows<'py>(
                         summary_bytes(set, &mut sums);
                     }
                     if features {
-                        sets.push(PyBytes::new(py, bytemuck_bytes(set)));
+                        sets.push(PyBytes::new(py, bytemuck::cast_slice(set)));
                     }
                 }
             }
@@ -737,7 +737,7 @@ pub fn exact_pairs(
     Ok(py.detach(|| {
         a.par_iter()
             .zip(b.par_iter())
-            .map(|(x, y)| jaccard_at_least(&u64s(x), &u64s(y), threshold))
+            .map(|(x, y)| jaccard_at_least(&features_of(x), &features_of(y), threshold))
             .collect()
     }))
 }
@@ -761,12 +761,12 @@ pub fn exact_indexed(
     if a.len() != b.len() || a.iter().chain(b).any(|&x| x as usize >= sets.len()) {
         return Err(err("exact_indexed: pair indices outside the sets"));
     }
-    // The hashes in place when aligned (CPython's bytes usually are), else copied.
-    let words: Vec<Cow<'_, [u64]>> = sets
+    // The features in place when aligned (CPython's bytes usually are), else copied.
+    let words: Vec<Cow<'_, [SetFeature]>> = sets
         .iter()
-        .map(|s| match bytemuck::try_cast_slice::<u8, u64>(s) {
+        .map(|s| match bytemuck::try_cast_slice::<u8, SetFeature>(s) {
             Ok(w) => Cow::Borrowed(w),
-            Err(_) => Cow::Owned(u64s(s)),
+            Err(_) => Cow::Owned(features_of(s)),
         })
         .collect();
     Ok(py.detach(|| {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use neardup_core::centre::{BitShares, Centre};
-use neardup_core::jaccard::is_short;
+use neardup_core::jaccard::{SetFeature, is_short};
 use neardup_core::spill::{Spill, SpillWriter, Summary};
 use neardup_core::{Fingerprint, FingerprintConfig, InputKind, Width};
 use rayon::prelude::*;
@@ -155,8 +155,8 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
     }
     let mut input = input.clone();
     let hasher = hasher_for(pipeline, &mut input)?;
-    // Where the input and the spill (about 0.9 bytes per byte of English
-    // text, 2.4 of Chinese, several per byte of compressed input) are more
+    // Where the input and the spill (about 0.45 bytes per byte of English
+    // text, 1.1 of Chinese, several per byte of compressed input) are more
     // than the page cache can hold, the input's pages past what fits beside
     // the spill go as they are read, so that the spill's stay for
     // verification: decided as the spill grows, on the share of the input (as
@@ -210,8 +210,8 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
             // two coincide (hashed with the hasher's key, the same for all).
             let mut set = sets.take();
             let made = match centre {
-                true => Made::Shares(doc.shares_and_shingles(&hasher, &mut set)),
-                false => Made::Fingerprint(doc.fingerprint_and_shingles(&hasher, &mut set)),
+                true => Made::Shares(doc.shares_and_set(&hasher, &mut set)),
+                false => Made::Fingerprint(doc.fingerprint_and_set(&hasher, &mut set)),
             };
             let summary = Summary::of(&set);
             (made, short, Some((set, summary)), key)
@@ -294,24 +294,24 @@ struct SetPool(std::sync::Mutex<Pooled>);
 
 #[derive(Default)]
 struct Pooled {
-    free: Vec<Vec<u64>>,
-    /// Hashes of room in `free`.
+    free: Vec<Vec<SetFeature>>,
+    /// Features of room in `free`.
     room: usize,
 }
 
 impl SetPool {
-    /// Room the pool holds at most, in hashes (32 MB): about the sets of
+    /// Room the pool holds at most, in features (32 MB): about the sets of
     /// the batches in flight.
-    const ROOM: usize = 4 << 20;
+    const ROOM: usize = (32 << 20) / std::mem::size_of::<SetFeature>();
 
-    fn take(&self) -> Vec<u64> {
+    fn take(&self) -> Vec<SetFeature> {
         let mut pool = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let set = pool.free.pop().unwrap_or_default();
         pool.room -= set.capacity();
         set
     }
 
-    fn give(&self, mut set: Vec<u64>) {
+    fn give(&self, mut set: Vec<SetFeature>) {
         let mut pool = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if pool.room + set.capacity() <= Self::ROOM {
             set.clear();
@@ -346,7 +346,7 @@ mod tests {
             "an empty pool makes a new buffer"
         );
         let mut set = Vec::with_capacity(1000);
-        set.extend(0..1000u64);
+        set.extend(0..1000u32);
         pool.give(set);
         let again = pool.take();
         assert!(again.is_empty(), "a buffer comes back cleared");

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use neardup_core::centre::BitShares;
+use neardup_core::jaccard::SetFeature;
 use neardup_core::{Fingerprint, FingerprintConfig, Input, InputKind, SimHasher};
 use serde::Deserializer;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
@@ -267,31 +268,31 @@ impl Doc {
             .expect("checked when the record was parsed")
     }
 
-    /// Its fingerprint and, into `shingles`, its verification features
-    /// ([`SimHasher::fingerprint_and_shingles`]); documents other than text
+    /// Its fingerprint and, into `set`, its verification features
+    /// ([`SimHasher::fingerprint_and_set`]); documents other than text
     /// have none.
-    pub fn fingerprint_and_shingles(
+    pub fn fingerprint_and_set(
         &self,
         hasher: &SimHasher,
-        shingles: &mut Vec<u64>,
+        set: &mut Vec<SetFeature>,
     ) -> Fingerprint {
         match &self.body {
-            Body::Text(t) => hasher.fingerprint_and_shingles(t, shingles),
+            Body::Text(t) => hasher.fingerprint_and_set(t, set),
             _ => {
-                shingles.clear();
+                set.clear();
                 self.fingerprint(hasher)
             }
         }
     }
 
-    /// Where each bit of its fingerprint leans and, into `shingles`, its
-    /// verification features ([`SimHasher::shares_and_shingles`]), for
+    /// Where each bit of its fingerprint leans and, into `set`, its
+    /// verification features ([`SimHasher::shares_and_set`]), for
     /// fingerprints centred on the corpus. Only texts are centred.
-    pub fn shares_and_shingles(&self, hasher: &SimHasher, shingles: &mut Vec<u64>) -> BitShares {
+    pub fn shares_and_set(&self, hasher: &SimHasher, set: &mut Vec<SetFeature>) -> BitShares {
         let Body::Text(t) = &self.body else {
             unreachable!("only texts' fingerprints are centred")
         };
-        hasher.shares_and_shingles(t, shingles)
+        hasher.shares_and_set(t, set)
     }
 
     /// The vector's dimension, for vectors.

@@ -150,7 +150,7 @@ impl Dedup {
     }
 
     /// Keeps only the pairs whose documents' sets (`set(doc)`: sorted, distinct
-    /// feature hashes, as [`crate::jaccard::shingles`] makes) have Jaccard
+    /// features, as [`crate::jaccard::narrow`] makes) have Jaccard
     /// similarity at least `threshold`.
     ///
     /// Documents with the same fingerprint and the same set are identical for
@@ -159,7 +159,11 @@ impl Dedup {
     ///
     /// A document without features (empty, or only spaces and punctuation) is
     /// similar to nothing: it is never paired, not even with another such one.
-    pub fn verify<'s>(self, threshold: f64, set: impl Fn(u32) -> &'s [u64] + Sync) -> Dedup {
+    pub fn verify<'s>(
+        self,
+        threshold: f64,
+        set: impl Fn(u32) -> &'s [crate::jaccard::SetFeature] + Sync,
+    ) -> Dedup {
         self.verify_by(
             threshold,
             |doc| {

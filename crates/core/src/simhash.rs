@@ -17,7 +17,8 @@ use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
 use crate::jaccard::{
-    SHINGLE, ShingleKey, ShingleScratch, WordShingles, shingles_keyed, shingles_of_normalized,
+    SHINGLE, SetFeature, ShingleKey, ShingleScratch, WordShingles, narrow, shingles_keyed,
+    shingles_of_normalized,
 };
 use crate::normalize::{all_invariant, any_non_ascii, is_spaceless_script, normalize_into};
 use crate::tokenize::{for_each_token, jieba};
@@ -47,6 +48,8 @@ pub struct Scratch {
     shingles: ShingleScratch,
     /// The words' hashes, in order, when the fingerprint shares them.
     word_hashes: Vec<u64>,
+    /// A document's shingle hashes, before [`narrow`] makes them features.
+    wide: Vec<u64>,
 }
 
 /// Makes fingerprints as a [`FingerprintConfig`] says.
@@ -229,7 +232,7 @@ impl SimHasher {
         SCRATCH.with(|s| self.sums_with(text, &mut s.borrow_mut()).shares())
     }
 
-    /// How [`SimHasher::fingerprint_and_shingles`] hashes word shingles:
+    /// How [`SimHasher::fingerprint_and_set`] hashes word shingles:
     /// each word by xxh3 with the configuration's seed and width (its low
     /// 64 bits), the three mixed ([`ShingleKey::Words`]). A fingerprint of
     /// xxh3-hashed words hashes each word once for both.
@@ -240,60 +243,75 @@ impl SimHasher {
         }
     }
 
-    /// `text`'s verification features alone, into `shingles`, as
-    /// [`SimHasher::fingerprint_and_shingles`] makes them (the same key).
-    pub fn shingles(&self, text: &str, shingles: &mut Vec<u64>) {
+    /// `text`'s verification features alone ([`SetFeature`]s), into `features`,
+    /// as [`SimHasher::fingerprint_and_set`] makes them (the same key).
+    pub fn verification_set(&self, text: &str, features: &mut Vec<SetFeature>) {
         SCRATCH.with(|s| {
-            let scratch = &mut s.borrow_mut().shingles;
+            let scratch = &mut *s.borrow_mut();
             shingles_keyed(
                 text,
                 &self.config.normalize,
                 self.shingle_key(),
-                scratch,
-                shingles,
-            )
+                &mut scratch.shingles,
+                &mut scratch.wide,
+            );
+            narrow(&scratch.wide, features);
         })
     }
 
-    /// The fingerprint of `text` and, into `shingles`, its verification
+    /// The fingerprint of `text` and, into `features`, its verification
     /// features, with this thread's buffers
-    /// ([`SimHasher::fingerprint_and_shingles_with`]).
-    pub fn fingerprint_and_shingles(&self, text: &str, shingles: &mut Vec<u64>) -> Fingerprint {
-        SCRATCH.with(|s| self.fingerprint_and_shingles_with(text, &mut s.borrow_mut(), shingles))
+    /// ([`SimHasher::fingerprint_and_set_with`]).
+    pub fn fingerprint_and_set(&self, text: &str, features: &mut Vec<SetFeature>) -> Fingerprint {
+        SCRATCH.with(|s| self.fingerprint_and_set_with(text, &mut s.borrow_mut(), features))
     }
 
     /// The fingerprint of `text` ([`SimHasher::fingerprint_with`]) and, into
-    /// `shingles`, its verification features: exactly what
-    /// [`shingles_keyed`] makes with the configuration's normalisation and
-    /// [`SimHasher::shingle_key`]. Where the fingerprint reads the words the
-    /// shingles are made of (term-frequency UAX #29 words or word 3-shingles,
-    /// text without a character of a script written without spaces), the text
-    /// is normalised and cut into words once, and a fingerprint of 3-shingles
-    /// hashed by 64-bit xxh3 gives its own hashes; otherwise the shingles are
-    /// made apart.
-    pub fn fingerprint_and_shingles_with(
+    /// `features`, its verification features: exactly what [`narrow`] makes
+    /// of what [`shingles_keyed`] makes with the configuration's
+    /// normalisation and [`SimHasher::shingle_key`]. Where the fingerprint
+    /// reads the words the shingles are made of (term-frequency UAX #29 words
+    /// or word 3-shingles, text without a character of a script written
+    /// without spaces), the text is normalised and cut into words once, and a
+    /// fingerprint of 3-shingles hashed by 64-bit xxh3 gives its own hashes;
+    /// otherwise the shingles are made apart.
+    pub fn fingerprint_and_set_with(
         &self,
         text: &str,
         scratch: &mut Scratch,
-        shingles: &mut Vec<u64>,
+        features: &mut Vec<SetFeature>,
     ) -> Fingerprint {
-        self.sums_and_shingles_with(text, scratch, shingles)
-            .finish()
+        self.sums_and_set_with(text, scratch, features).finish()
     }
 
     /// Where each bit of `text`'s fingerprint leans ([`BitShares`]) and,
-    /// into `shingles`, its verification features, as
-    /// [`SimHasher::fingerprint_and_shingles`] makes them, with this thread's
+    /// into `features`, its verification features, as
+    /// [`SimHasher::fingerprint_and_set`] makes them, with this thread's
     /// buffers: the first step of fingerprints centred on a corpus
     /// ([`crate::centre`]).
-    pub fn shares_and_shingles(&self, text: &str, shingles: &mut Vec<u64>) -> BitShares {
+    pub fn shares_and_set(&self, text: &str, features: &mut Vec<SetFeature>) -> BitShares {
         SCRATCH.with(|s| {
-            self.sums_and_shingles_with(text, &mut s.borrow_mut(), shingles)
+            self.sums_and_set_with(text, &mut s.borrow_mut(), features)
                 .shares()
         })
     }
 
-    /// [`SimHasher::fingerprint_and_shingles_with`], up to the SimHash vector.
+    /// [`SimHasher::fingerprint_and_set_with`], up to the SimHash vector.
+    fn sums_and_set_with(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        features: &mut Vec<SetFeature>,
+    ) -> Sums {
+        let mut wide = std::mem::take(&mut scratch.wide);
+        let sums = self.sums_and_shingles_with(text, scratch, &mut wide);
+        narrow(&wide, features);
+        scratch.wide = wide;
+        sums
+    }
+
+    /// [`SimHasher::sums_and_set_with`] with the shingles' 64-bit
+    /// hashes, sorted and distinct, into `shingles`.
     fn sums_and_shingles_with(
         &self,
         text: &str,
@@ -906,7 +924,7 @@ impl Sums {
 }
 
 /// Which of a configuration's features are made of the verification
-/// shingles' words ([`SimHasher::fingerprint_and_shingles_with`]).
+/// shingles' words ([`SimHasher::fingerprint_and_set_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Shares {
     /// The words themselves.

@@ -1,5 +1,5 @@
-//! Verification features on disk: each document's sorted shingle hashes,
-//! written once in input order (a set already written, by its digest, not
+//! Verification features on disk: each document's sorted features
+//! ([`SetFeature`], 4 bytes each), written once in input order (a set already written, by its digest, not
 //! again) and read back by document with positioned reads
 //! into small per-thread buffers, so that verifying a corpus holds 88 bytes per
 //! document in memory (an offset, a 128-bit digest, and its feature count and
@@ -23,13 +23,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use xxhash_rust::xxh3::xxh3_128;
 
-use crate::jaccard::jaccard_at_least;
+use crate::jaccard::{SetFeature, jaccard_at_least};
 
 /// The content digest of a feature set: equal sets, equal digests; documents of
 /// one fingerprint and one digest are verified once (see [`crate::Dedup::verify_by`]).
-pub fn set_digest(set: &[u64]) -> u128 {
+pub fn set_digest(set: &[SetFeature]) -> u128 {
     xxh3_128(bytemuck::cast_slice(set))
 }
+
+/// Bytes of a feature in the spill.
+const FEATURE_BYTES: u64 = std::mem::size_of::<SetFeature>() as u64;
 
 /// Bins of a [`Sketch`].
 pub const SKETCH_BINS: usize = 240;
@@ -37,10 +40,10 @@ pub const SKETCH_BINS: usize = 240;
 pub const SKETCH_BYTES: usize = SKETCH_BINS / 4;
 
 /// A one-permutation MinHash of a feature set (Li, Owen & Zhang 2012) in
-/// [`SKETCH_BYTES`] bytes: the features' hashes fall into [`SKETCH_BINS`]
-/// bins by value (⌊h · bins / 2⁶⁴⌋), each bin keeps the smallest, and two
+/// [`SKETCH_BYTES`] bytes: the features fall into [`SKETCH_BINS`]
+/// bins by value (⌊h · bins / 2³²⌋), each bin keeps the smallest, and two
 /// bits of it are kept (b-bit MinHash, Li & König 2010): 1, 2 or 3 (which
-/// third of the range its low 32 bits fall in), 0 marking an empty bin.
+/// third of the range its low 24 bits fall in), 0 marking an empty bin.
 /// Two sets agree in a bin that both fill with probability about 1/3 + 2/3
 /// of their Jaccard similarity, which lets verification rule out most
 /// candidate pairs without reading their features. Many small bins estimate the similarity
@@ -49,42 +52,44 @@ pub const SKETCH_BYTES: usize = SKETCH_BINS / 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sketch(pub [u8; SKETCH_BYTES]);
 
-/// The bin of a feature hash, ⌊h · bins / 2⁶⁴⌋: ascending hashes fill the
+/// The bin of a feature, ⌊h · bins / 2³²⌋: ascending features fill the
 /// bins in order.
 #[inline(always)]
-fn bin_of(h: u64) -> usize {
-    ((u128::from(h) * SKETCH_BINS as u128) >> 64) as usize
+fn bin_of(h: SetFeature) -> usize {
+    ((u64::from(h) * SKETCH_BINS as u64) >> 32) as usize
 }
 
 impl Sketch {
-    /// The sketch of a set of (uniformly distributed) feature hashes.
+    /// The sketch of a set of (uniformly distributed) features.
     ///
     /// In a sorted set (the spill's sets are) each bin's minimum is its first
-    /// hash: a pass from the end stores each hash in its bin, the first one
-    /// last, with neither a branch nor a comparison (a bin changes every few
-    /// hashes, too often to branch on). An unsorted set is found out by the
-    /// same pass and looked at again, keeping each bin's minimum.
-    pub fn of(set: &[u64]) -> Sketch {
-        let mut mins = [u64::MAX; SKETCH_BINS];
-        let (mut next, mut sorted) = (u64::MAX, true);
+    /// feature: a pass from the end stores each feature in its bin, the first
+    /// one last, with neither a branch nor a comparison (a bin changes every
+    /// few features, too often to branch on). An unsorted set is found out by
+    /// the same pass and looked at again, keeping each bin's minimum.
+    pub fn of(set: &[SetFeature]) -> Sketch {
+        // Wider than a feature, so that an empty bin is told from every one.
+        const EMPTY: u64 = u64::MAX;
+        let mut mins = [EMPTY; SKETCH_BINS];
+        let (mut next, mut sorted) = (SetFeature::MAX, true);
         for &h in set.iter().rev() {
             sorted &= h <= next;
             next = h;
-            mins[bin_of(h)] = h;
+            mins[bin_of(h)] = u64::from(h);
         }
         if !sorted {
-            mins = [u64::MAX; SKETCH_BINS];
+            mins = [EMPTY; SKETCH_BINS];
             for &h in set {
                 let bin = bin_of(h);
-                mins[bin] = mins[bin].min(h);
+                mins[bin] = mins[bin].min(u64::from(h));
             }
         }
         let mut out = [0u8; SKETCH_BYTES];
         for (o, four) in out.iter_mut().zip(mins.chunks_exact(4)) {
             for (i, &m) in four.iter().enumerate() {
-                // 1, 2 or 3 from the low 32 bits, 0 for an empty bin.
-                let value = 1 + (((m & 0xFFFF_FFFF) * 3) >> 32) as u8;
-                *o |= (u8::from(m != u64::MAX) * value) << (2 * i);
+                // 1, 2 or 3 from the low 24 bits, 0 for an empty bin.
+                let value = 1 + (((m & 0xFF_FFFF) * 3) >> 24) as u8;
+                *o |= (u8::from(m != EMPTY) * value) << (2 * i);
             }
         }
         Sketch(out)
@@ -211,7 +216,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn of(set: &[u64]) -> Summary {
+    pub fn of(set: &[SetFeature]) -> Summary {
         Summary {
             digest: set_digest(set),
             sketch: Sketch::of(set),
@@ -266,7 +271,7 @@ impl SpillWriter {
 
     /// Appends the next document's set (sorted, distinct) with its summary
     /// ([`Summary::of`], computed by the caller, often on another thread).
-    pub fn push(&mut self, set: &[u64], summary: Summary) -> io::Result<()> {
+    pub fn push(&mut self, set: &[SetFeature], summary: Summary) -> io::Result<()> {
         let len = u32::try_from(set.len()).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -307,7 +312,7 @@ impl SpillWriter {
 
     /// Bytes of features written so far.
     pub fn bytes(&self) -> u64 {
-        self.written * 8
+        self.written * FEATURE_BYTES
     }
 
     /// Documents written so far.
@@ -340,9 +345,9 @@ impl SpillWriter {
 #[derive(Debug)]
 pub struct Spill {
     file: File,
-    /// Where each document's set starts in the file, in hashes.
+    /// Where each document's set starts in the file, in features.
     starts: Vec<u64>,
-    /// Hashes in the file.
+    /// Features in the file.
     written: u64,
     digests: Vec<u128>,
     screens: Vec<Screen>,
@@ -356,9 +361,9 @@ pub struct Spill {
 /// come grouped by their first document, so it is read once per group).
 #[derive(Default)]
 struct Buffers {
-    first: Vec<u64>,
+    first: Vec<SetFeature>,
     first_key: Option<(u64, u32)>,
-    second: Vec<u64>,
+    second: Vec<SetFeature>,
 }
 
 thread_local! {
@@ -393,7 +398,7 @@ impl Spill {
 
     /// Bytes of the file on disk.
     pub fn disk_bytes(&self) -> u64 {
-        self.written * 8
+        self.written * FEATURE_BYTES
     }
 
     /// Starts loading what [`Spill::jaccard_with`] looks at first of document
@@ -410,12 +415,14 @@ impl Spill {
     }
 
     /// Reads document `doc`'s set into `buf`.
-    pub fn read_into(&self, doc: u32, buf: &mut Vec<u64>) -> io::Result<()> {
+    pub fn read_into(&self, doc: u32, buf: &mut Vec<SetFeature>) -> io::Result<()> {
         let (s, e) = self.span(doc);
         buf.clear();
         buf.resize((e - s) as usize, 0);
-        self.file
-            .read_exact_at(bytemuck::cast_slice_mut(buf.as_mut_slice()), s * 8)
+        self.file.read_exact_at(
+            bytemuck::cast_slice_mut(buf.as_mut_slice()),
+            s * FEATURE_BYTES,
+        )
     }
 
     /// The exact Jaccard similarity of documents `a` and `b`'s sets, or an
@@ -483,7 +490,7 @@ impl Spill {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jaccard::{jaccard, shingles};
+    use crate::jaccard::{jaccard, narrow, shingles};
     use proptest::prelude::*;
 
     proptest! {
@@ -492,41 +499,42 @@ mod tests {
         #[test]
         fn sketch_keeps_each_bins_minimum(
             mut set in prop_oneof![
-                prop::collection::vec(any::<u64>(), 0..2000),
-                prop::collection::vec(any::<u64>().prop_map(|h| h & !(0xF << 58)), 0..300),
-                prop::collection::vec(any::<u64>().prop_map(|h| h | (0xF << 60)), 0..300),
+                prop::collection::vec(any::<u32>(), 0..2000),
+                prop::collection::vec(any::<u32>().prop_map(|h| h & !(0xF << 26)), 0..300),
+                prop::collection::vec(any::<u32>().prop_map(|h| h | (0xF << 28)), 0..300),
                 // At and beside the bins' edges.
                 prop::collection::vec(
-                    (0u128..SKETCH_BINS as u128, -2i128..2).prop_map(|(i, d)| {
-                        ((((i << 64).div_ceil(SKETCH_BINS as u128)) as i128 + d)
-                            .clamp(0, u64::MAX as i128)) as u64
+                    (0u64..SKETCH_BINS as u64, -2i64..2).prop_map(|(i, d)| {
+                        ((((i << 32).div_ceil(SKETCH_BINS as u64)) as i64 + d)
+                            .clamp(0, u32::MAX as i64)) as u32
                     }),
                     0..300
                 ),
-                prop::collection::vec(0u64..8, 0..50),
+                prop::collection::vec(0u32..8, 0..50),
+                prop::collection::vec(prop_oneof![Just(u32::MAX), any::<u32>()], 0..50),
             ],
             sort: bool,
         ) {
             if sort {
                 set.sort_unstable();
             }
-            // Bin i holds the hashes from ⌈i · 2⁶⁴ / bins⌉ on.
-            let starts: Vec<u128> = (0..SKETCH_BINS as u128)
-                .map(|i| (i << 64).div_ceil(SKETCH_BINS as u128))
+            // Bin i holds the features from ⌈i · 2³² / bins⌉ on.
+            let starts: Vec<u64> = (0..SKETCH_BINS as u64)
+                .map(|i| (i << 32).div_ceil(SKETCH_BINS as u64))
                 .collect();
-            let mut mins = [u64::MAX; SKETCH_BINS];
+            let mut mins: Vec<Option<u32>> = vec![None; SKETCH_BINS];
             for &h in &set {
-                let bin = starts.partition_point(|&s| s <= u128::from(h)) - 1;
-                mins[bin] = mins[bin].min(h);
+                let bin = starts.partition_point(|&s| s <= u64::from(h)) - 1;
+                mins[bin] = Some(mins[bin].map_or(h, |m| m.min(h)));
             }
             let sketch = Sketch::of(&set);
             for (bin, &m) in mins.iter().enumerate() {
                 let want = match m {
-                    u64::MAX => 0,
-                    // Which third of the 32-bit range the low half is in.
-                    m => match m as u32 {
-                        x if u64::from(x) * 3 < 1 << 32 => 1,
-                        x if u64::from(x) * 3 < 2 << 32 => 2,
+                    None => 0,
+                    // Which third of the 24-bit range the low 24 bits are in.
+                    Some(m) => match m & 0xFF_FFFF {
+                        x if x * 3 < 1 << 24 => 1,
+                        x if x * 3 < 2 << 24 => 2,
                         _ => 3,
                     },
                 };
@@ -594,7 +602,14 @@ mod tests {
             "a completely different sentence about spilling features to disk",
             "the quick brown fox jumps over the lazy dog",
         ];
-        let sets: Vec<Vec<u64>> = texts.iter().map(|t| shingles(t)).collect();
+        let sets: Vec<Vec<SetFeature>> = texts
+            .iter()
+            .map(|t| {
+                let mut set = Vec::new();
+                narrow(&shingles(t), &mut set);
+                set
+            })
+            .collect();
         let mut w = SpillWriter::new(None).unwrap();
         for s in &sets {
             w.push(s, Summary::of(s)).unwrap();
@@ -626,11 +641,11 @@ mod tests {
         }
         spill.check().unwrap();
         // The repeated set is on disk once.
-        let distinct: std::collections::HashSet<&Vec<u64>> = sets.iter().collect();
+        let distinct: std::collections::HashSet<&Vec<SetFeature>> = sets.iter().collect();
         assert_eq!(distinct.len(), sets.len() - 1);
         assert_eq!(
             spill.disk_bytes(),
-            8 * distinct.iter().map(|s| s.len()).sum::<usize>() as u64
+            4 * distinct.iter().map(|s| s.len()).sum::<usize>() as u64
         );
     }
 
@@ -639,10 +654,10 @@ mod tests {
         /// read back as written, and the file holds each distinct set once.
         #[test]
         fn repeated_sets_are_written_once_and_read_back(
-            pool in prop::collection::vec(prop::collection::btree_set(any::<u64>(), 0..40), 1..6),
+            pool in prop::collection::vec(prop::collection::btree_set(any::<u32>(), 0..40), 1..6),
             picks in prop::collection::vec(any::<prop::sample::Index>(), 0..40),
         ) {
-            let sets: Vec<Vec<u64>> = picks
+            let sets: Vec<Vec<SetFeature>> = picks
                 .iter()
                 .map(|i| pool[i.index(pool.len())].iter().copied().collect())
                 .collect();
@@ -657,30 +672,27 @@ mod tests {
                 prop_assert_eq!(&buf, s);
                 prop_assert_eq!(spill.set_len(i as u32), s.len());
             }
-            let distinct: std::collections::HashSet<&Vec<u64>> = sets.iter().collect();
+            let distinct: std::collections::HashSet<&Vec<SetFeature>> = sets.iter().collect();
             prop_assert_eq!(
                 spill.disk_bytes(),
-                8 * distinct.iter().map(|s| s.len()).sum::<usize>() as u64
+                4 * distinct.iter().map(|s| s.len()).sum::<usize>() as u64
             );
         }
     }
 
     /// Random sets of `n` features sharing a `j`-ish fraction.
-    fn pair_of_sets(n: usize, shared: usize, seed: u64) -> (Vec<u64>, Vec<u64>) {
+    fn pair_of_sets(n: usize, shared: usize, seed: u64) -> (Vec<SetFeature>, Vec<SetFeature>) {
         let mut rng = crate::rng::SplitMix64(seed);
-        let common: Vec<u64> = (0..shared).map(|_| rng.next()).collect();
-        let mut a: Vec<u64> = common
-            .iter()
-            .copied()
-            .chain((shared..n).map(|_| rng.next()))
-            .collect();
-        let mut b: Vec<u64> = common
-            .iter()
-            .copied()
-            .chain((shared..n).map(|_| rng.next()))
-            .collect();
-        a.sort_unstable();
-        b.sort_unstable();
+        let mut next = || (rng.next() >> 32) as SetFeature;
+        let common: Vec<SetFeature> = (0..shared).map(|_| next()).collect();
+        let mut a: Vec<SetFeature> = common.clone();
+        a.extend((shared..n).map(|_| next()));
+        let mut b: Vec<SetFeature> = common;
+        b.extend((shared..n).map(|_| next()));
+        for s in [&mut a, &mut b] {
+            s.sort_unstable();
+            s.dedup();
+        }
         (a, b)
     }
 
@@ -712,7 +724,7 @@ mod tests {
         // and sets filling no bin in common (a least rate of 0).
         let (a, b) = pair_of_sets(500, 0, 2);
         assert!(Sketch::of(&a).may_reach(&Sketch::of(&b), 0.0));
-        assert!(Sketch::of(&[5]).may_reach(&Sketch::of(&[1 << 63]), 0.0));
+        assert!(Sketch::of(&[5]).may_reach(&Sketch::of(&[1 << 31]), 0.0));
         // Identical sets agree everywhere; empty bins agree with nothing.
         let (a, _) = pair_of_sets(500, 0, 1);
         assert!(Sketch::of(&a).may_reach(&Sketch::of(&a), 1.0));

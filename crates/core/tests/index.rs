@@ -255,13 +255,13 @@ proptest! {
     /// stay collapsed; kept documents follow from the verified pairs.
     #[test]
     fn verified_dedup_matches_brute_force(
-        docs in prop::collection::vec((0u64..6, prop::collection::btree_set(0u64..10, 0..6)), 0..60),
+        docs in prop::collection::vec((0u64..6, prop::collection::btree_set(0u32..10, 0..6)), 0..60),
         k in 0u32..4,
         t in prop::sample::select(vec![0.3, 0.5, 0.8, 1.0]),
     ) {
         // Few distinct fingerprints (small values), so groups and near pairs abound.
         let fps: Vec<u64> = docs.iter().map(|d| d.0 * 0x9 ).collect();
-        let sets: Vec<Vec<u64>> = docs.iter().map(|d| d.1.iter().copied().collect()).collect();
+        let sets: Vec<Vec<u32>> = docs.iter().map(|d| d.1.iter().copied().collect()).collect();
         let d = design(64, k, 1);
         let dd = Dedup::new(&fps, k, &d).unwrap().verify(t, |i| sets[i as usize].as_slice());
         let mut got = Vec::new();

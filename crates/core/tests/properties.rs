@@ -5,6 +5,7 @@ use neardup_core::{
     Features, Fingerprint, FingerprintConfig, HashFunction, SimHasher, Tokenizer, Weights, Width,
 };
 use proptest::prelude::*;
+use std::collections::BTreeSet;
 use unicode_segmentation::UnicodeSegmentation;
 
 /// The textbook SimHash: V[i] += w if bit i of the feature's hash is 1, else -= w;
@@ -476,8 +477,8 @@ fn vectors_and_features_refuse_other_documents() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
-    /// The early-stopping Jaccard (blocks of eight hashes where the CPU has
-    /// AVX-512, the scalar merge elsewhere and for the tails) equals a
+    /// The early-stopping Jaccard (blocks of eight hashes or sixteen
+    /// features where the CPU has AVX-512, the scalar merge elsewhere and for the tails) equals a
     /// textbook set computation whenever it reaches the threshold, and stays
     /// below the threshold whenever the exact value does.
     #[test]
@@ -508,23 +509,39 @@ proptest! {
         ],
         t in prop::sample::select(vec![0.1, 0.5, 0.8, 0.95, 1.0]),
     ) {
-        use neardup_core::jaccard::{intersection, jaccard_at_least};
-        let inter = a.intersection(&b).count();
-        let union = a.union(&b).count();
-        let (va, vb): (Vec<u64>, Vec<u64>) = (a.iter().copied().collect(), b.iter().copied().collect());
-        prop_assert_eq!(intersection(&va, &vb), inter);
-        let got = jaccard_at_least(&va, &vb, t);
-        if va.is_empty() || vb.is_empty() {
-            prop_assert_eq!(got, 0.0);
+        check_jaccard_at_least(&a, &b, t)?;
+        // The same for 32-bit features (each hash's halves folded together,
+        // so that the near copies' sets stay near copies).
+        let fold = |s: &BTreeSet<u64>| -> BTreeSet<u32> {
+            s.iter().map(|&x| x as u32 ^ (x >> 32) as u32).collect()
+        };
+        check_jaccard_at_least(&fold(&a), &fold(&b), t)?;
+    }
+}
+
+/// [`jaccard_at_least_agrees_with_sets`] for one pair of sets.
+fn check_jaccard_at_least<T: neardup_core::jaccard::SetElement + std::fmt::Debug>(
+    a: &BTreeSet<T>,
+    b: &BTreeSet<T>,
+    t: f64,
+) -> Result<(), TestCaseError> {
+    use neardup_core::jaccard::{intersection, jaccard_at_least};
+    let inter = a.intersection(b).count();
+    let union = a.union(b).count();
+    let (va, vb): (Vec<T>, Vec<T>) = (a.iter().copied().collect(), b.iter().copied().collect());
+    prop_assert_eq!(intersection(&va, &vb), inter);
+    let got = jaccard_at_least(&va, &vb, t);
+    if va.is_empty() || vb.is_empty() {
+        prop_assert_eq!(got, 0.0);
+    } else {
+        let exact = inter as f64 / union as f64;
+        if exact >= t {
+            prop_assert_eq!(got, exact);
         } else {
-            let exact = inter as f64 / union as f64;
-            if exact >= t {
-                prop_assert_eq!(got, exact);
-            } else {
-                prop_assert!(got < t, "{} for an exact {}", got, exact);
-            }
+            prop_assert!(got < t, "{} for an exact {}", got, exact);
         }
     }
+    Ok(())
 }
 
 /// A configuration from the parts that decide whether a fingerprint's features
@@ -576,22 +593,28 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// Fingerprinting and shingling in one pass gives the fingerprint alone
-    /// and the shingles alone, whichever configuration and script.
+    /// and the shingles alone (narrowed to features), whichever
+    /// configuration and script.
     #[test]
     fn fingerprint_and_shingles_equal_each_alone(
         config in shingle_sharing_config(),
         text in prop_oneof![english(), mixed()],
     ) {
-        use neardup_core::jaccard::{ShingleScratch, shingles_keyed};
+        use neardup_core::jaccard::{ShingleScratch, narrow, shingles_keyed};
         let hasher = SimHasher::new(config.clone()).unwrap();
         let mut got = vec![1, 2, 3];
-        let fp = hasher.fingerprint_and_shingles_with(&text, &mut Default::default(), &mut got);
+        let fp = hasher.fingerprint_and_set_with(&text, &mut Default::default(), &mut got);
         prop_assert_eq!(fp, hasher.fingerprint(&text));
-        let mut want = Vec::new();
+        let mut wide = Vec::new();
         let key = hasher.shingle_key();
-        shingles_keyed(&text, &config.normalize, key, &mut ShingleScratch::default(), &mut want);
+        shingles_keyed(&text, &config.normalize, key, &mut ShingleScratch::default(), &mut wide);
+        let mut want = Vec::new();
+        narrow(&wide, &mut want);
         prop_assert_eq!(&got, &want);
+        let mut alone = vec![4];
+        hasher.verification_set(&text, &mut alone);
+        prop_assert_eq!(&alone, &want);
         // The key changes hashes, never which shingles there are.
-        prop_assert_eq!(got.len(), neardup_core::jaccard::shingles_for(&text, &config.normalize).len());
+        prop_assert_eq!(wide.len(), neardup_core::jaccard::shingles_for(&text, &config.normalize).len());
     }
 }

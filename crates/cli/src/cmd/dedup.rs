@@ -130,8 +130,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub drop: Option<PathBuf>,
 
-    /// Where verification spills each document's features (about 0.9 bytes
-    /// per byte of English text and 2.4 of Chinese, a repeated set once;
+    /// Where verification spills each document's features (about 0.45 bytes
+    /// per byte of English text and 1.1 of Chinese, a repeated set once;
     /// removed at exit); default: the system's temporary folder ($TMPDIR,
     /// else /tmp).
     #[arg(long, value_name = "DIR")]
