@@ -623,90 +623,59 @@ fn merge_from<T: Ord + Copy>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// [`super::merge`] a block of eight hashes of each side at a time: every
-    /// hash of one block against every hash of the other (the second block
-    /// and its seven rotations), then past the block whose last hash is the
-    /// smaller (both when equal). Each set's hashes being distinct, a common
-    /// hash is counted once, when the two blocks holding it meet, and they
-    /// do meet: a block is passed only once the other side's block ends at or
-    /// beyond it. The tails of fewer than eight go to the scalar merge.
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512F.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn merge64(a: &[u64], b: &[u64], need: usize) -> (usize, bool) {
-        let (mut i, mut j, mut n) = (0usize, 0usize, 0usize);
-        while i + 8 <= a.len() && j + 8 <= b.len() {
-            let most = n + (a.len() - i).min(b.len() - j);
-            if most < need {
-                return (most, false);
+    /// A block merge for one element width: `$lanes` elements of each side
+    /// at a time, every element of one block against every element of the
+    /// other (the second block and its rotations), then past the block whose
+    /// last element is the smaller (both when equal). Each set's elements
+    /// being distinct, a common element is counted once, when the two blocks
+    /// holding it meet, and they do meet: a block is passed only once the
+    /// other side's block ends at or beyond it. The tails shorter than a
+    /// block go to the scalar merge.
+    macro_rules! block_merge {
+        ($(#[$doc:meta])* $name:ident, $t:ty, $lanes:literal, $cmpeq:ident, $alignr:ident, [$($r:literal),*]) => {
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// The CPU must have AVX-512F.
+            #[target_feature(enable = "avx512f")]
+            pub(super) unsafe fn $name(a: &[$t], b: &[$t], need: usize) -> (usize, bool) {
+                let (mut i, mut j, mut n) = (0usize, 0usize, 0usize);
+                while i + $lanes <= a.len() && j + $lanes <= b.len() {
+                    let most = n + (a.len() - i).min(b.len() - j);
+                    if most < need {
+                        return (most, false);
+                    }
+                    // SAFETY: a block from `i` and from `j` is in bounds.
+                    let (x, y) = unsafe {
+                        (
+                            _mm512_loadu_si512(a.as_ptr().add(i).cast()),
+                            _mm512_loadu_si512(b.as_ptr().add(j).cast()),
+                        )
+                    };
+                    let equal = $cmpeq(x, y) $(| $cmpeq(x, $alignr::<$r>(y, y)))*;
+                    n += equal.count_ones() as usize;
+                    let (last_a, last_b) = (a[i + $lanes - 1], b[j + $lanes - 1]);
+                    i += $lanes * usize::from(last_a <= last_b);
+                    j += $lanes * usize::from(last_b <= last_a);
+                }
+                super::merge_from(a, b, (i, j, n), need)
             }
-            // SAFETY: eight hashes from `i` and from `j` are in bounds.
-            let (x, y) = unsafe {
-                (
-                    _mm512_loadu_si512(a.as_ptr().add(i).cast()),
-                    _mm512_loadu_si512(b.as_ptr().add(j).cast()),
-                )
-            };
-            let equal = _mm512_cmpeq_epu64_mask(x, y)
-                | _mm512_cmpeq_epu64_mask(x, _mm512_alignr_epi64::<1>(y, y))
-                | _mm512_cmpeq_epu64_mask(x, _mm512_alignr_epi64::<2>(y, y))
-                | _mm512_cmpeq_epu64_mask(x, _mm512_alignr_epi64::<3>(y, y))
-                | _mm512_cmpeq_epu64_mask(x, _mm512_alignr_epi64::<4>(y, y))
-                | _mm512_cmpeq_epu64_mask(x, _mm512_alignr_epi64::<5>(y, y))
-                | _mm512_cmpeq_epu64_mask(x, _mm512_alignr_epi64::<6>(y, y))
-                | _mm512_cmpeq_epu64_mask(x, _mm512_alignr_epi64::<7>(y, y));
-            n += equal.count_ones() as usize;
-            let (last_a, last_b) = (a[i + 7], b[j + 7]);
-            i += 8 * usize::from(last_a <= last_b);
-            j += 8 * usize::from(last_b <= last_a);
-        }
-        super::merge_from(a, b, (i, j, n), need)
+        };
     }
 
-    /// [`merge64`] for 32-bit features, sixteen of each side at a time
-    /// (the second block and its fifteen rotations).
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512F.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn merge32(a: &[u32], b: &[u32], need: usize) -> (usize, bool) {
-        let (mut i, mut j, mut n) = (0usize, 0usize, 0usize);
-        while i + 16 <= a.len() && j + 16 <= b.len() {
-            let most = n + (a.len() - i).min(b.len() - j);
-            if most < need {
-                return (most, false);
-            }
-            // SAFETY: sixteen features from `i` and from `j` are in bounds.
-            let (x, y) = unsafe {
-                (
-                    _mm512_loadu_si512(a.as_ptr().add(i).cast()),
-                    _mm512_loadu_si512(b.as_ptr().add(j).cast()),
-                )
-            };
-            let equal = _mm512_cmpeq_epu32_mask(x, y)
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<1>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<2>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<3>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<4>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<5>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<6>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<7>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<8>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<9>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<10>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<11>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<12>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<13>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<14>(y, y))
-                | _mm512_cmpeq_epu32_mask(x, _mm512_alignr_epi32::<15>(y, y));
-            n += equal.count_ones() as usize;
-            let (last_a, last_b) = (a[i + 15], b[j + 15]);
-            i += 16 * usize::from(last_a <= last_b);
-            j += 16 * usize::from(last_b <= last_a);
-        }
-        super::merge_from(a, b, (i, j, n), need)
-    }
+    block_merge!(
+        /// [`super::merge`] of 64-bit hashes, eight of each side at a time
+        /// (the second block and its seven rotations).
+        merge64, u64, 8, _mm512_cmpeq_epu64_mask, _mm512_alignr_epi64,
+        [1, 2, 3, 4, 5, 6, 7]
+    );
+
+    block_merge!(
+        /// [`super::merge`] of 32-bit features, sixteen of each side at a
+        /// time (the second block and its fifteen rotations).
+        merge32, u32, 16, _mm512_cmpeq_epu32_mask, _mm512_alignr_epi32,
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    );
 }
 
 /// [`verified_jaccard`] when it is at least `threshold`; otherwise some value
