@@ -70,7 +70,7 @@ pub fn narrow(shingles: &[u64], out: &mut Vec<SetFeature>) {
 }
 
 /// A verification rule: `jaccard:T` keeps a candidate pair when the Jaccard
-/// similarity of the two documents' shingle sets is at least T.
+/// similarity of the two documents' feature sets is at least T.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Verify {
     pub threshold: f64,

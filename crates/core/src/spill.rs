@@ -1,8 +1,8 @@
 //! Verification features on disk: each document's sorted features
-//! ([`SetFeature`], 4 bytes each), written once in input order (a set already written, by its digest, not
-//! again) and read back by document with positioned reads
-//! into small per-thread buffers, so that verifying a corpus holds 88 bytes per
-//! document in memory (an offset, a 128-bit digest, and its feature count and
+//! ([`SetFeature`], 4 bytes each), written once in input order (a set
+//! already written, by its digest, not again) and read back by document with
+//! positioned reads into small per-thread buffers, so that verifying a corpus
+//! holds 88 bytes per document in memory (an offset, a 128-bit digest, and its feature count and
 //! a 60-byte MinHash sketch, which rule out most candidate pairs unread, in
 //! one cache line), not its features.
 //!
