@@ -39,24 +39,69 @@ pub fn words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     // into pieces segmented independently: long stretches of ASCII and common
     // punctuation on the fast path, and around each other character the piece
     // between two such breaks through `unicode-segmentation`.
+    //
+    // A Han character (Word_Break Other) is a word by itself, with the
+    // Extend, Format and ZWJ characters after it (WB4): every rule breaks
+    // before one, and after one unless such a character follows, and no rule
+    // that looks two characters away matches across one. So the text also
+    // splits before each Han character, and after one followed by ASCII,
+    // another Han character or a known punctuation mark: Chinese text is
+    // cut a character at a time without `unicode-segmentation`.
     let b = text.as_bytes();
     let n = b.len();
-    let is_break = |i: usize| i > 0 && i < n && b[i - 1] == b' ' && b[i].is_ascii() && b[i] != b' ';
+    let is_break = |i: usize| {
+        i > 0
+            && i < n
+            && ((b[i - 1] == b' ' && b[i].is_ascii() && b[i] != b' ') || han_at(text, i).is_some())
+    };
     let mut pos = 0;
     while pos < n {
         let Some(k) = next_unknown(b, pos) else {
             fast_words(&text[pos..], emit);
             return;
         };
-        // The last break at or before k, and the first one after it.
-        let start = (pos + 1..=k).rev().find(|&i| is_break(i)).unwrap_or(pos);
+        let start = match han_at(text, k) {
+            Some(c) => {
+                if k > pos {
+                    fast_words(&text[pos..k], emit);
+                    pos = k;
+                }
+                let after = k + c.len_utf8();
+                let plain = after == n
+                    || b[after].is_ascii()
+                    || known_punct(&b[after..])
+                    || han_at(text, after).is_some();
+                if plain {
+                    if c.is_alphanumeric() {
+                        emit(&text[k..after]);
+                    }
+                    pos = after;
+                    continue;
+                }
+                k
+            }
+            // The last break at or before k.
+            None => (pos + 1..=k).rev().find(|&i| is_break(i)).unwrap_or(pos),
+        };
         if start > pos {
             fast_words(&text[pos..start], emit);
         }
+        // The first break after k.
         let end = (k + 1..n).find(|&i| is_break(i)).unwrap_or(n);
         text[start..end].unicode_words().for_each(&mut *emit);
         pos = end;
     }
+}
+
+/// The Han character starting at byte `i` of `text`, if one does.
+#[inline]
+fn han_at(text: &str, i: usize) -> Option<char> {
+    // Han characters are three or four bytes long, from lead byte 0xE3.
+    let lead = *text.as_bytes().get(i)?;
+    if lead < 0xE3 || !text.is_char_boundary(i) {
+        return None;
+    }
+    text[i..].chars().next().filter(|&c| is_han(c))
 }
 
 /// The first non-ASCII character at or after `pos` that the fast tokenizer does
@@ -311,6 +356,14 @@ mod tests {
         }
 
         /// The fast tokenizer on ASCII with typographic punctuation.
+        /// Han text, cut a character at a time: ideographs of every range
+        /// `is_han` takes (an unassigned one too), the marks that attach
+        /// to one (WB4), Chinese punctuation, kana, Latin and digits.
+        #[test]
+        fn words_match_uax29_on_han_text(s in "[a-b0-1 .,'\u{301}\u{200d}\u{fe0f}\u{ad}中文\u{3400}\u{f900}\u{fa6e}\u{20000}\u{2fffd}，。「」カ😀‘”\n]{0,40}") {
+            same_as_uax29(&s, mixed)?;
+        }
+
         #[test]
         fn fast_words_match_uax29(s in "[a-b0-1.',:;_ ‘’–—“”…]{0,40}") {
             same_as_uax29(&s, mixed)?;
