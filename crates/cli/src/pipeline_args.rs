@@ -300,6 +300,28 @@ impl PipelineArgs {
         Ok(match idf {
             Some(table) => {
                 if table.config_digest() != feature_digest {
+                    // A table learned with another tokenizer (`idf build`'s
+                    // default is auto; dedup's candidates cut words) is named.
+                    let other = Tokenizer::NAMES
+                        .iter()
+                        .filter_map(|name| name.parse::<Tokenizer>().ok())
+                        .find(|&tokenizer| {
+                            let c = FingerprintConfig {
+                                tokenizer,
+                                ..config.clone()
+                            };
+                            c.features_digest() == table.config_digest()
+                        });
+                    if let Some(learned) = other {
+                        bail!(
+                            "the IDF table was learned from features made with another \
+                             configuration: tokens cut by --tokenizer {learned}, where these \
+                             flags cut them with --tokenizer {}; pass --tokenizer {learned}, \
+                             or learn the table again with `neardup idf build --tokenizer {}`",
+                            config.tokenizer,
+                            config.tokenizer
+                        );
+                    }
                     bail!(
                         "the IDF table was learned from features made with another configuration \
                          ({} here, {} in the table): use the same --tokenizer, --features, \

@@ -539,6 +539,22 @@ fn idf_tables_are_built_used_and_checked() {
         "{}",
         stderr(&o)
     );
+    // One learned with another tokenizer (auto, `idf build`'s default; dedup's
+    // verified candidates cut UAX #29 words) is refused naming both.
+    let o = run(&[
+        "dedup",
+        sample().to_str().unwrap(),
+        "--weights",
+        "tfidf",
+        "--idf",
+        table.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--tokenizer auto, where these flags cut them with --tokenizer words"),
+        "{}",
+        stderr(&o)
+    );
     // A corrupt table is refused with its line.
     let bad = write(
         dir.path(),
