@@ -355,7 +355,6 @@ mod tests {
             same_as_uax29(&s, mixed)?;
         }
 
-        /// The fast tokenizer on ASCII with typographic punctuation.
         /// Han text, cut a character at a time: ideographs of every range
         /// `is_han` takes (an unassigned one too), the marks that attach
         /// to one (WB4), Chinese punctuation, kana, Latin and digits.
@@ -364,6 +363,7 @@ mod tests {
             same_as_uax29(&s, mixed)?;
         }
 
+        /// The fast tokenizer on ASCII with typographic punctuation.
         #[test]
         fn fast_words_match_uax29(s in "[a-b0-1.',:;_ ‘’–—“”…]{0,40}") {
             same_as_uax29(&s, mixed)?;

@@ -65,7 +65,8 @@ pub struct Args {
     /// documents' word 3-shingles (character 3-grams for Chinese). On by
     /// default, as jaccard:0.8, whenever the documents' texts are read (not with
     /// --fingerprints). Candidates then come from 128-bit fingerprints of single
-    /// tokens (pipeline flags adjust this; --config or --profile replace it).
+    /// tokens, UAX #29 words with each Han character one (pipeline flags adjust
+    /// this; --config or --profile replace it).
     #[arg(long, value_name = "jaccard:T")]
     pub verify: Option<Verify>,
 
