@@ -313,10 +313,11 @@ struct Row {
 /// out), `fp` (two u64 per document: high and low words; high 0 at 64 bits),
 /// `ids` (JSON text of each id, JSON Lines only), `key_kind`/`key_num`/
 /// `key_str` (with `keep_by`), `summaries` (SUMMARY_BYTES each), `features`
-/// (a list of bytes, sorted u64 hashes), `errors` ((row, message) of invalid
-/// records; the caller fails or skips them). With `fingerprints=False` (the
-/// exact check, which needs the features only) `fp` is all zeros and no
-/// fingerprint is made: Chinese text is then not cut by jieba. With
+/// (a list of bytes, the sorted verification features as little-endian
+/// u32), `errors` ((row, message) of invalid records; the caller fails or
+/// skips them). With `fingerprints=False` (the exact check, which needs the
+/// features only) `fp` is all zeros and no fingerprint is made (its tokens
+/// are not cut). With
 /// `shares=True`, fingerprints to be centred on the corpus: `shares` holds
 /// where each document's bits lean (one byte per bit, as `bit_shares`) and
 /// `fp` is all zeros.
