@@ -524,37 +524,32 @@ fn idf_tables_are_built_used_and_checked() {
         with.stdout, without.stdout,
         "IDF weights must change some fingerprints"
     );
-    // A table learned from other features is refused.
-    let o = run(&[
-        "fingerprint",
-        sample().to_str().unwrap(),
-        "--features",
-        "shingles:2",
-        "--idf",
-        table.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("learned from features made with another configuration"),
-        "{}",
-        stderr(&o)
-    );
-    // One learned with another tokenizer (auto, `idf build`'s default; dedup's
-    // verified candidates cut UAX #29 words) is refused naming both.
-    let o = run(&[
-        "dedup",
-        sample().to_str().unwrap(),
-        "--weights",
-        "tfidf",
-        "--idf",
-        table.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("--tokenizer auto, where these flags cut them with --tokenizer words"),
-        "{}",
-        stderr(&o)
-    );
+    // A table learned from other features is refused; one learned with
+    // another tokenizer (auto, `idf build`'s default, where dedup's verified
+    // candidates cut UAX #29 words) is refused naming both.
+    let (corpus, learned) = (sample(), table.to_str().unwrap());
+    let corpus = corpus.to_str().unwrap();
+    for (args, hint) in [
+        (
+            [
+                "fingerprint",
+                corpus,
+                "--features",
+                "shingles:2",
+                "--idf",
+                learned,
+            ],
+            "learned from features made with another configuration (",
+        ),
+        (
+            ["dedup", corpus, "--weights", "tfidf", "--idf", learned],
+            "--tokenizer auto, where these flags cut them with --tokenizer words",
+        ),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(hint), "{args:?}: {}", stderr(&o));
+    }
     // A corrupt table is refused with its line.
     let bad = write(
         dir.path(),

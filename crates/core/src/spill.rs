@@ -2,9 +2,9 @@
 //! ([`SetFeature`], 4 bytes each), written once in input order (a set
 //! already written, by its digest, not again) and read back by document with
 //! positioned reads into small per-thread buffers, so that verifying a corpus
-//! holds 88 bytes per document in memory (an offset, a 128-bit digest, and its feature count and
-//! a 60-byte MinHash sketch, which rule out most candidate pairs unread, in
-//! one cache line), not its features.
+//! holds 88 bytes per document in memory (an offset, a 128-bit digest, and
+//! its feature count and a 60-byte MinHash sketch, which rule out most
+//! candidate pairs unread, in one cache line), not its features.
 //!
 //! The file is an unnamed temporary file (removed by the system when the
 //! process ends, however it ends), read with `pread`: its pages live in the
