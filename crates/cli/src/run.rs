@@ -16,6 +16,11 @@ use crate::input::{Doc, DocReader, InputArgs, ReadStats, Record, RecordError};
 /// Batches waiting between the reader and the workers.
 const QUEUE: usize = 2;
 
+/// Batches given to the workers and not yet through the sink: while the
+/// last documents of one batch are fingerprinted, an idle worker starts on
+/// the next, so the pool never waits at a batch's end.
+const IN_FLIGHT: usize = 3;
+
 /// Reads every document of `args`, maps each with `map` in parallel, and gives
 /// each batch and its results to `sink`, in input order. Records are decoded and
 /// parsed on the worker threads; a malformed one stops the run with its place
@@ -39,8 +44,7 @@ where
         reader.on_progress(move |n| bar.inc(n));
     }
     let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Record>>>(QUEUE);
-    let mut stats = ReadStats::default();
-    let result = std::thread::scope(|scope| -> Result<u64> {
+    let result = std::thread::scope(|scope| -> Result<(ReadStats, u64)> {
         let producer = scope.spawn(move || {
             loop {
                 match reader.next_batch() {
@@ -58,67 +62,102 @@ where
             }
             reader.bytes
         });
-        // The sink runs on its own thread, a batch behind the workers: what
-        // it does serially (writing the spill, freeing the batch) overlaps
-        // with the next batch's fingerprints rather than idling the pool.
-        let (sink_tx, sink_rx) = crossbeam_channel::bounded::<(Vec<Doc>, Vec<T>)>(1);
-        let sinker = scope.spawn(move || -> Result<()> {
-            for (docs, outs) in sink_rx {
-                sink(docs, outs)?;
+        // Each batch is mapped by a task of the pool, up to IN_FLIGHT at a
+        // time (a permit each, handed back once the sink has taken the
+        // batch). The sink runs on its own thread and takes the batches in
+        // input order, whichever task finishes first: what it does serially
+        // (counting, writing the spill, freeing the batch) overlaps with the
+        // next batches' fingerprints rather than idling the pool.
+        let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, Result<Parsed<T>>)>();
+        let (permit_tx, permit_rx) = crossbeam_channel::bounded::<()>(IN_FLIGHT);
+        let sinker = scope.spawn(move || -> Result<ReadStats> {
+            let mut stats = ReadStats::default();
+            let mut waiting = std::collections::BTreeMap::new();
+            let mut next = 0;
+            for (seq, parsed) in done_rx {
+                waiting.insert(seq, parsed);
+                while let Some(parsed) = waiting.remove(&next) {
+                    next += 1;
+                    let (docs, outs) = sort_parsed(parsed?, args.skip_invalid, &mut stats)?;
+                    sink(docs, outs)?;
+                    // The main thread has stopped if this fails.
+                    let _ = permit_rx.try_recv();
+                }
             }
-            Ok(())
+            Ok(stats)
         });
-        let mut result = Ok(());
-        for batch in rx.iter() {
-            let step = batch.and_then(|records| {
-                let parsed: Vec<Result<Option<(Doc, T)>, RecordError>> = records
-                    .into_par_iter()
-                    .map(|r| {
-                        r.parse(args, keep_raw).map(|d| {
-                            d.map(|doc| {
-                                let t = map(&doc);
-                                (doc, t)
+        rayon::in_place_scope(|pool| {
+            for (seq, batch) in rx.iter().enumerate() {
+                // Fails only when the sink stopped on an error, which its
+                // join below returns.
+                if permit_tx.send(()).is_err() {
+                    break;
+                }
+                let records = match batch {
+                    Ok(records) => records,
+                    Err(e) => {
+                        let _ = done_tx.send((seq, Err(e)));
+                        break;
+                    }
+                };
+                let (done_tx, map) = (done_tx.clone(), &map);
+                pool.spawn(move |_| {
+                    let parsed: Parsed<T> = records
+                        .into_par_iter()
+                        .map(|r| {
+                            r.parse(args, keep_raw).map(|d| {
+                                d.map(|doc| {
+                                    let t = map(&doc);
+                                    (doc, t)
+                                })
                             })
                         })
-                    })
-                    .collect();
-                let mut docs = Vec::with_capacity(parsed.len());
-                let mut outs = Vec::with_capacity(parsed.len());
-                for item in parsed {
-                    match item {
-                        Ok(Some((doc, t))) => {
-                            stats.count(&doc)?;
-                            docs.push(doc);
-                            outs.push(t);
-                        }
-                        Ok(None) => {}
-                        Err(RecordError::Invalid(msg)) if args.skip_invalid => stats.skip(msg),
-                        Err(RecordError::Invalid(msg)) => bail!(
-                            "{msg}; fix the line, or pass --skip-invalid to skip such lines and count them"
-                        ),
-                        Err(RecordError::Fatal(e)) => return Err(e),
-                    }
-                }
-                // A send fails only when the sink stopped on an error,
-                // which its join below returns in place of this one.
-                sink_tx
-                    .send((docs, outs))
-                    .map_err(|_| anyhow::anyhow!("the sink stopped"))
-            });
-            if let Err(e) = step {
-                result = Err(e);
-                break;
+                        .collect();
+                    let _ = done_tx.send((seq, Ok(parsed)));
+                });
             }
-        }
-        drop(rx);
-        drop(sink_tx);
-        let sunk = sinker.join().expect("sink thread panicked");
+            drop(rx);
+            drop(done_tx);
+        });
+        let stats = sinker.join().expect("sink thread panicked")?;
         let bytes = producer.join().expect("reader thread panicked");
-        sunk.and(result).map(|()| bytes)
+        Ok((stats, bytes))
     });
     bar.finish_and_clear();
-    stats.bytes = result?;
+    let (mut stats, bytes) = result?;
+    stats.bytes = bytes;
     Ok(stats)
+}
+
+/// A batch's records as the workers parsed and mapped them.
+type Parsed<T> = Vec<Result<Option<(Doc, T)>, RecordError>>;
+
+/// Splits a parsed batch into its documents and their results, counting
+/// them in `stats`; an invalid record is skipped and counted with
+/// `--skip-invalid`, else it ends the run.
+fn sort_parsed<T>(
+    parsed: Parsed<T>,
+    skip_invalid: bool,
+    stats: &mut ReadStats,
+) -> Result<(Vec<Doc>, Vec<T>)> {
+    let mut docs = Vec::with_capacity(parsed.len());
+    let mut outs = Vec::with_capacity(parsed.len());
+    for item in parsed {
+        match item {
+            Ok(Some((doc, t))) => {
+                stats.count(&doc)?;
+                docs.push(doc);
+                outs.push(t);
+            }
+            Ok(None) => {}
+            Err(RecordError::Invalid(msg)) if skip_invalid => stats.skip(msg),
+            Err(RecordError::Invalid(msg)) => bail!(
+                "{msg}; fix the line, or pass --skip-invalid to skip such lines and count them"
+            ),
+            Err(RecordError::Fatal(e)) => return Err(e),
+        }
+    }
+    Ok((docs, outs))
 }
 
 fn progress_bar(total: Option<u64>, quiet: bool) -> Arc<ProgressBar> {
@@ -202,4 +241,140 @@ pub fn summary(stats: &ReadStats, elapsed: Duration) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::input::Id;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        input: InputArgs,
+    }
+
+    /// A JSON Lines file of `n` documents with ids 0..n, the text of
+    /// document `i` being `i` words long up to 50; the lines at `bad` are
+    /// not JSON.
+    fn corpus(dir: &std::path::Path, n: usize, bad: &[usize]) -> InputArgs {
+        let mut text = String::new();
+        for i in 0..n {
+            match bad.contains(&i) {
+                true => text.push_str("{not json\n"),
+                false => text.push_str(&format!(
+                    "{{\"id\": {i}, \"text\": \"{}\"}}\n",
+                    "w ".repeat(i % 50)
+                )),
+            }
+        }
+        let path = dir.join(format!("c{n}-{}.jsonl", bad.len()));
+        std::fs::write(&path, text).unwrap();
+        Cli::parse_from(["t", path.to_str().unwrap()]).input
+    }
+
+    /// The first batch's document 7 is slow, so that the next batches
+    /// finish before it: the sink still sees every batch in input order,
+    /// with each document's own result.
+    #[test]
+    fn batches_reach_the_sink_in_input_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 5 * 4096 + 17;
+        let args = corpus(dir.path(), n, &[]);
+        let mut seen = Vec::new();
+        // Two workers besides the thread the pool runs this on.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let stats = pool
+            .install(|| {
+                for_each_batch(
+                    &args,
+                    false,
+                    true,
+                    |doc| {
+                        let Id::Int(i) = doc.id else {
+                            panic!("integer ids")
+                        };
+                        if i == 7 {
+                            std::thread::sleep(Duration::from_millis(300));
+                        }
+                        (i, doc.text().len())
+                    },
+                    |docs, outs| {
+                        for (doc, (i, len)) in docs.iter().zip(outs) {
+                            assert_eq!(doc.id, Id::Int(i));
+                            assert_eq!(doc.text().len(), len);
+                            seen.push(i);
+                        }
+                        Ok(())
+                    },
+                )
+            })
+            .unwrap();
+        assert_eq!(seen, (0..n as i64).collect::<Vec<_>>());
+        assert_eq!(stats.documents, n as u64);
+    }
+
+    /// Of two malformed lines in different batches, the run stops on the
+    /// first, after the sink has had every batch before it; with
+    /// --skip-invalid both are counted, in order.
+    #[test]
+    fn the_first_malformed_line_in_input_order_stops_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 4 * 4096;
+        let bad = [4096 + 5, 3 * 4096 + 1];
+        let mut args = corpus(dir.path(), n, &bad);
+        let mut sunk = 0;
+        let err = for_each_batch(
+            &args,
+            false,
+            true,
+            |_| (),
+            |docs, _| {
+                sunk += docs.len();
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains(&format!(":{}", bad[0] + 1)), "{msg}");
+        assert!(msg.contains("--skip-invalid"), "{msg}");
+        assert_eq!(sunk, 4096);
+
+        args.skip_invalid = true;
+        let stats = for_each_batch(&args, false, true, |_| (), |_, _| Ok(())).unwrap();
+        assert_eq!(stats.skipped, 2);
+        assert_eq!(stats.documents, (n - 2) as u64);
+        assert!(stats.skipped_examples[0].contains(&format!(":{}", bad[0] + 1)));
+        assert!(stats.skipped_examples[1].contains(&format!(":{}", bad[1] + 1)));
+    }
+
+    /// A sink that fails stops the run with its error, while the reader
+    /// still has batches to give: nothing waits for ever.
+    #[test]
+    fn a_failing_sink_stops_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = corpus(dir.path(), 10 * 4096, &[]);
+        let mut calls = 0;
+        let err = for_each_batch(
+            &args,
+            false,
+            true,
+            |_| (),
+            |_, _| {
+                calls += 1;
+                match calls {
+                    2 => anyhow::bail!("the disk is full"),
+                    _ => Ok(()),
+                }
+            },
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("the disk is full"));
+        assert_eq!(calls, 2);
+    }
 }
