@@ -4,9 +4,13 @@
 //! Each run is a child `neardup dedup --clusters FILE --keep FILE` process (what
 //! a corpus cleaner asks for; `--pairs` lists every pair of a heavy cluster,
 //! quadratic in its size), so that its wall time and peak resident memory
-//! (the child's VmHWM, as its summary prints it) are its own.
+//! (the child's VmHWM, as its summary prints it) are its own. A run with N
+//! threads is held to N of the machine's CPUs (its affinity set, unless
+//! `--no-pin`), so that its reader, sink and writer threads share the cores
+//! its workers have: MB/s per core is per core the run could use.
 
 use std::io::{BufWriter, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
@@ -54,6 +58,11 @@ pub struct DedupArgs {
         value_name = "N,..."
     )]
     pub threads: Vec<usize>,
+
+    /// Let every run use all of the machine's CPUs, whatever its thread count
+    /// (by default a run with N threads is held to N CPUs).
+    #[arg(long)]
+    pub no_pin: bool,
 
     /// Keep the generated corpus at this path (JSON Lines).
     #[arg(long, value_name = "FILE")]
@@ -112,21 +121,30 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
     let bytes = input_bytes(&corpus)?;
     let exe = std::env::current_exe().context("cannot find the neardup executable")?;
     println!(
-        "{:<11} {:>7} {:>8} {:>8} {:>10} {:>8} {:>9}  phases",
-        "mode", "threads", "wall s", "MB/s", "MB/s/core", "peak MB", "removed"
+        "{:<11} {:>7} {:>5} {:>8} {:>8} {:>10} {:>5} {:>8} {:>9}  phases",
+        "mode", "threads", "cpus", "wall s", "MB/s", "MB/s/core", "cpu%", "peak MB", "removed"
     );
     let mut walls = std::collections::HashMap::new();
+    let mut pinned = std::collections::HashMap::new();
     for &threads in &args.threads {
+        // --threads 0 is all of them.
+        let cpus = match args.no_pin || threads == 0 {
+            true => None,
+            false => first_cpus(threads),
+        };
+        pinned.insert(threads, cpus.is_some());
         for verified in [true, false] {
-            let r = run_dedup(&exe, &corpus, tmp.path(), threads, verified)?;
+            let r = run_dedup(&exe, &corpus, tmp.path(), threads, cpus, verified)?;
             let mbs = bytes as f64 / 1e6 / r.wall;
             println!(
-                "{:<11} {:>7} {:>8.2} {:>8.1} {:>10.1} {:>8.0} {:>9}  {}",
+                "{:<11} {:>7} {:>5} {:>8.2} {:>8.1} {:>10.1} {:>5.0} {:>8.0} {:>9}  {}",
                 if verified { "verified" } else { "unverified" },
                 threads,
+                cpus.map_or_else(|| "all".to_owned(), |c| c.count.to_string()),
                 r.wall,
                 mbs,
                 mbs / threads.max(1) as f64,
+                100.0 * r.cpu / r.wall,
                 r.peak_mb,
                 r.removed,
                 r.phases
@@ -143,7 +161,14 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
         }
     }
     if let (Some(one), Some(two)) = (walls.get(&(1, true)), walls.get(&(2, true))) {
-        println!("# verified, 1 -> 2 threads: {:.2}x faster", one / two);
+        let on = match pinned.get(&1).copied().zip(pinned.get(&2).copied()) {
+            Some((true, true)) => "on 1 and 2 CPUs",
+            _ => "every run on all CPUs",
+        };
+        println!(
+            "# verified, 1 -> 2 threads ({on}): {:.2}x faster",
+            one / two
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -165,6 +190,8 @@ fn input_bytes(path: &Path) -> Result<u64> {
 
 struct Measured {
     wall: f64,
+    /// CPU time, user and system, in seconds.
+    cpu: f64,
     peak_mb: f64,
     removed: u64,
     phases: String,
@@ -176,6 +203,7 @@ fn run_dedup(
     corpus: &Path,
     tmp: &Path,
     threads: usize,
+    cpus: Option<Cpus>,
     verified: bool,
 ) -> Result<Measured> {
     let (keep, clusters) = (tmp.join("keep.jsonl"), tmp.join("clusters.jsonl"));
@@ -207,11 +235,14 @@ fn run_dedup(
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    if let Some(cpus) = cpus {
+        hold_to(&mut cmd, cpus);
+    }
     let started = Instant::now();
     let mut child = cmd.spawn().context("cannot start neardup dedup")?;
     let stderr = child.stderr.take().expect("piped");
     let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let (status, peak_kb) = wait_with_rusage(child.id())?;
+    let (status, peak_kb, cpu) = wait_with_rusage(child.id())?;
     let wall = started.elapsed().as_secs_f64();
     let log = reader.join().unwrap_or_default();
     if status != 0 {
@@ -237,14 +268,62 @@ fn run_dedup(
         .unwrap_or(0);
     Ok(Measured {
         wall,
+        cpu,
         peak_mb,
         removed,
         phases,
     })
 }
 
-/// Waits for process `pid`: its exit status and peak resident memory in KiB.
-fn wait_with_rusage(pid: u32) -> Result<(i32, i64)> {
+/// A set of CPUs to hold a run to.
+#[derive(Clone, Copy)]
+struct Cpus {
+    set: libc::cpu_set_t,
+    count: usize,
+}
+
+/// The first `n` of the CPUs this process may run on, or `None` if it may
+/// run on fewer (or its set cannot be read).
+fn first_cpus(n: usize) -> Option<Cpus> {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: cpu_set_t is plain data, which sched_getaffinity fills for this
+    // process and the CPU_* functions read and write within its bounds.
+    unsafe {
+        let mut all: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size, &mut all) != 0 {
+            return None;
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let mut count = 0;
+        for cpu in 0..8 * size {
+            if count < n && libc::CPU_ISSET(cpu, &all) {
+                libc::CPU_SET(cpu, &mut set);
+                count += 1;
+            }
+        }
+        (count == n).then_some(Cpus { set, count })
+    }
+}
+
+/// Has the child that `cmd` starts run on `cpus` only.
+fn hold_to(cmd: &mut Command, cpus: Cpus) {
+    let set = cpus.set;
+    // SAFETY: the closure only makes one system call, which is safe between
+    // fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            match libc::sched_setaffinity(0, size, &set) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+}
+
+/// Waits for process `pid`: its exit status, peak resident memory in KiB
+/// and CPU time (user and system) in seconds.
+fn wait_with_rusage(pid: u32) -> Result<(i32, i64, f64)> {
     let mut status = 0;
     // SAFETY: rusage is plain data; wait4 fills it for our own child `pid`.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -257,7 +336,12 @@ fn wait_with_rusage(pid: u32) -> Result<(i32, i64)> {
     } else {
         -1
     };
-    Ok((code, usage.ru_maxrss))
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok((
+        code,
+        usage.ru_maxrss,
+        secs(usage.ru_utime) + secs(usage.ru_stime),
+    ))
 }
 
 #[derive(Default)]
@@ -707,4 +791,24 @@ fn rewrap(base: &str, rng: &mut SplitMix64) -> String {
         col += word.len();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One CPU is always there to hold a run to, and a child held to it
+    /// runs on it alone; more CPUs than the process may use are refused.
+    #[test]
+    fn a_run_is_held_to_the_cpus_it_is_given() {
+        let one = first_cpus(1).expect("this process runs on some CPU");
+        assert_eq!(one.count, 1);
+        assert!(first_cpus(usize::MAX).is_none());
+        let mut cmd = Command::new("grep");
+        cmd.args(["Cpus_allowed_list", "/proc/self/status"]);
+        hold_to(&mut cmd, one);
+        let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+        let list = out.split(':').nth(1).unwrap().trim();
+        assert!(list.parse::<usize>().is_ok(), "one CPU, not {list:?}");
+    }
 }
