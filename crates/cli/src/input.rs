@@ -395,6 +395,11 @@ pub enum RecordError {
 }
 
 impl Record {
+    /// The record's size in bytes, as read.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// Where the record is, as `file:line`.
     pub fn place(&self) -> String {
         self.doc_place().to_string()

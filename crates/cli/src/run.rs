@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rayon::prelude::*;
 
 use crate::input::{Doc, DocReader, InputArgs, ReadStats, Record, RecordError};
 
@@ -62,22 +61,23 @@ where
             }
             reader.bytes
         });
-        // Each batch is mapped by a task of the pool, up to IN_FLIGHT at a
-        // time (a permit each, handed back once the sink has taken the
-        // batch). The sink runs on its own thread and takes the batches in
-        // input order, whichever task finishes first: what it does serially
-        // (counting, writing the spill, freeing the batch) overlaps with the
-        // next batches' fingerprints rather than idling the pool.
-        let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, Result<Parsed<T>>)>();
+        // Each batch is cut into chunks of a few records, each mapped by a
+        // task of the pool; up to IN_FLIGHT batches at a time (a permit
+        // each, handed back once the sink has taken the batch). The tasks
+        // are flat (no task waits for another), so a worker that finishes
+        // one chunk takes the next, of this batch or the next one. The sink
+        // runs on its own thread and takes the batches in input order,
+        // whatever order their chunks finish in: what it does serially
+        // (counting, writing the spill, freeing the batch) overlaps with
+        // the next batches' fingerprints rather than idling the pool.
+        let (done_tx, done_rx) = crossbeam_channel::unbounded::<Chunk<T>>();
         let (permit_tx, permit_rx) = crossbeam_channel::bounded::<()>(IN_FLIGHT);
         let sinker = scope.spawn(move || -> Result<ReadStats> {
             let mut stats = ReadStats::default();
-            let mut waiting = std::collections::BTreeMap::new();
-            let mut next = 0;
-            for (seq, parsed) in done_rx {
-                waiting.insert(seq, parsed);
-                while let Some(parsed) = waiting.remove(&next) {
-                    next += 1;
+            let mut batches = Reassembly::default();
+            for chunk in done_rx {
+                batches.add(chunk);
+                while let Some(parsed) = batches.next_whole() {
                     let (docs, outs) = sort_parsed(parsed?, args.skip_invalid, &mut stats)?;
                     sink(docs, outs)?;
                     // The main thread has stopped if this fails.
@@ -87,34 +87,44 @@ where
             Ok(stats)
         });
         rayon::in_place_scope(|pool| {
-            for (seq, batch) in rx.iter().enumerate() {
+            for (batch, read) in rx.iter().enumerate() {
                 // Fails only when the sink stopped on an error, which its
                 // join below returns.
                 if permit_tx.send(()).is_err() {
                     break;
                 }
-                let records = match batch {
+                let records = match read {
                     Ok(records) => records,
                     Err(e) => {
-                        let _ = done_tx.send((seq, Err(e)));
+                        let _ = done_tx.send(Chunk::whole(batch, Err(e)));
                         break;
                     }
                 };
-                let (done_tx, map) = (done_tx.clone(), &map);
-                pool.spawn(move |_| {
-                    let parsed: Parsed<T> = records
-                        .into_par_iter()
-                        .map(|r| {
-                            r.parse(args, keep_raw).map(|d| {
-                                d.map(|doc| {
-                                    let t = map(&doc);
-                                    (doc, t)
+                let chunks = cut(records);
+                let of = chunks.len();
+                for (index, records) in chunks.into_iter().enumerate() {
+                    let (done_tx, map) = (done_tx.clone(), &map);
+                    pool.spawn(move |_| {
+                        let parsed: Parsed<T> = records
+                            .into_iter()
+                            .map(|r| {
+                                r.parse(args, keep_raw).map(|d| {
+                                    d.map(|doc| {
+                                        let t = map(&doc);
+                                        (doc, t)
+                                    })
                                 })
                             })
-                        })
-                        .collect();
-                    let _ = done_tx.send((seq, Ok(parsed)));
-                });
+                            .collect();
+                        let chunk = Chunk {
+                            batch,
+                            index,
+                            of,
+                            parsed: Ok(parsed),
+                        };
+                        let _ = done_tx.send(chunk);
+                    });
+                }
             }
             drop(rx);
             drop(done_tx);
@@ -129,8 +139,101 @@ where
     Ok(stats)
 }
 
-/// A batch's records as the workers parsed and mapped them.
+/// Records as the workers parsed and mapped them.
 type Parsed<T> = Vec<Result<Option<(Doc, T)>, RecordError>>;
+
+/// A chunk of a batch holds at most this many records...
+const CHUNK_RECORDS: usize = 32;
+/// ...and stops at the first record that takes it to this many bytes.
+const CHUNK_BYTES: usize = 128 << 10;
+
+/// Cuts a batch into chunks of a few records (at least one).
+fn cut(records: Vec<Record>) -> Vec<Vec<Record>> {
+    let mut chunks = Vec::new();
+    let (mut chunk, mut bytes) = (Vec::new(), 0);
+    for r in records {
+        bytes += r.byte_len();
+        chunk.push(r);
+        if chunk.len() == CHUNK_RECORDS || bytes >= CHUNK_BYTES {
+            chunks.push(std::mem::take(&mut chunk));
+            bytes = 0;
+        }
+    }
+    if !chunk.is_empty() || chunks.is_empty() {
+        chunks.push(chunk);
+    }
+    chunks
+}
+
+/// Chunk `index` of `of` of batch `batch`, mapped (or the reader's error,
+/// as a batch of one chunk).
+struct Chunk<T> {
+    batch: usize,
+    index: usize,
+    of: usize,
+    parsed: Result<Parsed<T>>,
+}
+
+impl<T> Chunk<T> {
+    fn whole(batch: usize, parsed: Result<Parsed<T>>) -> Chunk<T> {
+        Chunk {
+            batch,
+            index: 0,
+            of: 1,
+            parsed,
+        }
+    }
+}
+
+/// The chunks that have come, until their batches are whole and the
+/// batches before them gone.
+struct Reassembly<T> {
+    /// The batch to give next.
+    next: usize,
+    /// Per batch: its chunks by index, and how many are still to come.
+    waiting: std::collections::HashMap<usize, (Slots<T>, usize)>,
+}
+
+/// A batch's chunks by index, those that have come.
+type Slots<T> = Vec<Option<Result<Parsed<T>>>>;
+
+impl<T> Default for Reassembly<T> {
+    fn default() -> Self {
+        Reassembly {
+            next: 0,
+            waiting: Default::default(),
+        }
+    }
+}
+
+impl<T> Reassembly<T> {
+    fn add(&mut self, chunk: Chunk<T>) {
+        let (slots, missing) = self
+            .waiting
+            .entry(chunk.batch)
+            .or_insert_with(|| ((0..chunk.of).map(|_| None).collect(), chunk.of));
+        slots[chunk.index] = Some(chunk.parsed);
+        *missing -= 1;
+    }
+
+    /// The next batch in input order, if all its chunks have come: its
+    /// records in order, or the first error among its chunks.
+    fn next_whole(&mut self) -> Option<Result<Parsed<T>>> {
+        if self.waiting.get(&self.next)?.1 > 0 {
+            return None;
+        }
+        let (slots, _) = self.waiting.remove(&self.next)?;
+        self.next += 1;
+        let mut whole = Vec::new();
+        for parsed in slots.into_iter().flatten() {
+            match parsed {
+                Ok(mut p) => whole.append(&mut p),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(whole))
+    }
+}
 
 /// Splits a parsed batch into its documents and their results, counting
 /// them in `stats`; an invalid record is skipped and counted with
@@ -317,6 +420,47 @@ mod tests {
             .unwrap();
         assert_eq!(seen, (0..n as i64).collect::<Vec<_>>());
         assert_eq!(stats.documents, n as u64);
+    }
+
+    /// Chunks keep every record in order, none over its limits but by its
+    /// last record, and an empty batch is one empty chunk.
+    #[test]
+    fn chunks_cut_a_batch_in_order_within_their_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = String::new();
+        let mut rng = neardup_core::rng::SplitMix64(5);
+        for i in 0..3000 {
+            let words = match rng.next() % 50 {
+                0 => 40_000,
+                _ => (rng.next() % 300) as usize,
+            };
+            text.push_str(&format!(
+                "{{\"id\": {i}, \"text\": \"{}\"}}\n",
+                "w ".repeat(words)
+            ));
+        }
+        let path = dir.path().join("c.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let args = Cli::parse_from(["t", path.to_str().unwrap()]).input;
+        let mut reader = DocReader::new(&args).unwrap();
+        let mut batches = 0;
+        while let Some(batch) = reader.next_batch().unwrap() {
+            batches += 1;
+            let want: Vec<String> = batch.iter().map(Record::place).collect();
+            let chunks = cut(batch);
+            for c in &chunks {
+                assert!(!c.is_empty() && c.len() <= CHUNK_RECORDS);
+                let bytes: usize = c.iter().map(Record::byte_len).sum();
+                let last = c.last().unwrap().byte_len();
+                assert!(bytes - last < CHUNK_BYTES, "{bytes} - {last}");
+            }
+            let got: Vec<String> = chunks.iter().flatten().map(Record::place).collect();
+            assert_eq!(got, want);
+        }
+        assert!(batches > 1);
+        let empty = cut(Vec::new());
+        assert_eq!(empty.len(), 1);
+        assert!(empty[0].is_empty());
     }
 
     /// Of two malformed lines in different batches, the run stops on the
