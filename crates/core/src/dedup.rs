@@ -560,6 +560,9 @@ struct Verifier<'a, S> {
     /// With a spanning set: a pass's forest of the clusters it would join
     /// (see [`Verifier::flush`]), the identity between passes.
     forest: Vec<u32>,
+    /// With a spanning set: one bit per node, set while the pass's forest
+    /// joins it under another (cleared with its entry at the pass's end).
+    joined: Vec<u64>,
     /// Candidates not yet scored.
     todo: Vec<(u32, u32, u32)>,
     kept: Vec<(u32, u32, u32, f64)>,
@@ -576,6 +579,10 @@ impl<'a, S: PairScore> Verifier<'a, S> {
             parent: spanning.then(|| (0..nodes.is_void.len() as u32).collect()),
             forest: match spanning {
                 true => (0..nodes.is_void.len() as u32).collect(),
+                false => Vec::new(),
+            },
+            joined: match spanning {
+                true => vec![0; nodes.is_void.len().div_ceil(64)],
                 false => Vec::new(),
             },
             todo: Vec::with_capacity(Self::STRETCH),
@@ -598,8 +605,21 @@ impl<'a, S: PairScore> Verifier<'a, S> {
 
     /// Candidates of pairs of distinct fingerprints `(gu, gv, distance)`.
     fn across(&mut self, group_pairs: &[(u32, u32, u32)]) {
+        use crate::index::table::prefetch;
         let nodes = self.nodes;
-        for &(gu, gv, d) in group_pairs {
+        // The groups' node ranges are asked for AHEAD pairs early, and the
+        // first node's void mark half as early (once its number is there):
+        // the look-ups of consecutive pairs, scattered over the corpus,
+        // overlap instead of each waiting for memory.
+        for (i, &(gu, gv, d)) in group_pairs.iter().enumerate() {
+            if let Some(&(a, b, _)) = group_pairs.get(i + AHEAD) {
+                prefetch(&nodes.group_nodes[a as usize]);
+                prefetch(&nodes.group_nodes[b as usize]);
+            }
+            if let Some(&(a, b, _)) = group_pairs.get(i + AHEAD / 2) {
+                prefetch(&nodes.is_void[nodes.group_nodes[a as usize] as usize]);
+                prefetch(&nodes.is_void[nodes.group_nodes[b as usize] as usize]);
+            }
             for u in nodes.live(gu) {
                 for v in nodes.live(gv) {
                     self.push((u.min(v), u.max(v), d));
@@ -647,15 +667,30 @@ impl<'a, S: PairScore> Verifier<'a, S> {
         let mut by_forest = true;
         loop {
             if by_forest {
-                for &(u, v, d) in &todo {
+                for (i, &(u, v, d)) in todo.iter().enumerate() {
+                    prefetch_pair(&parent, todo.get(i + AHEAD));
                     let (ru, rv) = (find(&mut parent, u), find(&mut parent, v));
                     if ru == rv {
                         continue;
                     }
-                    let (a, b) = (find(&mut forest, ru), find(&mut forest, rv));
+                    // A root the pass has not joined is its own in the
+                    // forest: one bit says so, without a look-up far away.
+                    let in_forest = |x: u32| self.joined[x as usize / 64] >> (x % 64) & 1 == 1;
+                    let a = if in_forest(ru) {
+                        find(&mut forest, ru)
+                    } else {
+                        ru
+                    };
+                    let b = if in_forest(rv) {
+                        find(&mut forest, rv)
+                    } else {
+                        rv
+                    };
                     if a != b {
-                        forest[a.max(b) as usize] = a.min(b);
-                        touched.push(a.max(b));
+                        let (child, root) = (a.max(b), a.min(b));
+                        forest[child as usize] = root;
+                        self.joined[child as usize / 64] |= 1 << (child % 64);
+                        touched.push(child);
                         now.push((u, v, d));
                     } else {
                         later.push((u, v, d));
@@ -663,10 +698,12 @@ impl<'a, S: PairScore> Verifier<'a, S> {
                 }
                 for &t in &touched {
                     forest[t as usize] = t;
+                    self.joined[t as usize / 64] = 0;
                 }
                 touched.clear();
             } else {
-                for &(u, v, d) in &todo {
+                for (i, &(u, v, d)) in todo.iter().enumerate() {
+                    prefetch_pair(&parent, todo.get(i + AHEAD));
                     if find(&mut parent, u) != find(&mut parent, v) {
                         now.push((u, v, d));
                     }
@@ -743,6 +780,18 @@ impl Dedup {
             scores: Some(kept.iter().map(|&(.., j)| j).collect()),
             groups: nodes.groups,
         }
+    }
+}
+
+/// Candidate pairs between a look-up's prefetch and the look-up.
+const AHEAD: usize = 16;
+
+/// Hints the CPU to fetch the union-find entries of `pair`'s nodes.
+#[inline]
+fn prefetch_pair(parent: &[u32], pair: Option<&(u32, u32, u32)>) {
+    if let Some(&(u, v, _)) = pair {
+        crate::index::table::prefetch(&parent[u as usize]);
+        crate::index::table::prefetch(&parent[v as usize]);
     }
 }
 
