@@ -1,7 +1,7 @@
 //! The streaming, parallel, order-preserving document pipeline: a reader thread
-//! fills bounded batches; each batch is processed by rayon; results are handed
-//! to the sink, on a thread of its own, in input order. Memory is bounded by a
-//! few batches.
+//! fills bounded batches; each batch is cut into chunks that rayon's workers
+//! map as they come free; results are handed to the sink, on a thread of its
+//! own, batch by batch in input order. Memory is bounded by a few batches.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
