@@ -4,6 +4,7 @@
 //! own, batch by batch in input order. Memory is bounded by a few batches.
 
 use std::io::IsTerminal;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,22 +106,37 @@ where
                 for (index, records) in chunks.into_iter().enumerate() {
                     let (done_tx, map) = (done_tx.clone(), &map);
                     pool.spawn(move |_| {
-                        let parsed: Parsed<T> = records
-                            .into_iter()
-                            .map(|r| {
-                                r.parse(args, keep_raw).map(|d| {
-                                    d.map(|doc| {
-                                        let t = map(&doc);
-                                        (doc, t)
+                        let mapped = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            records
+                                .into_iter()
+                                .map(|r| {
+                                    r.parse(args, keep_raw).map(|d| {
+                                        d.map(|doc| {
+                                            let t = map(&doc);
+                                            (doc, t)
+                                        })
                                     })
                                 })
-                            })
-                            .collect();
+                                .collect::<Parsed<T>>()
+                        }));
+                        // A panic becomes the batch's error: the sink,
+                        // which waits for every chunk, stops on it rather
+                        // than waiting for ever.
+                        let parsed = mapped.map_err(|panic| {
+                            let what = panic
+                                .downcast_ref::<&str>()
+                                .map(|s| s.to_string())
+                                .or_else(|| panic.downcast_ref::<String>().cloned())
+                                .unwrap_or_default();
+                            anyhow::anyhow!(
+                                "internal error: a worker thread panicked ({what}); please report it"
+                            )
+                        });
                         let chunk = Chunk {
                             batch,
                             index,
                             of,
-                            parsed: Ok(parsed),
+                            parsed,
                         };
                         let _ = done_tx.send(chunk);
                     });
@@ -495,6 +511,27 @@ mod tests {
         assert_eq!(stats.documents, (n - 2) as u64);
         assert!(stats.skipped_examples[0].contains(&format!(":{}", bad[0] + 1)));
         assert!(stats.skipped_examples[1].contains(&format!(":{}", bad[1] + 1)));
+    }
+
+    /// A worker that panics stops the run with an error naming the panic,
+    /// while the reader still has batches to give: nothing waits for ever.
+    #[test]
+    fn a_panicking_worker_stops_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = corpus(dir.path(), 10 * 4096, &[]);
+        let err = for_each_batch(
+            &args,
+            false,
+            true,
+            |doc| assert_ne!(doc.id, Id::Int(5000), "document 5000"),
+            |_, _| Ok(()),
+        )
+        .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("panicked") && msg.contains("document 5000"),
+            "{msg}"
+        );
     }
 
     /// A sink that fails stops the run with its error, while the reader
