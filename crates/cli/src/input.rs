@@ -1465,6 +1465,23 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
     }
 }
 
+/// The input flags of a command line (without the program's name), for
+/// tests.
+#[cfg(test)]
+pub(crate) fn parse_input_args<S: Into<std::ffi::OsString> + Clone>(
+    args: impl IntoIterator<Item = S>,
+) -> InputArgs {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        input: InputArgs,
+    }
+    let program = std::ffi::OsString::from("neardup");
+    Cli::parse_from(std::iter::once(program).chain(args.into_iter().map(Into::into))).input
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};

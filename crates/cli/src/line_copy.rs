@@ -325,17 +325,10 @@ impl<K: Fn(usize) -> bool> Splitter<'_, K> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
     use neardup_core::rng::SplitMix64;
 
     use super::*;
-    use crate::input::{DocReader, Record};
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        input: InputArgs,
-    }
+    use crate::input::{DocReader, Record, parse_input_args};
 
     /// A random file of lines: JSON objects, blank and whitespace lines,
     /// `\r\n` or `\n` line ends, a byte-order mark or not, a last line
@@ -402,12 +395,12 @@ mod tests {
                 std::fs::write(&p, random_file(&mut rng)).unwrap();
                 paths.push(p.display().to_string());
             }
-            let mut argv = vec!["t".to_owned()];
+            let mut argv = Vec::new();
             if lines_format {
                 argv.push("--lines".to_owned());
             }
             argv.extend(paths);
-            let args = Cli::parse_from(argv).input;
+            let args = parse_input_args(argv);
             let seed = rng.next();
             let kept = |d: usize| !SplitMix64(seed ^ d as u64).next().is_multiple_of(3);
             let (want_keep, want_drop, want_docs) = oracle(&args, kept);
@@ -438,7 +431,7 @@ mod tests {
         let path = dir.path().join("big.jsonl");
         let line = format!("{{\"text\": \"{}\"}}\n", "w".repeat(1000));
         std::fs::write(&path, line.repeat(2000)).unwrap();
-        let args = Cli::parse_from(["t", path.to_str().unwrap()]).input;
+        let args = parse_input_args([path.to_str().unwrap()]);
         let files = plain_line_files(&args).unwrap().expect("a plain file");
         let mut full = Output::create(Some(std::path::Path::new("/dev/full"))).unwrap();
         let result = split_records_in(4096, &files, |_| true, Some(&mut full), None);
@@ -455,8 +448,7 @@ mod tests {
         std::fs::write(&gz, e.finish().unwrap()).unwrap();
         let plain = dir.path().join("b.jsonl");
         std::fs::write(&plain, b"{\"text\": \"b\"}\n").unwrap();
-        let args =
-            |v: &[&str]| Cli::parse_from(std::iter::once("t").chain(v.iter().copied())).input;
+        let args = |v: &[&str]| parse_input_args(v.iter().copied());
         let p = plain.to_str().unwrap();
         assert!(plain_line_files(&args(&[p])).unwrap().is_some());
         assert!(

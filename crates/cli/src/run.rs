@@ -364,16 +364,8 @@ pub fn summary(stats: &ReadStats, elapsed: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::input::Id;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        input: InputArgs,
-    }
+    use crate::input::{Id, parse_input_args};
 
     /// A JSON Lines file of `n` documents with ids 0..n, the text of
     /// document `i` being `i` words long up to 50; the lines at `bad` are
@@ -391,7 +383,7 @@ mod tests {
         }
         let path = dir.join(format!("c{n}-{}.jsonl", bad.len()));
         std::fs::write(&path, text).unwrap();
-        Cli::parse_from(["t", path.to_str().unwrap()]).input
+        parse_input_args([path.to_str().unwrap()])
     }
 
     /// The first batch's document 7 is slow, so that the next batches
@@ -457,7 +449,7 @@ mod tests {
         }
         let path = dir.path().join("c.jsonl");
         std::fs::write(&path, text).unwrap();
-        let args = Cli::parse_from(["t", path.to_str().unwrap()]).input;
+        let args = parse_input_args([path.to_str().unwrap()]);
         let mut reader = DocReader::new(&args).unwrap();
         let mut batches = 0;
         while let Some(batch) = reader.next_batch().unwrap() {
