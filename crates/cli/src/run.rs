@@ -106,39 +106,13 @@ where
                 for (index, records) in chunks.into_iter().enumerate() {
                     let (done_tx, map) = (done_tx.clone(), &map);
                     pool.spawn(move |_| {
-                        let mapped = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                            records
-                                .into_iter()
-                                .map(|r| {
-                                    r.parse(args, keep_raw).map(|d| {
-                                        d.map(|doc| {
-                                            let t = map(&doc);
-                                            (doc, t)
-                                        })
-                                    })
-                                })
-                                .collect::<Parsed<T>>()
-                        }));
-                        // A panic becomes the batch's error: the sink,
-                        // which waits for every chunk, stops on it rather
-                        // than waiting for ever.
-                        let parsed = mapped.map_err(|panic| {
-                            let what = panic
-                                .downcast_ref::<&str>()
-                                .map(|s| s.to_string())
-                                .or_else(|| panic.downcast_ref::<String>().cloned())
-                                .unwrap_or_default();
-                            anyhow::anyhow!(
-                                "internal error: a worker thread panicked ({what}); please report it"
-                            )
-                        });
-                        let chunk = Chunk {
+                        let parsed = map_chunk(records, args, keep_raw, map);
+                        let _ = done_tx.send(Chunk {
                             batch,
                             index,
                             of,
                             parsed,
-                        };
-                        let _ = done_tx.send(chunk);
+                        });
                     });
                 }
             }
@@ -157,6 +131,35 @@ where
 
 /// Records as the workers parsed and mapped them.
 type Parsed<T> = Vec<Result<Option<(Doc, T)>, RecordError>>;
+
+/// Parses a chunk's records and maps each document. A panic becomes the
+/// chunk's error: the sink, which waits for every chunk of a batch, stops
+/// on it rather than waiting for ever.
+fn map_chunk<T>(
+    records: Vec<Record>,
+    args: &InputArgs,
+    keep_raw: bool,
+    map: &impl Fn(&Doc) -> T,
+) -> Result<Parsed<T>> {
+    let parse = |r: Record| {
+        let doc = r.parse(args, keep_raw)?;
+        Ok(doc.map(|doc| {
+            let t = map(&doc);
+            (doc, t)
+        }))
+    };
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        records.into_iter().map(parse).collect()
+    }))
+    .map_err(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        anyhow::anyhow!("internal error: a worker thread panicked ({what}); please report it")
+    })
+}
 
 /// A chunk of a batch holds at most this many records...
 const CHUNK_RECORDS: usize = 32;
@@ -371,13 +374,23 @@ mod tests {
     /// document `i` being `i` words long up to 50; the lines at `bad` are
     /// not JSON.
     fn corpus(dir: &std::path::Path, n: usize, bad: &[usize]) -> InputArgs {
+        corpus_of(dir, n, bad, |i| i % 50)
+    }
+
+    /// [`corpus`] with document `i` `words(i)` words long.
+    fn corpus_of(
+        dir: &std::path::Path,
+        n: usize,
+        bad: &[usize],
+        words: impl Fn(usize) -> usize,
+    ) -> InputArgs {
         let mut text = String::new();
         for i in 0..n {
             match bad.contains(&i) {
                 true => text.push_str("{not json\n"),
                 false => text.push_str(&format!(
                     "{{\"id\": {i}, \"text\": \"{}\"}}\n",
-                    "w ".repeat(i % 50)
+                    "w ".repeat(words(i))
                 )),
             }
         }
@@ -431,41 +444,39 @@ mod tests {
     }
 
     /// Chunks keep every record in order, none over its limits but by its
-    /// last record, and an empty batch is one empty chunk.
+    /// last record, and an empty batch is one empty chunk. Some records are
+    /// 50 KB, so that chunks end by their bytes as well as by their count.
     #[test]
     fn chunks_cut_a_batch_in_order_within_their_limits() {
         let dir = tempfile::tempdir().unwrap();
-        let mut text = String::new();
         let mut rng = neardup_core::rng::SplitMix64(5);
-        for i in 0..3000 {
-            let words = match rng.next() % 50 {
-                0 => 40_000,
+        let sizes: Vec<usize> = (0..3000)
+            .map(|_| match rng.next() % 8 {
+                0 => 25_000,
                 _ => (rng.next() % 300) as usize,
-            };
-            text.push_str(&format!(
-                "{{\"id\": {i}, \"text\": \"{}\"}}\n",
-                "w ".repeat(words)
-            ));
-        }
-        let path = dir.path().join("c.jsonl");
-        std::fs::write(&path, text).unwrap();
-        let args = parse_input_args([path.to_str().unwrap()]);
+            })
+            .collect();
+        let args = corpus_of(dir.path(), sizes.len(), &[], |i| sizes[i]);
         let mut reader = DocReader::new(&args).unwrap();
-        let mut batches = 0;
+        let (mut batches, mut by_bytes, mut by_count) = (0, 0, 0);
         while let Some(batch) = reader.next_batch().unwrap() {
             batches += 1;
             let want: Vec<String> = batch.iter().map(Record::place).collect();
             let chunks = cut(batch);
-            for c in &chunks {
+            for (i, c) in chunks.iter().enumerate() {
                 assert!(!c.is_empty() && c.len() <= CHUNK_RECORDS);
                 let bytes: usize = c.iter().map(Record::byte_len).sum();
                 let last = c.last().unwrap().byte_len();
                 assert!(bytes - last < CHUNK_BYTES, "{bytes} - {last}");
+                if i + 1 < chunks.len() {
+                    by_bytes += usize::from(bytes >= CHUNK_BYTES);
+                    by_count += usize::from(c.len() == CHUNK_RECORDS);
+                }
             }
             let got: Vec<String> = chunks.iter().flatten().map(Record::place).collect();
             assert_eq!(got, want);
         }
-        assert!(batches > 1);
+        assert!(batches > 1 && by_bytes > 0 && by_count > 0);
         let empty = cut(Vec::new());
         assert_eq!(empty.len(), 1);
         assert!(empty[0].is_empty());
