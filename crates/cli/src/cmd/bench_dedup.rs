@@ -124,15 +124,14 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
         "{:<11} {:>7} {:>5} {:>8} {:>8} {:>10} {:>5} {:>8} {:>9}  phases",
         "mode", "threads", "cpus", "wall s", "MB/s", "MB/s/core", "cpu%", "peak MB", "removed"
     );
+    // (threads, verified) -> (wall time, held to as many CPUs as threads).
     let mut walls = std::collections::HashMap::new();
-    let mut pinned = std::collections::HashMap::new();
     for &threads in &args.threads {
         // --threads 0 is all of them.
         let cpus = match args.no_pin || threads == 0 {
             true => None,
             false => first_cpus(threads),
         };
-        pinned.insert(threads, cpus.is_some());
         for verified in [true, false] {
             let r = run_dedup(&exe, &corpus, tmp.path(), threads, cpus, verified)?;
             let mbs = bytes as f64 / 1e6 / r.wall;
@@ -149,21 +148,27 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
                 r.removed,
                 r.phases
             );
-            walls.insert((threads, verified), r.wall);
+            walls.insert((threads, verified), (r.wall, cpus.is_some()));
         }
     }
     for &threads in &args.threads {
-        if let (Some(v), Some(u)) = (walls.get(&(threads, true)), walls.get(&(threads, false))) {
+        if let (Some((v, _)), Some((u, _))) =
+            (walls.get(&(threads, true)), walls.get(&(threads, false)))
+        {
             println!(
                 "# {threads} thread(s): verified takes {:.2}x the unverified time",
                 v / u
             );
         }
     }
-    if let (Some(one), Some(two)) = (walls.get(&(1, true)), walls.get(&(2, true))) {
-        let on = match pinned.get(&1).copied().zip(pinned.get(&2).copied()) {
-            Some((true, true)) => "on 1 and 2 CPUs",
-            _ => "every run on all CPUs",
+    if let (Some(&(one, pinned_one)), Some(&(two, pinned_two))) =
+        (walls.get(&(1, true)), walls.get(&(2, true)))
+    {
+        let on = match (pinned_one, pinned_two) {
+            (true, true) => "on 1 and 2 CPUs",
+            (false, false) => "every run on all CPUs",
+            // Fewer than two CPUs to hold the 2-thread run to.
+            _ => "1 thread on 1 CPU, 2 on all",
         };
         println!(
             "# verified, 1 -> 2 threads ({on}): {:.2}x faster",
