@@ -17,8 +17,8 @@ use crate::fingerprint::{Fingerprint, Width};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
 use crate::jaccard::{
-    SHINGLE, SetFeature, ShingleKey, ShingleScratch, WordShingles, narrow, shingles_keyed,
-    shingles_of_normalized,
+    SHINGLE, SetFeature, ShingleKey, ShingleScratch, WordShingles, narrow, shingles_of_normalized,
+    unsorted_shingles_keyed,
 };
 use crate::normalize::{all_invariant, any_non_ascii, is_spaceless_script, normalize_into};
 use crate::tokenize::{for_each_token, jieba};
@@ -248,7 +248,7 @@ impl SimHasher {
     pub fn verification_set(&self, text: &str, features: &mut Vec<SetFeature>) {
         SCRATCH.with(|s| {
             let scratch = &mut *s.borrow_mut();
-            shingles_keyed(
+            unsorted_shingles_keyed(
                 text,
                 &self.config.normalize,
                 self.shingle_key(),
@@ -268,7 +268,7 @@ impl SimHasher {
 
     /// The fingerprint of `text` ([`SimHasher::fingerprint_with`]) and, into
     /// `features`, its verification features: exactly what [`narrow`] makes
-    /// of what [`shingles_keyed`] makes with the configuration's
+    /// of what [`crate::jaccard::shingles_keyed`] makes with the configuration's
     /// normalisation and [`SimHasher::shingle_key`]. Where the fingerprint
     /// reads the words the shingles are made of (term-frequency UAX #29 words
     /// or word 3-shingles, text without a character of a script written
@@ -311,7 +311,7 @@ impl SimHasher {
     }
 
     /// [`SimHasher::sums_and_set_with`] with the shingles' 64-bit
-    /// hashes, sorted and distinct, into `shingles`.
+    /// hashes (in any order, with repeats: [`narrow`] sorts) into `shingles`.
     fn sums_and_shingles_with(
         &self,
         text: &str,
@@ -322,7 +322,7 @@ impl SimHasher {
         let (normalize, key) = (&self.config.normalize, self.shingle_key());
         let Some(features) = self.shared_words() else {
             let fingerprint = self.sums_with(text, scratch);
-            shingles_keyed(text, normalize, key, &mut scratch.shingles, shingles);
+            unsorted_shingles_keyed(text, normalize, key, &mut scratch.shingles, shingles);
             return fingerprint;
         };
         let Scratch {
@@ -361,7 +361,7 @@ impl SimHasher {
                 // view may still be lower-cased word by word).
                 let batch = UnitBatch::new(Width::W64, Xxh3x64(self.config.seed));
                 let fingerprint = self.unit_shingles(view, lower, SHINGLE, joined, batch);
-                shingles_keyed(text, normalize, key, shingle_scratch, shingles);
+                unsorted_shingles_keyed(text, normalize, key, shingle_scratch, shingles);
                 Sums::Unit(fingerprint)
             }
             Shares::Tokens => {
@@ -369,7 +369,6 @@ impl SimHasher {
                     let batch = UnitBatch::new(self.width(), h);
                     self.unit_tokens_and_shingles(view, batch, word_hashes, shingles)
                 });
-                crate::jaccard::sort_dedup_hashes(shingles);
                 Sums::Unit(fingerprint)
             }
         }
