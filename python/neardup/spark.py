@@ -17,11 +17,11 @@ see :class:`LocalSplits`; other inputs by Spark):
 1. Fingerprints (one pass over the input, in the executors): whole Arrow
    batches go to Rust (``mapInArrow``), which parses the JSON Lines records,
    and returns each document's fingerprint, id, keep-by key and, with
-   verification, an 80-byte summary of its feature set (count, digest,
-   60-byte MinHash sketch). Each row's position in input order is computed in
+   verification, a 144-byte summary of its feature set (count, digest,
+   124-byte MinHash sketch). Each row's position in input order is computed in
    the same worker from its file and byte offset (:class:`Positions`), so
    every pass finds the same numbers without a pass of its own.
-2. Candidates (driver): the fingerprints and summaries, about 110 bytes per
+2. Candidates (driver): the fingerprints and summaries, about 175 bytes per
    document, are joined as ``neardup dedup`` joins them, and each candidate
    pair is screened by its summaries: empty sets and unreachable sizes are
    dropped, equal digests kept at 1.0, pairs whose sketches rule the
@@ -371,7 +371,7 @@ def _dedup_distributed(
 
 
 # Fingerprints of at most this many documents are joined on the driver (about
-# 110 bytes each there: 16 of fingerprint, 80 of verification summary, 8 of
+# 175 bytes each there: 16 of fingerprint, 144 of verification summary, 8 of
 # position); above it the fully distributed path runs.
 DRIVER_DOCUMENTS = 20_000_000
 
@@ -958,7 +958,7 @@ def dedup(
             raise neardup.NeardupError(
                 f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path "
                 "takes policy components, keep_by first, no against and no IDF table (or raise driver_documents, "
-                "about 110 bytes of driver memory per document)"
+                "about 175 bytes of driver memory per document)"
             )
         _log(quiet, f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path runs")
         # Rows numbered in input order as the fingerprint pass numbered them
@@ -1656,7 +1656,7 @@ def main(argv: Optional[list] = None) -> int:
                    help="write clusters and records only: with --policy components, only the pairs that span "
                         "the clusters are verified (a cluster of m copies costs about m checks, not m^2/2)")
     d.add_argument("--driver-documents", type=int, default=DRIVER_DOCUMENTS,
-                   help="join on the driver up to this many documents (about 110 bytes of driver memory each), else distribute")
+                   help="join on the driver up to this many documents (about 175 bytes of driver memory each), else distribute")
     d.add_argument("--max-group", type=int, default=4096, help="distributed path: split key groups larger than this (skew)")
     d.add_argument("--vector-column", help="dedup dense vectors (an array of numbers) in this column instead of texts")
     d.add_argument("--min-similarity", type=float, help="with --vector-column: the cosine threshold (default 0.95)")
