@@ -63,6 +63,14 @@ impl Values {
         self.len() == 0
     }
 
+    /// Room for `more` fingerprints beyond those held.
+    pub fn reserve(&mut self, more: usize) {
+        match self {
+            Values::W64(v) => v.reserve(more),
+            Values::W128(v) => v.reserve(more),
+        }
+    }
+
     /// The value of fingerprint `i`.
     pub fn get(&self, i: usize) -> u128 {
         match self {

@@ -343,6 +343,14 @@ impl SpillWriter {
         Ok(())
     }
 
+    /// Room for `more` documents' offsets, digests and screens beyond those
+    /// written.
+    pub fn reserve(&mut self, more: usize) {
+        self.starts.reserve(more);
+        self.digests.reserve(more);
+        self.screens.reserve(more);
+    }
+
     /// Bytes of features written so far.
     pub fn bytes(&self) -> u64 {
         self.written * FEATURE_BYTES
