@@ -311,7 +311,7 @@ pub fn gather(source: &SourceArgs, keep: &Keep, quiet: bool) -> Result<Gathered>
 /// spare (too many for records that hold more than their text, too few for
 /// compressed input, where the lists then grow as they must), instead of
 /// growing by doubling from the start. Each doubling copies a list into
-/// memory the system must first clear (up to 256 bytes a document while
+/// memory the system must first clear (about 300 bytes a document while
 /// verifying; at 10 GB the peak was 1.22-1.26 GB reserved, 1.47-1.48 GB
 /// doubling), and room reserved but never used is never touched, so costs
 /// no resident memory. At most 256 bytes a document in a quarter of the
