@@ -386,28 +386,29 @@ thread_local! {
 
 /// The hashes [`sort_dedup_hashes`] sorts: shingle hashes and the features
 /// narrowed from them, both spread evenly over their range.
-trait SpreadHash: Copy + Ord + std::ops::Not<Output = Self> + Default {
-    /// The top `bits` bits (1 to 32).
-    fn top(self, bits: u32) -> usize;
+trait SpreadHash: Copy + Ord + std::ops::Not<Output = Self> + Default + Into<u64> {
+    /// Bits of a hash.
+    const WIDTH: u32;
+
     /// This width's buffer in `scratch`.
     fn scattered(scratch: &mut HashSort) -> &mut Vec<Self>;
+
+    /// The top `bits` bits (1 to 32).
+    #[inline(always)]
+    fn top(self, bits: u32) -> usize {
+        (self.into() >> (Self::WIDTH - bits)) as usize
+    }
 }
 
 impl SpreadHash for u64 {
-    #[inline(always)]
-    fn top(self, bits: u32) -> usize {
-        (self >> (64 - bits)) as usize
-    }
+    const WIDTH: u32 = 64;
     fn scattered(scratch: &mut HashSort) -> &mut Vec<u64> {
         &mut scratch.scattered64
     }
 }
 
 impl SpreadHash for u32 {
-    #[inline(always)]
-    fn top(self, bits: u32) -> usize {
-        (self >> (32 - bits)) as usize
-    }
+    const WIDTH: u32 = 32;
     fn scattered(scratch: &mut HashSort) -> &mut Vec<u32> {
         &mut scratch.scattered32
     }
