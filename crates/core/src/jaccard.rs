@@ -111,7 +111,7 @@ pub fn is_short(text: &str) -> bool {
         if crate::normalize::is_han(c) {
             words += 1;
             in_word = false;
-        } else if c.is_alphanumeric() {
+        } else if crate::normalize::is_alphanumeric(c) {
             if !in_word {
                 words += 1;
                 in_word = true;

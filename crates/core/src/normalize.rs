@@ -269,6 +269,18 @@ pub fn folding_may_change_words(text: &str) -> bool {
     })
 }
 
+/// `c.is_alphanumeric()`, without its table look-up for ASCII and for the
+/// two main blocks of ideographs, every code point of which is a letter
+/// (the look-up is a binary search, and Chinese text is mostly these).
+#[inline]
+pub fn is_alphanumeric(c: char) -> bool {
+    match c as u32 {
+        0..=0x7F => c.is_ascii_alphanumeric(),
+        0x3400..=0x4DBF | 0x4E00..=0x9FFF => true,
+        _ => c.is_alphanumeric(),
+    }
+}
+
 /// Is `c` a Han ideograph?
 pub fn is_han(c: char) -> bool {
     matches!(c as u32,
@@ -303,7 +315,7 @@ impl WhitespaceFolder {
         if self.pending {
             self.pending = false;
             let last = self.last.unwrap_or(' ');
-            let cjk_or_punct = |c: char| is_spaceless_script(c) || !c.is_alphanumeric();
+            let cjk_or_punct = |c: char| is_spaceless_script(c) || !is_alphanumeric(c);
             let joined = (is_spaceless_script(last) || is_spaceless_script(c))
                 && cjk_or_punct(last)
                 && cjk_or_punct(c);
@@ -495,6 +507,14 @@ mod tests {
         assert_eq!(norm(c, "  Hello,\n\tWORLD  "), "hello, world");
         // The same text with one non-ASCII character goes the slow way.
         assert_eq!(norm(c, "  Hello,\n\tWORLD é "), "hello, world é");
+    }
+
+    /// The shortcut agrees with the standard library on every code point.
+    #[test]
+    fn alphanumeric_shortcut_agrees_with_the_standard_library() {
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            assert_eq!(is_alphanumeric(c), c.is_alphanumeric(), "{:04X}", c as u32);
+        }
     }
 
     /// The reference: the whole text through the Unicode iterators.

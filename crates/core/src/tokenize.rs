@@ -6,7 +6,7 @@ use jieba_rs::Jieba;
 use unicode_segmentation::UnicodeSegmentation;
 
 use crate::config::{MAX_WIDTH, Tokenizer};
-use crate::normalize::{is_han, next_non_ascii};
+use crate::normalize::{is_alphanumeric, is_han, next_non_ascii};
 
 mod scan;
 
@@ -72,7 +72,7 @@ pub fn words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
                     || known_punct(&b[after..])
                     || han_at(text, after).is_some();
                 if plain {
-                    if c.is_alphanumeric() {
+                    if is_alphanumeric(c) {
                         emit(&text[k..after]);
                     }
                     pos = after;
@@ -134,7 +134,7 @@ fn known_punct(b: &[u8]) -> bool {
 fn jieba_words<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     for chunk in Chunks::new(text, JIEBA_CHUNK) {
         for token in jieba().cut(chunk, true) {
-            if token.word.chars().any(|c| is_han(c) || c.is_alphanumeric()) {
+            if token.word.chars().any(|c| is_han(c) || is_alphanumeric(c)) {
                 emit(token.word);
             }
         }
@@ -176,7 +176,7 @@ impl<'a> Iterator for Chunks<'a> {
         let soft = window
             .char_indices()
             .take_while(|&(i, _)| i < self.target)
-            .find(|&(_, c)| !c.is_alphanumeric())
+            .find(|&(_, c)| !is_alphanumeric(c))
             .map(|(i, c)| cut + i + c.len_utf8());
         let cut = soft.unwrap_or(cut);
         let (head, tail) = self.rest.split_at(cut);
@@ -187,7 +187,7 @@ impl<'a> Iterator for Chunks<'a> {
 
 fn chars<'a, F: FnMut(&'a str)>(text: &'a str, emit: &mut F) {
     for (i, c) in text.char_indices() {
-        if c.is_alphanumeric() {
+        if is_alphanumeric(c) {
             emit(&text[i..i + c.len_utf8()]);
         }
     }
