@@ -243,7 +243,14 @@ impl<T> Reassembly<T> {
         }
         let (slots, _) = self.waiting.remove(&self.next)?;
         self.next += 1;
-        let mut whole = Vec::new();
+        // Sized once: growing it by doubling would take fresh pages from
+        // the system (zeroed by the kernel) for each of a run's batches.
+        let len = slots
+            .iter()
+            .flatten()
+            .map(|p| p.as_ref().map_or(0, Vec::len))
+            .sum();
+        let mut whole = Vec::with_capacity(len);
         for parsed in slots.into_iter().flatten() {
             match parsed {
                 Ok(mut p) => whole.append(&mut p),
