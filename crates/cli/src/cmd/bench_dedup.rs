@@ -59,6 +59,12 @@ pub struct DedupArgs {
     )]
     pub threads: Vec<usize>,
 
+    /// Rounds of runs: each round runs every thread count, verified then
+    /// unverified, and the summary gives each ratio's range over the rounds'
+    /// pairs (on a shared machine, one run's time may be off by a third).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+
     /// Let every run use all of the machine's CPUs, whatever its thread count
     /// (by default a run with N threads is held to N CPUs).
     #[arg(long)]
@@ -124,8 +130,31 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
         "{:<11} {:>7} {:>5} {:>8} {:>8} {:>10} {:>5} {:>8} {:>9}  phases",
         "mode", "threads", "cpus", "wall s", "MB/s", "MB/s/core", "cpu%", "peak MB", "removed"
     );
-    // (threads, verified) -> (wall time, held to as many CPUs as threads).
-    let mut walls = std::collections::HashMap::new();
+    let mut walls = Walls::new();
+    for round in 1..=args.repeat {
+        if args.repeat > 1 {
+            println!("# round {round} of {}", args.repeat);
+        }
+        run_round(&args, (&exe, &corpus, tmp.path()), bytes, &mut walls)?;
+    }
+    for line in summary(&args.threads, &walls, bytes) {
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Each run's wall time and whether it was held to as many CPUs as it had
+/// threads, by thread count and verification, in the order they ran.
+type Walls = std::collections::HashMap<(usize, bool), Vec<(f64, bool)>>;
+
+/// One round: every thread count, verified then unverified, each run's line
+/// printed as it ends.
+fn run_round(
+    args: &DedupArgs,
+    (exe, corpus, tmp): (&Path, &Path, &Path),
+    bytes: u64,
+    walls: &mut Walls,
+) -> Result<()> {
     for &threads in &args.threads {
         // --threads 0 is all of them.
         let cpus = match args.no_pin || threads == 0 {
@@ -133,7 +162,7 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
             false => first_cpus(threads),
         };
         for verified in [true, false] {
-            let r = run_dedup(&exe, &corpus, tmp.path(), threads, cpus, verified)?;
+            let r = run_dedup(exe, corpus, tmp, threads, cpus, verified)?;
             let mbs = bytes as f64 / 1e6 / r.wall;
             println!(
                 "{:<11} {:>7} {:>5} {:>8.2} {:>8.1} {:>10.1} {:>5.0} {:>8.0} {:>9}  {}",
@@ -148,34 +177,86 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
                 r.removed,
                 r.phases
             );
-            walls.insert((threads, verified), (r.wall, cpus.is_some()));
+            walls
+                .entry((threads, verified))
+                .or_default()
+                .push((r.wall, cpus.is_some()));
         }
     }
-    for &threads in &args.threads {
-        if let (Some((v, _)), Some((u, _))) =
-            (walls.get(&(threads, true)), walls.get(&(threads, false)))
+    Ok(())
+}
+
+/// The ratios the runs give, as lines: per thread count, the verified
+/// time over the unverified, and the verified 1 -> 2 threads speed-up,
+/// each from the runs of one round (which ran close together), their
+/// range over the rounds; over several rounds, each thread count's
+/// verified MB/s per core (of `bytes` of input) too.
+fn summary(threads: &[usize], walls: &Walls, bytes: u64) -> Vec<String> {
+    let mut lines = Vec::new();
+    for &t in threads {
+        if let Some(v) = walls.get(&(t, true))
+            && v.len() > 1
         {
-            println!(
-                "# {threads} thread(s): verified takes {:.2}x the unverified time",
-                v / u
-            );
+            let mut per_core: Vec<f64> = v
+                .iter()
+                .map(|&(wall, _)| bytes as f64 / 1e6 / wall / t.max(1) as f64)
+                .collect();
+            per_core.sort_by(f64::total_cmp);
+            lines.push(format!(
+                "# {t} thread(s): verified {:.1}-{:.1} MB/s per core over {} rounds",
+                per_core[0],
+                per_core[per_core.len() - 1],
+                per_core.len()
+            ));
         }
     }
-    if let (Some(&(one, pinned_one)), Some(&(two, pinned_two))) =
-        (walls.get(&(1, true)), walls.get(&(2, true)))
-    {
-        let on = match (pinned_one, pinned_two) {
+    let ratios = |a: &[(f64, bool)], b: &[(f64, bool)]| -> Vec<f64> {
+        a.iter().zip(b).map(|(x, y)| x.0 / y.0).collect()
+    };
+    for &t in threads {
+        if let (Some(v), Some(u)) = (walls.get(&(t, true)), walls.get(&(t, false))) {
+            lines.push(format!(
+                "# {t} thread(s): verified takes {} the unverified time",
+                spread(&ratios(v, u))
+            ));
+        }
+    }
+    if let (Some(one), Some(two)) = (walls.get(&(1, true)), walls.get(&(2, true))) {
+        let on = match (one[0].1, two[0].1) {
             (true, true) => "on 1 and 2 CPUs",
             (false, false) => "every run on all CPUs",
             // Fewer than two CPUs to hold the 2-thread run to.
             _ => "1 thread on 1 CPU, 2 on all",
         };
-        println!(
-            "# verified, 1 -> 2 threads ({on}): {:.2}x faster",
-            one / two
-        );
+        lines.push(format!(
+            "# verified, 1 -> 2 threads ({on}): {} faster",
+            spread(&ratios(one, two))
+        ));
     }
-    Ok(ExitCode::SUCCESS)
+    lines
+}
+
+/// `1.37x`, or over several rounds `1.30x-1.45x (median 1.37x; 1.45x,
+/// 1.30x, 1.37x)`: the range, the median and each round's, in order.
+fn spread(ratios: &[f64]) -> String {
+    let mut sorted = ratios.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.as_slice() {
+        [] => "no".to_owned(),
+        [one] => format!("{one:.2}x"),
+        [lo, .., hi] => {
+            let n = sorted.len();
+            let median = match n % 2 {
+                1 => sorted[n / 2],
+                _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+            };
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}x")).collect();
+            format!(
+                "{lo:.2}x-{hi:.2}x (median {median:.2}x; by round: {})",
+                each.join(", ")
+            )
+        }
+    }
 }
 
 /// Bytes of the input files.
@@ -801,6 +882,51 @@ fn rewrap(base: &str, rng: &mut SplitMix64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ratios pair the runs of a round; over several rounds, their range,
+    /// median and each round's (values worked by hand).
+    #[test]
+    fn the_summary_pairs_each_rounds_runs() {
+        let mut walls = Walls::new();
+        // Two rounds: verified 12 and 10 s on 1 thread, 6 and 5 on 2;
+        // unverified 10 and 8 on 1 thread, 5 and 4 on 2.
+        walls.insert((1, true), vec![(12.0, true), (10.0, true)]);
+        walls.insert((1, false), vec![(10.0, true), (8.0, true)]);
+        walls.insert((2, true), vec![(6.0, true), (5.0, true)]);
+        walls.insert((2, false), vec![(5.0, true), (4.0, true)]);
+        let lines = summary(&[1, 2], &walls, 1_000_000_000);
+        assert_eq!(
+            lines,
+            [
+                // 1000 MB over 12 and 10 s; over 6 and 5 s, per core.
+                "# 1 thread(s): verified 83.3-100.0 MB/s per core over 2 rounds",
+                "# 2 thread(s): verified 83.3-100.0 MB/s per core over 2 rounds",
+                // 12/10 = 1.2, 10/8 = 1.25; 6/5 = 1.2, 5/4 = 1.25.
+                "# 1 thread(s): verified takes 1.20x-1.25x (median 1.23x; by round: 1.20x, \
+                 1.25x) the unverified time",
+                "# 2 thread(s): verified takes 1.20x-1.25x (median 1.23x; by round: 1.20x, \
+                 1.25x) the unverified time",
+                // 12/6 = 2, 10/5 = 2.
+                "# verified, 1 -> 2 threads (on 1 and 2 CPUs): 2.00x-2.00x (median 2.00x; by \
+                 round: 2.00x, 2.00x) faster",
+            ]
+        );
+        // One round: the ratios alone, as before.
+        let one: Walls = walls.iter().map(|(&k, v)| (k, v[..1].to_vec())).collect();
+        assert_eq!(
+            summary(&[1, 2], &one, 1_000_000_000),
+            [
+                "# 1 thread(s): verified takes 1.20x the unverified time",
+                "# 2 thread(s): verified takes 1.20x the unverified time",
+                "# verified, 1 -> 2 threads (on 1 and 2 CPUs): 2.00x faster",
+            ]
+        );
+        // Three rounds: the median is the middle one, not the mean.
+        assert_eq!(
+            spread(&[1.5, 1.1, 1.2]),
+            "1.10x-1.50x (median 1.20x; by round: 1.50x, 1.10x, 1.20x)"
+        );
+    }
 
     /// One CPU is always there to hold a run to, and a child held to it
     /// runs on it alone; more CPUs than the process may use are refused.
