@@ -236,8 +236,8 @@ fn summary(threads: &[usize], walls: &Walls, bytes: u64) -> Vec<String> {
     lines
 }
 
-/// `1.37x`, or over several rounds `1.30x-1.45x (median 1.37x; 1.45x,
-/// 1.30x, 1.37x)`: the range, the median and each round's, in order.
+/// `1.37x`, or over several rounds `1.30x-1.45x (median 1.37x; by round:
+/// 1.45x, 1.30x, 1.37x)`: the range, the median and each round's, in order.
 fn spread(ratios: &[f64]) -> String {
     let mut sorted = ratios.to_vec();
     sorted.sort_by(f64::total_cmp);
