@@ -171,7 +171,7 @@ fn run_round(
                 cpus.map_or_else(|| "all".to_owned(), |c| c.count.to_string()),
                 r.wall,
                 mbs,
-                mbs / threads.max(1) as f64,
+                per_core(bytes, r.wall, threads),
                 100.0 * r.cpu / r.wall,
                 r.peak_mb,
                 r.removed,
@@ -199,7 +199,7 @@ fn summary(threads: &[usize], walls: &Walls, bytes: u64) -> Vec<String> {
         {
             let mut per_core: Vec<f64> = v
                 .iter()
-                .map(|&(wall, _)| bytes as f64 / 1e6 / wall / t.max(1) as f64)
+                .map(|&(wall, _)| per_core(bytes, wall, t))
                 .collect();
             per_core.sort_by(f64::total_cmp);
             lines.push(format!(
@@ -236,27 +236,32 @@ fn summary(threads: &[usize], walls: &Walls, bytes: u64) -> Vec<String> {
     lines
 }
 
+/// MB/s per core of a run of `threads` threads through `bytes` in `wall`
+/// seconds (`--threads 0`, all CPUs, is divided by one).
+fn per_core(bytes: u64, wall: f64, threads: usize) -> f64 {
+    bytes as f64 / 1e6 / wall / threads.max(1) as f64
+}
+
 /// `1.37x`, or over several rounds `1.30x-1.45x (median 1.37x; by round:
 /// 1.45x, 1.30x, 1.37x)`: the range, the median and each round's, in order.
+/// `ratios` holds one a round (at least one: every run is recorded).
 fn spread(ratios: &[f64]) -> String {
     let mut sorted = ratios.to_vec();
     sorted.sort_by(f64::total_cmp);
-    match sorted.as_slice() {
-        [] => "no".to_owned(),
-        [one] => format!("{one:.2}x"),
-        [lo, .., hi] => {
-            let n = sorted.len();
-            let median = match n % 2 {
-                1 => sorted[n / 2],
-                _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-            };
-            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}x")).collect();
-            format!(
-                "{lo:.2}x-{hi:.2}x (median {median:.2}x; by round: {})",
-                each.join(", ")
-            )
-        }
+    let n = sorted.len();
+    let (lo, hi) = (sorted[0], sorted[n - 1]);
+    if n == 1 {
+        return format!("{lo:.2}x");
     }
+    let median = match n % 2 {
+        1 => sorted[n / 2],
+        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    };
+    let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}x")).collect();
+    format!(
+        "{lo:.2}x-{hi:.2}x (median {median:.2}x; by round: {})",
+        each.join(", ")
+    )
 }
 
 /// Bytes of the input files.
