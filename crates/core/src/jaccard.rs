@@ -104,20 +104,30 @@ pub const SHORT_TEXT_WORDS: usize = 25;
 
 /// Is `text` shorter than [`SHORT_TEXT_WORDS`]? Counts runs of alphanumeric
 /// characters, each Han character as one, and stops as soon as it knows.
+/// ASCII is read a byte at a time without decoding; a character outside it
+/// is decoded and classified on its own.
 pub fn is_short(text: &str) -> bool {
-    let mut words = 0;
-    let mut in_word = false;
-    for c in text.chars() {
-        if crate::normalize::is_han(c) {
-            words += 1;
-            in_word = false;
-        } else if crate::normalize::is_alphanumeric(c) {
-            if !in_word {
-                words += 1;
-                in_word = true;
-            }
+    let bytes = text.as_bytes();
+    let (mut words, mut in_word, mut i) = (0, false, 0);
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b.is_ascii() {
+            let alphanumeric = b.is_ascii_alphanumeric();
+            words += usize::from(alphanumeric && !in_word);
+            in_word = alphanumeric;
+            i += 1;
         } else {
-            in_word = false;
+            let c = text[i..].chars().next().expect("a character starts here");
+            i += c.len_utf8();
+            if crate::normalize::is_han(c) {
+                words += 1;
+                in_word = false;
+            } else if crate::normalize::is_alphanumeric(c) {
+                words += usize::from(!in_word);
+                in_word = true;
+            } else {
+                in_word = false;
+            }
         }
         if words >= SHORT_TEXT_WORDS {
             return false;
@@ -844,6 +854,40 @@ mod tests {
         w.sort();
         w.dedup();
         w
+    }
+
+    proptest! {
+        /// [`is_short`] against its definition, word by word: runs of
+        /// letters and digits, each Han character one word of its own.
+        #[test]
+        fn is_short_counts_words_as_defined(
+            pieces in prop::collection::vec(
+                prop_oneof![
+                    "[a-zA-Z0-9]{1,6}",
+                    "[ ,.;_\\-\n\t]{1,3}",
+                    "[\u{4e00}-\u{4e10}\u{3400}\u{f900}\u{20000}]{1,3}",
+                    "[éßΩж٣ǅ〇ⅷ]{1,3}",
+                    "[\u{2019}\u{201c}\u{3000}\u{ff0c}\u{1f600}]{1,2}",
+                ],
+                0..40,
+            ),
+        ) {
+            let text: String = pieces.concat();
+            let mut words = 0;
+            let mut in_word = false;
+            for c in text.chars() {
+                if crate::normalize::is_han(c) {
+                    words += 1;
+                    in_word = false;
+                } else if c.is_alphanumeric() {
+                    words += usize::from(!in_word);
+                    in_word = true;
+                } else {
+                    in_word = false;
+                }
+            }
+            prop_assert_eq!(is_short(&text), words < SHORT_TEXT_WORDS, "{:?}", text);
+        }
     }
 
     proptest! {
