@@ -699,7 +699,12 @@ fn generate(args: &DedupArgs, path: &Path) -> Result<GenStats> {
         stats.documents += 1;
         stats.bytes += line.len() as u64;
     }
-    out.flush()?;
+    // On disk before the first run starts, so that no run shares the disk
+    // and the CPUs with the corpus's write-back.
+    out.into_inner()
+        .map_err(|e| e.into_error())?
+        .sync_all()
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(stats)
 }
 
