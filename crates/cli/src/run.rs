@@ -21,6 +21,71 @@ const QUEUE: usize = 2;
 /// the next, so the pool never waits at a batch's end.
 const IN_FLIGHT: usize = 3;
 
+/// Bytes of records read and not yet through the sink, beyond one batch a
+/// worker: batches of ordinary records (4 MB each) never reach it, but a
+/// batch is at least one record, and records of hundreds of MB would
+/// otherwise be read ahead as many batches deep as ordinary ones.
+const IN_FLIGHT_BYTES: u64 = 32 << 20;
+
+/// The records between the reader and the sink: the reader waits before
+/// handing on a batch that would take them past [`IN_FLIGHT_BYTES`], unless
+/// fewer batches than workers are in flight (so that each worker has a
+/// document, however long); the sink lets each batch go once it has taken
+/// it, in input order.
+struct Budget {
+    state: std::sync::Mutex<InFlight>,
+    freed: std::sync::Condvar,
+    workers: usize,
+}
+
+#[derive(Default)]
+struct InFlight {
+    /// Each batch's bytes, oldest first.
+    batches: std::collections::VecDeque<u64>,
+    bytes: u64,
+    /// The run is ending (the sink stopped): nothing waits any more.
+    closed: bool,
+}
+
+impl Budget {
+    fn new(workers: usize) -> Budget {
+        Budget {
+            state: Default::default(),
+            freed: std::sync::Condvar::new(),
+            workers: workers.max(1),
+        }
+    }
+
+    /// Waits for room for a batch of `bytes`; false once the run is ending.
+    fn admit(&self, bytes: u64) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while !s.closed && s.batches.len() >= self.workers && s.bytes + bytes > IN_FLIGHT_BYTES {
+            s = self.freed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        if s.closed {
+            return false;
+        }
+        s.batches.push_back(bytes);
+        s.bytes += bytes;
+        true
+    }
+
+    /// The oldest batch is through the sink.
+    fn release(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bytes) = s.batches.pop_front() {
+            s.bytes -= bytes;
+        }
+        self.freed.notify_all();
+    }
+
+    /// No batch will be released any more: the reader stops waiting.
+    fn close(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+        self.freed.notify_all();
+    }
+}
+
 /// Reads every document of `args`, maps each with `map` in parallel, and gives
 /// each batch and its results to `sink`, in input order. Records are decoded and
 /// parsed on the worker threads; a malformed one stops the run with its place
@@ -44,13 +109,17 @@ where
         reader.on_progress(move |n| bar.inc(n));
     }
     let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Record>>>(QUEUE);
+    let budget = Budget::new(rayon::current_num_threads());
     let result = std::thread::scope(|scope| -> Result<(ReadStats, u64)> {
+        let budget = &budget;
         let producer = scope.spawn(move || {
             loop {
                 match reader.next_batch() {
                     Ok(Some(batch)) => {
-                        if tx.send(Ok(batch)).is_err() {
-                            break; // the consumer stopped on an error
+                        let bytes = batch.iter().map(|r| r.byte_len() as u64).sum();
+                        // Either fails only when the sink stopped on an error.
+                        if !budget.admit(bytes) || tx.send(Ok(batch)).is_err() {
+                            break;
                         }
                     }
                     Ok(None) => break,
@@ -76,16 +145,22 @@ where
         let sinker = scope.spawn(move || -> Result<ReadStats> {
             let mut stats = ReadStats::default();
             let mut batches = Reassembly::default();
-            for chunk in done_rx {
-                batches.add(chunk);
-                while let Some(parsed) = batches.next_whole() {
-                    let (docs, outs) = sort_parsed(parsed?, args.skip_invalid, &mut stats)?;
-                    sink(docs, outs)?;
-                    // The main thread has stopped if this fails.
-                    let _ = permit_rx.try_recv();
+            let take = || -> Result<()> {
+                for chunk in done_rx {
+                    batches.add(chunk);
+                    while let Some(parsed) = batches.next_whole() {
+                        let (docs, outs) = sort_parsed(parsed?, args.skip_invalid, &mut stats)?;
+                        sink(docs, outs)?;
+                        budget.release();
+                        // The main thread has stopped if this fails.
+                        let _ = permit_rx.try_recv();
+                    }
                 }
-            }
-            Ok(stats)
+                Ok(())
+            };
+            let taken = take();
+            budget.close();
+            taken.map(|()| stats)
         });
         rayon::in_place_scope(|pool| {
             for (batch, read) in rx.iter().enumerate() {
@@ -448,6 +523,41 @@ mod tests {
             .unwrap();
         assert_eq!(seen, (0..n as i64).collect::<Vec<_>>());
         assert_eq!(stats.documents, n as u64);
+    }
+
+    /// The byte budget: ordinary batches pass without waiting; past it, a
+    /// batch waits while as many batches as workers are in flight, goes
+    /// once one is released, and a closed budget lets a waiting reader go.
+    #[test]
+    fn the_budget_holds_back_long_records_beyond_one_a_worker() {
+        const MB: u64 = 1 << 20;
+        let budget = Budget::new(1);
+        for _ in 0..8 {
+            assert!(budget.admit(4 * MB), "eight ordinary batches fit");
+        }
+        let budget = std::sync::Arc::new(Budget::new(2));
+        assert!(
+            budget.admit(40 * MB) && budget.admit(40 * MB),
+            "one a worker"
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiting = {
+            let (budget, tx) = (std::sync::Arc::clone(&budget), tx.clone());
+            std::thread::spawn(move || tx.send(budget.admit(MB)).unwrap())
+        };
+        // Held back however long it is given: two batches are in flight.
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        budget.release();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(true));
+        waiting.join().unwrap();
+        let waiting = {
+            let budget = std::sync::Arc::clone(&budget);
+            std::thread::spawn(move || tx.send(budget.admit(40 * MB)).unwrap())
+        };
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        budget.close();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(false));
+        waiting.join().unwrap();
     }
 
     /// Chunks keep every record in order, none over its limits but by its
