@@ -145,6 +145,20 @@ pub struct ShingleScratch {
     key: Vec<u8>,
 }
 
+impl ShingleScratch {
+    /// Lets go of the buffers one very long document grew (see
+    /// `simhash::let_go_if_long`).
+    pub(crate) fn let_go_of_long(&mut self) {
+        for s in [&mut self.norm, &mut self.tmp] {
+            if s.capacity() > crate::simhash::LONG_BUFFER {
+                *s = String::new();
+            }
+        }
+        crate::simhash::let_go_if_long(&mut self.words);
+        crate::simhash::let_go_if_long(&mut self.key);
+    }
+}
+
 /// The sorted, distinct hashes of `text`'s word 3-shingles (character 3-grams
 /// of letters and digits for Chinese or Japanese text, see the module's
 /// documentation). A text of one or two words (characters) has one shingle,

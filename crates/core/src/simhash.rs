@@ -76,6 +76,43 @@ impl Scratch {
     fn normalize(&mut self, config: &NormalizeConfig, text: &str) {
         normalize_into(config, text, &mut self.norm, &mut self.tmp);
     }
+
+    /// Lets go of the buffers that one very long document grew past
+    /// [`LONG_BUFFER`] bytes (its normal form, its words' hashes), so
+    /// that they are not held beside the buffers its verification features
+    /// take next, nor for the rest of the run.
+    fn let_go_of_long(&mut self) {
+        let Scratch {
+            norm,
+            tmp,
+            shingle,
+            joined,
+            counts: _,
+            shingles,
+            word_hashes,
+            wide,
+        } = self;
+        for s in [norm, tmp, shingle] {
+            if s.capacity() > LONG_BUFFER {
+                *s = String::new();
+            }
+        }
+        let_go_if_long(joined);
+        let_go_if_long(word_hashes);
+        let_go_if_long(wide);
+        shingles.let_go_of_long();
+    }
+}
+
+/// Bytes past which a scratch buffer is not kept for the next document.
+pub(crate) const LONG_BUFFER: usize = 16 << 20;
+
+/// Replaces `v` by an empty vector if it holds more than [`LONG_BUFFER`]
+/// bytes.
+pub(crate) fn let_go_if_long<T>(v: &mut Vec<T>) {
+    if v.capacity() * std::mem::size_of::<T>() > LONG_BUFFER {
+        *v = Vec::new();
+    }
 }
 
 thread_local! {
@@ -305,7 +342,9 @@ impl SimHasher {
     ) -> Sums {
         let mut wide = std::mem::take(&mut scratch.wide);
         let sums = self.sums_and_shingles_with(text, scratch, &mut wide);
+        scratch.let_go_of_long();
         narrow(&wide, features);
+        let_go_if_long(&mut wide);
         scratch.wide = wide;
         sums
     }
@@ -1098,5 +1137,39 @@ fn check_weight(w: f64) -> Result<(), Error> {
         Err(Error::InvalidVector(format!(
             "weight {w} is not a finite number"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Buffers one long document grew are let go, the others kept; and a
+    /// document's fingerprint and features do not depend on which were.
+    #[test]
+    fn long_buffers_are_let_go_and_results_do_not_change() {
+        let mut scratch = Scratch {
+            norm: String::with_capacity(LONG_BUFFER + 1),
+            tmp: String::with_capacity(1000),
+            word_hashes: Vec::with_capacity(LONG_BUFFER / 8 + 1),
+            wide: Vec::with_capacity(LONG_BUFFER / 8),
+            ..Scratch::default()
+        };
+        scratch.let_go_of_long();
+        assert_eq!(scratch.norm.capacity(), 0);
+        assert_eq!(scratch.word_hashes.capacity(), 0);
+        assert!(scratch.tmp.capacity() >= 1000);
+        assert!(scratch.wide.capacity() >= LONG_BUFFER / 8);
+
+        let hasher = SimHasher::new(FingerprintConfig::candidates()).unwrap();
+        let text = "The quick brown fox jumps over the lazy dog, “again” and again. ";
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let fresh = hasher.fingerprint_and_set_with(text, &mut Scratch::default(), &mut a);
+        let mut used = Scratch::default();
+        hasher.fingerprint_and_set_with(&text.repeat(50), &mut used, &mut b);
+        used.let_go_of_long();
+        let again = hasher.fingerprint_and_set_with(text, &mut used, &mut b);
+        assert_eq!((fresh, &a), (again, &b));
+        assert!(!a.is_empty());
     }
 }
