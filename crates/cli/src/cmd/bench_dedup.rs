@@ -65,6 +65,14 @@ pub struct DedupArgs {
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
 
+    /// Verified runs before the measured ones, with the most threads, not
+    /// counted: the first run after the corpus is made pays for reading it
+    /// into the page cache and, on a virtual machine, for memory the host
+    /// has not backed yet (a verified 10 GB run's fingerprint phase takes a
+    /// quarter longer), which would count against whichever run came first.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub warmup: u32,
+
     /// Let every run use all of the machine's CPUs, whatever its thread count
     /// (by default a run with N threads is held to N CPUs).
     #[arg(long)]
@@ -130,6 +138,15 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
         "{:<11} {:>7} {:>5} {:>8} {:>8} {:>10} {:>5} {:>8} {:>9}  phases",
         "mode", "threads", "cpus", "wall s", "MB/s", "MB/s/core", "cpu%", "peak MB", "removed"
     );
+    let most = args.threads.iter().copied().max().unwrap_or(0);
+    if args.warmup > 0 {
+        println!("# warm-up: not counted in the summary");
+    }
+    for _ in 0..args.warmup {
+        let cpus = pinned(&args, most);
+        let r = run_dedup(&exe, &corpus, tmp.path(), most, cpus, true)?;
+        print_run("warm-up", most, cpus, &r, bytes);
+    }
     let mut walls = Walls::new();
     for round in 1..=args.repeat {
         if args.repeat > 1 {
@@ -156,27 +173,11 @@ fn run_round(
     walls: &mut Walls,
 ) -> Result<()> {
     for &threads in &args.threads {
-        // --threads 0 is all of them.
-        let cpus = match args.no_pin || threads == 0 {
-            true => None,
-            false => first_cpus(threads),
-        };
+        let cpus = pinned(args, threads);
         for verified in [true, false] {
             let r = run_dedup(exe, corpus, tmp, threads, cpus, verified)?;
-            let mbs = bytes as f64 / 1e6 / r.wall;
-            println!(
-                "{:<11} {:>7} {:>5} {:>8.2} {:>8.1} {:>10.1} {:>5.0} {:>8.0} {:>9}  {}",
-                if verified { "verified" } else { "unverified" },
-                threads,
-                cpus.map_or_else(|| "all".to_owned(), |c| c.count.to_string()),
-                r.wall,
-                mbs,
-                per_core(bytes, r.wall, threads),
-                100.0 * r.cpu / r.wall,
-                r.peak_mb,
-                r.removed,
-                r.phases
-            );
+            let mode = if verified { "verified" } else { "unverified" };
+            print_run(mode, threads, cpus, &r, bytes);
             walls
                 .entry((threads, verified))
                 .or_default()
@@ -184,6 +185,32 @@ fn run_round(
         }
     }
     Ok(())
+}
+
+/// The CPUs a run of `threads` threads is held to (`None`: all of them;
+/// `--threads 0` is all of them too).
+fn pinned(args: &DedupArgs, threads: usize) -> Option<Cpus> {
+    match args.no_pin || threads == 0 {
+        true => None,
+        false => first_cpus(threads),
+    }
+}
+
+/// A run's line of the table.
+fn print_run(mode: &str, threads: usize, cpus: Option<Cpus>, r: &Measured, bytes: u64) {
+    println!(
+        "{:<11} {:>7} {:>5} {:>8.2} {:>8.1} {:>10.1} {:>5.0} {:>8.0} {:>9}  {}",
+        mode,
+        threads,
+        cpus.map_or_else(|| "all".to_owned(), |c| c.count.to_string()),
+        r.wall,
+        bytes as f64 / 1e6 / r.wall,
+        per_core(bytes, r.wall, threads),
+        100.0 * r.cpu / r.wall,
+        r.peak_mb,
+        r.removed,
+        r.phases
+    );
 }
 
 /// The ratios the runs give, as lines: per thread count, the verified
