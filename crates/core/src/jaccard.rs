@@ -149,11 +149,8 @@ impl ShingleScratch {
     /// Lets go of the buffers one very long document grew (see
     /// `simhash::let_go_if_long`).
     pub(crate) fn let_go_of_long(&mut self) {
-        for s in [&mut self.norm, &mut self.tmp] {
-            if s.capacity() > crate::simhash::LONG_BUFFER {
-                *s = String::new();
-            }
-        }
+        crate::simhash::let_go_if_long_string(&mut self.norm);
+        crate::simhash::let_go_if_long_string(&mut self.tmp);
         crate::simhash::let_go_if_long(&mut self.words);
         crate::simhash::let_go_if_long(&mut self.key);
     }

@@ -93,9 +93,7 @@ impl Scratch {
             wide,
         } = self;
         for s in [norm, tmp, shingle] {
-            if s.capacity() > LONG_BUFFER {
-                *s = String::new();
-            }
+            let_go_if_long_string(s);
         }
         let_go_if_long(joined);
         let_go_if_long(word_hashes);
@@ -112,6 +110,13 @@ pub(crate) const LONG_BUFFER: usize = 16 << 20;
 pub(crate) fn let_go_if_long<T>(v: &mut Vec<T>) {
     if v.capacity() * std::mem::size_of::<T>() > LONG_BUFFER {
         *v = Vec::new();
+    }
+}
+
+/// [`let_go_if_long`] for a string.
+pub(crate) fn let_go_if_long_string(s: &mut String) {
+    if s.capacity() > LONG_BUFFER {
+        *s = String::new();
     }
 }
 

@@ -142,8 +142,8 @@ pub fn run(args: DedupArgs) -> Result<ExitCode> {
     if args.warmup > 0 {
         println!("# warm-up: not counted in the summary");
     }
+    let cpus = pinned(&args, most);
     for _ in 0..args.warmup {
-        let cpus = pinned(&args, most);
         let r = run_dedup(&exe, &corpus, tmp.path(), most, cpus, true)?;
         print_run("warm-up", most, cpus, &r, bytes);
     }
