@@ -250,7 +250,17 @@ impl Dedup {
         drop(groups);
         let mut verifier = Verifier::new(&nodes, threshold, &score, spanning);
         verifier.within_nodes();
-        design.join_each(&c.distinct, k, scratch, |pairs| verifier.across(&pairs))?;
+        let sink = |pairs: Vec<(u32, u32, u32)>| verifier.across(&pairs);
+        match group_sizes(&nodes, &score) {
+            // Pairs whose sizes rule them out never leave the join's threads.
+            Some(sizes) => {
+                let keep = |i: u32, j: u32| {
+                    sizes_may_reach(sizes[i as usize], sizes[j as usize], threshold)
+                };
+                design.join_each_where(&c.distinct, k, scratch, &keep, sink)?
+            }
+            None => design.join_each(&c.distinct, k, scratch, sink)?,
+        }
         let kept = verifier.finish();
         Ok(Dedup::of_nodes(nodes, kept))
     }
@@ -542,6 +552,51 @@ pub trait PairScore: Sync {
     /// Document `doc` will be scored soon: a hint to start loading what
     /// [`PairScore::score`] reads of it. Does nothing unless implemented.
     fn prefetch(&self, _doc: u32) {}
+
+    /// The size of document `doc`'s feature set, where the score is the
+    /// Jaccard similarity of such sets (no more than the smaller size over
+    /// the larger), so that the join screens candidates by size as it finds
+    /// them. `None` (the default): no screen.
+    fn size(&self, _doc: u32) -> Option<u32> {
+        None
+    }
+}
+
+/// Each fingerprint group's least and greatest feature-set size over its
+/// live nodes (`(u32::MAX, 0)` for a group without any), if `score` has
+/// sizes.
+fn group_sizes(nodes: &Nodes, score: &impl PairScore) -> Option<Vec<(u32, u32)>> {
+    use rayon::prelude::*;
+    let groups = nodes.group_nodes.len() - 1;
+    (0..groups as u32)
+        .into_par_iter()
+        .with_min_len(1 << 12)
+        .map(|g| {
+            nodes.live(g).try_fold((u32::MAX, 0), |(lo, hi), u| {
+                let size = score.size(nodes.first[u as usize])?;
+                Some((lo.min(size), hi.max(size)))
+            })
+        })
+        .collect()
+}
+
+/// Whether some pair of nodes of two groups of these sizes (see
+/// [`group_sizes`]) can score `threshold` or more: the least set of one
+/// over the greatest of the other, where the sizes do not overlap, as the
+/// score's own bound computes it for that pair (any other pair's is no
+/// greater).
+fn sizes_may_reach((lo_a, hi_a): (u32, u32), (lo_b, hi_b): (u32, u32), threshold: f64) -> bool {
+    if lo_a > hi_a || lo_b > hi_b {
+        return false;
+    }
+    let (small, large) = if hi_a < lo_b {
+        (hi_a, lo_b)
+    } else if hi_b < lo_a {
+        (hi_b, lo_a)
+    } else {
+        return true;
+    };
+    f64::from(small) / f64::from(large) >= threshold
 }
 
 impl<F: Fn(u32, u32) -> f64 + Sync> PairScore for F {
@@ -871,4 +926,34 @@ pub fn clusters(representatives: &[u32]) -> Vec<(u32, Vec<u32>)> {
         .filter(|(_, m)| m.len() >= 2)
         .map(|(r, m)| (r as u32, m))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The size screen never rules out two groups with a pair of nodes
+        /// whose sizes let them reach the threshold (brute force over the
+        /// pairs, as the Jaccard score bounds them: 0 with an empty set),
+        /// and for two single nodes of non-empty sets it is that bound.
+        #[test]
+        fn sizes_rule_out_only_pairs_that_cannot_reach(
+            a in prop::collection::vec(0u32..40, 0..5),
+            b in prop::collection::vec(0u32..40, 0..5),
+            t in prop::sample::select(vec![0.0, 0.3, 0.5, 0.8, 0.95, 1.0]),
+        ) {
+            let range = |s: &[u32]| s.iter().fold((u32::MAX, 0), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            let bound = |x: u32, y: u32| {
+                if x == 0 || y == 0 { 0.0 } else { f64::from(x.min(y)) / f64::from(x.max(y)) }
+            };
+            let reachable = a.iter().any(|&x| b.iter().any(|&y| bound(x, y) >= t));
+            let screen = sizes_may_reach(range(&a), range(&b), t);
+            prop_assert!(screen || !reachable);
+            if a.len() == 1 && b.len() == 1 && a[0] > 0 && b[0] > 0 {
+                prop_assert_eq!(screen, reachable);
+            }
+        }
+    }
 }

@@ -11,6 +11,7 @@ use neardup_core::index::{
 };
 use neardup_core::jaccard::jaccard;
 use proptest::prelude::*;
+use std::sync::atomic::AtomicUsize;
 
 /// Fingerprint sets that stress the index: uniform, planted near-duplicates,
 /// many identical copies, and everything crowded into a few prefixes.
@@ -305,8 +306,108 @@ proptest! {
         got2.sort_unstable_by(|x, y| x.partial_cmp(y).unwrap());
         prop_assert_eq!(&got2, &expected);
         let streamed = Dedup::verified(fps.clone(), k, &d, t, digest, score, true).unwrap();
-        prop_assert_eq!(streamed.representatives(Policy::Components), reps);
+        prop_assert_eq!(streamed.representatives(Policy::Components), reps.clone());
+        // A score that tells sets' sizes, so that the join screens pairs by
+        // them: the same pairs and components.
+        let sized = SizedJaccard { sets: &sets, threshold: t, scored: AtomicUsize::new(0) };
+        let screened = Dedup::verified(fps.clone(), k, &d, t, digest, &sized, false).unwrap();
+        let mut got3 = Vec::new();
+        screened.for_each_scored_pair(|a, b, dist, j| { got3.push((a, b, dist, j.unwrap())); Ok::<(), ()>(()) }).unwrap();
+        got3.sort_unstable_by(|x, y| x.partial_cmp(y).unwrap());
+        prop_assert_eq!(&got3, &expected);
+        let screened = Dedup::verified(fps.clone(), k, &d, t, digest, &sized, true).unwrap();
+        prop_assert_eq!(screened.representatives(Policy::Components), reps);
     }
+}
+
+/// Jaccard similarity of sets of `u32`, with their sizes; counts its scores.
+struct SizedJaccard<'a> {
+    sets: &'a [Vec<u32>],
+    threshold: f64,
+    scored: AtomicUsize,
+}
+
+impl neardup_core::PairScore for &SizedJaccard<'_> {
+    fn score(&self, a: u32, b: u32) -> f64 {
+        self.scored
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (x, y) = (&self.sets[a as usize], &self.sets[b as usize]);
+        neardup_core::jaccard::jaccard_at_least(x, y, self.threshold)
+    }
+    fn size(&self, doc: u32) -> Option<u32> {
+        Some(self.sets[doc as usize].len() as u32)
+    }
+}
+
+/// Multi-index blocks with a score that tells sets' sizes: the join screens
+/// the candidates by size (fewer are scored), and the pairs and components
+/// are those of the plain score.
+#[test]
+fn a_size_screen_in_the_join_changes_nothing_but_the_work() {
+    let seeds: Vec<u128> = {
+        let mut rng = neardup_core::rng::SplitMix64(11);
+        (0..40)
+            .map(|_| u128::from(rng.next()) << 64 | u128::from(rng.next()))
+            .collect()
+    };
+    let (n, k) = (2000, 8);
+    // Near copies of the seeds (up to k + 2 bits flipped), each with a set
+    // of 1 to 60 values from its seed's range: a seed's copies have sets of
+    // every size, so sizes rule out many candidates.
+    let mut rng = neardup_core::rng::SplitMix64(3);
+    let (fps, sets): (Vec<u128>, Vec<Vec<u32>>) = (0..n)
+        .map(|_| {
+            let s = (rng.next() % seeds.len() as u64) as usize;
+            let flips = rng.next() % u64::from(k + 3);
+            let f = (0..flips).fold(seeds[s], |f, _| f ^ (1u128 << (rng.next() % 128)));
+            let (base, len) = (s as u32 * 100, 1 + (rng.next() % 60) as u32);
+            let set = (base..base + len)
+                .filter(|_| !rng.next().is_multiple_of(10))
+                .collect();
+            (f, set)
+        })
+        .unzip();
+    let t = 0.7;
+    let design = neardup_core::index::radius::RadiusDesign::new(128, k, 9).unwrap();
+    let digest = |i: u32| Some(neardup_core::spill::set_digest(&sets[i as usize]));
+    let plain_count = AtomicUsize::new(0);
+    let plain = |a: u32, b: u32| {
+        plain_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        neardup_core::jaccard::jaccard_at_least(&sets[a as usize], &sets[b as usize], t)
+    };
+    let sized = SizedJaccard {
+        sets: &sets,
+        threshold: t,
+        scored: AtomicUsize::new(0),
+    };
+    let pairs = |d: &Dedup| {
+        let mut v = Vec::new();
+        d.for_each_scored_pair(|a, b, dist, j| {
+            v.push((a, b, dist, j.unwrap().to_bits()));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        v.sort_unstable();
+        v
+    };
+    let want = Dedup::verified(fps.clone(), k, &design, t, digest, plain, false).unwrap();
+    let got = Dedup::verified(fps.clone(), k, &design, t, digest, &sized, false).unwrap();
+    assert!(want.pair_count() > 1000, "{} pairs", want.pair_count());
+    assert_eq!(pairs(&got), pairs(&want));
+    let (plain_scores, sized_scores) = (
+        plain_count.load(std::sync::atomic::Ordering::Relaxed),
+        sized.scored.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    assert!(
+        2 * sized_scores < plain_scores,
+        "{sized_scores} scores with the screen, {plain_scores} without"
+    );
+    let want = Dedup::verified(fps.clone(), k, &design, t, digest, plain, true).unwrap();
+    let got = Dedup::verified(fps, k, &design, t, digest, &sized, true).unwrap();
+    assert_eq!(
+        got.representatives(Policy::Components),
+        want.representatives(Policy::Components)
+    );
 }
 
 proptest! {

@@ -722,6 +722,11 @@ impl PairScore for SpillScore<'_> {
         let (spill, d) = self.features.place(doc);
         spill.prefetch(d);
     }
+
+    fn size(&self, doc: u32) -> Option<u32> {
+        let (spill, d) = self.features.place(doc);
+        Some(spill.set_len(d) as u32)
+    }
 }
 
 /// Wall time per phase of a run, for the summary.

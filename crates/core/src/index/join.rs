@@ -105,6 +105,20 @@ pub trait SelfJoin: Sync {
         k: u32,
         scratch: JoinScratch<B>,
         sink: impl FnMut(Vec<(u32, u32, u32)>),
+    ) -> Result<(), Error> {
+        self.join_each_where(sorted, k, scratch, &|_, _| true, sink)
+    }
+
+    /// [`SelfJoin::join_each`] without the pairs `(i, j)` for which
+    /// `keep(i, j)` is false: a screen run by the threads that find the
+    /// pairs, before any reaches `sink`.
+    fn join_each_where<B: Bits>(
+        &self,
+        sorted: &[B],
+        k: u32,
+        scratch: JoinScratch<B>,
+        keep: &(impl Fn(u32, u32) -> bool + Sync),
+        sink: impl FnMut(Vec<(u32, u32, u32)>),
     ) -> Result<(), Error>;
 
     /// The pairs of [`SelfJoin::join_each`], all at once and sorted.
@@ -125,14 +139,15 @@ pub trait SelfJoin: Sync {
 }
 
 impl SelfJoin for TableDesign {
-    fn join_each<B: Bits>(
+    fn join_each_where<B: Bits>(
         &self,
         sorted: &[B],
         k: u32,
         scratch: JoinScratch<B>,
+        keep: &(impl Fn(u32, u32) -> bool + Sync),
         sink: impl FnMut(Vec<(u32, u32, u32)>),
     ) -> Result<(), Error> {
-        join_sorted_unique_each(sorted, k, self, scratch, sink)
+        join_tables(sorted, k, self, scratch, keep, sink)
     }
 
     fn join_all<B: Bits>(
@@ -150,14 +165,15 @@ impl SelfJoin for TableDesign {
 }
 
 impl SelfJoin for RadiusDesign {
-    fn join_each<B: Bits>(
+    fn join_each_where<B: Bits>(
         &self,
         sorted: &[B],
         k: u32,
         scratch: JoinScratch<B>,
+        keep: &(impl Fn(u32, u32) -> bool + Sync),
         sink: impl FnMut(Vec<(u32, u32, u32)>),
     ) -> Result<(), Error> {
-        RadiusDesign::join_each(self, sorted, k, scratch, sink)
+        RadiusDesign::join_each_where(self, sorted, k, scratch, keep, sink)
     }
 
     fn describe(&self) -> String {
@@ -176,16 +192,17 @@ pub enum JoinDesign {
 }
 
 impl SelfJoin for JoinDesign {
-    fn join_each<B: Bits>(
+    fn join_each_where<B: Bits>(
         &self,
         sorted: &[B],
         k: u32,
         scratch: JoinScratch<B>,
+        keep: &(impl Fn(u32, u32) -> bool + Sync),
         sink: impl FnMut(Vec<(u32, u32, u32)>),
     ) -> Result<(), Error> {
         match self {
-            JoinDesign::Tables(d) => SelfJoin::join_each(d, sorted, k, scratch, sink),
-            JoinDesign::Radius(d) => SelfJoin::join_each(d, sorted, k, scratch, sink),
+            JoinDesign::Tables(d) => d.join_each_where(sorted, k, scratch, keep, sink),
+            JoinDesign::Radius(d) => d.join_each_where(sorted, k, scratch, keep, sink),
         }
     }
 
@@ -409,6 +426,19 @@ pub fn join_sorted_unique_each<B: Bits>(
     k: u32,
     design: &TableDesign,
     scratch: JoinScratch<B>,
+    sink: impl FnMut(Vec<(u32, u32, u32)>),
+) -> Result<(), Error> {
+    join_tables(sorted, k, design, scratch, &|_, _| true, sink)
+}
+
+/// [`join_sorted_unique_each`] without the pairs `keep` rules out
+/// ([`SelfJoin::join_each_where`]).
+fn join_tables<B: Bits>(
+    sorted: &[B],
+    k: u32,
+    design: &TableDesign,
+    scratch: JoinScratch<B>,
+    keep: &(impl Fn(u32, u32) -> bool + Sync),
     mut sink: impl FnMut(Vec<(u32, u32, u32)>),
 ) -> Result<(), Error> {
     check_join(sorted, k, design)?;
@@ -462,6 +492,7 @@ pub fn join_sorted_unique_each<B: Bits>(
                         .map(|slice| {
                             let mut out = Vec::new();
                             join_buckets(slice, top, prefix, rule.of(ti), k, pair, &mut out);
+                            out.retain(|&(i, j, _)| keep(i, j));
                             out
                         })
                         .collect()

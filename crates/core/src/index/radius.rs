@@ -115,6 +115,19 @@ impl RadiusDesign {
         sorted: &[B],
         k: u32,
         scratch: JoinScratch<B>,
+        sink: impl FnMut(Vec<(u32, u32, u32)>),
+    ) -> Result<(), Error> {
+        self.join_each_where(sorted, k, scratch, &|_, _| true, sink)
+    }
+
+    /// [`RadiusDesign::join_each`] without the pairs `(i, j)` for which
+    /// `keep(i, j)` is false, screened by the threads that find them.
+    pub fn join_each_where<B: Bits>(
+        &self,
+        sorted: &[B],
+        k: u32,
+        scratch: JoinScratch<B>,
+        keep: &(impl Fn(u32, u32) -> bool + Sync),
         mut sink: impl FnMut(Vec<(u32, u32, u32)>),
     ) -> Result<(), Error> {
         check_join_of(sorted, k, self.bits, self.k)?;
@@ -150,7 +163,11 @@ impl RadiusDesign {
                 join_beside_sink(&mut pending, &mut sink, move || {
                     round
                         .par_iter()
-                        .map(|range| table.join(range.clone()))
+                        .map(|range| {
+                            let mut pairs = table.join(range.clone());
+                            pairs.retain(|&(i, j, _)| keep(i, j));
+                            pairs
+                        })
                         .collect()
                 });
             }
