@@ -55,6 +55,13 @@ pub const SKETCH_BYTES: usize = SKETCH_BINS / 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sketch(pub [u8; SKETCH_BYTES]);
 
+/// A filled bin's two bits for its least feature `h`: 1, 2 or 3, which third
+/// of the range its low 24 bits fall in.
+#[inline(always)]
+fn two_bits(h: SetFeature) -> u8 {
+    1 + ((u64::from(h & 0xFF_FFFF) * 3) >> 24) as u8
+}
+
 /// The bin of a feature, ⌊h · bins / 2³²⌋: ascending features fill the
 /// bins in order.
 #[inline(always)]
@@ -66,34 +73,37 @@ impl Sketch {
     /// The sketch of a set of (uniformly distributed) features.
     ///
     /// In a sorted set (the spill's sets are) each bin's minimum is its first
-    /// feature: a pass from the end stores each feature in its bin, the first
-    /// one last, with neither a branch nor a comparison (a bin changes every
-    /// few features, too often to branch on). An unsorted set is found out by
-    /// the same pass and looked at again, keeping each bin's minimum.
+    /// feature: a pass from the end stores each feature's two bits in its
+    /// bin (a byte each), the first one last, with neither a branch nor a
+    /// comparison (a bin changes every few features, too often to branch
+    /// on), and the bytes are packed four to a byte. An unsorted set is
+    /// found out by the same pass and looked at again, keeping each bin's
+    /// minimum.
     pub fn of(set: &[SetFeature]) -> Sketch {
-        // Wider than a feature, so that an empty bin is told from every one.
-        const EMPTY: u64 = u64::MAX;
-        let mut mins = [EMPTY; SKETCH_BINS];
-        let (mut next, mut sorted) = (SetFeature::MAX, true);
+        // Each bin's two bits, a byte each while they are found.
+        let mut values = [0u8; SKETCH_BINS];
+        let mut next = SetFeature::MAX;
+        let mut sorted = true;
         for &h in set.iter().rev() {
             sorted &= h <= next;
             next = h;
-            mins[bin_of(h)] = u64::from(h);
+            values[bin_of(h)] = two_bits(h);
         }
         if !sorted {
-            mins = [EMPTY; SKETCH_BINS];
+            let mut mins = [SetFeature::MAX; SKETCH_BINS];
+            let mut filled = [false; SKETCH_BINS];
             for &h in set {
                 let bin = bin_of(h);
-                mins[bin] = mins[bin].min(u64::from(h));
+                mins[bin] = mins[bin].min(h);
+                filled[bin] = true;
+            }
+            for ((v, &m), &f) in values.iter_mut().zip(&mins).zip(&filled) {
+                *v = u8::from(f) * two_bits(m);
             }
         }
         let mut out = [0u8; SKETCH_BYTES];
-        for (o, four) in out.iter_mut().zip(mins.chunks_exact(4)) {
-            for (i, &m) in four.iter().enumerate() {
-                // 1, 2 or 3 from the low 24 bits, 0 for an empty bin.
-                let value = 1 + (((m & 0xFF_FFFF) * 3) >> 24) as u8;
-                *o |= (u8::from(m != EMPTY) * value) << (2 * i);
-            }
+        for (o, four) in out.iter_mut().zip(values.chunks_exact(4)) {
+            *o = four[0] | four[1] << 2 | four[2] << 4 | four[3] << 6;
         }
         Sketch(out)
     }
