@@ -417,7 +417,7 @@ pub struct Spill {
 /// read on the thread.
 #[derive(Default)]
 struct SetCache {
-    /// (spill, first feature) of each entry; [`SetCache::NONE`] for an entry
+    /// (spill, document) of each entry; [`SetCache::NONE`] for an entry
     /// whose read failed or whose buffer was let go.
     keys: Vec<(u64, u64)>,
     /// When each entry was last looked up (the least recent is replaced).
@@ -439,7 +439,11 @@ impl SetCache {
     /// recently used entry (but `keep`) when not held.
     fn get(&mut self, spill: &Spill, doc: u32, keep: Option<usize>) -> io::Result<usize> {
         self.clock += 1;
-        let key = (spill.id, spill.starts[doc as usize]);
+        // By document, not by where its set lies in the spill: a look-up
+        // that finds it costs no read of the spill's offsets, scattered over
+        // the corpus (documents that share a set mostly share a node too,
+        // scored once).
+        let key = (spill.id, u64::from(doc));
         if let Some(i) = self.keys.iter().position(|&k| k == key) {
             self.used[i] = self.clock;
             return Ok(i);
