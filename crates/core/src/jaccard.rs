@@ -56,8 +56,21 @@ pub type SetFeature = u32;
 /// the bytes; the set is the same, since narrowing keeps the hashes' order.
 pub fn narrow(shingles: &[u64], out: &mut Vec<SetFeature>) {
     out.clear();
-    out.extend(shingles.iter().map(|&h| (h >> 32) as SetFeature));
-    sort_dedup_hashes(out);
+    let n = shingles.len();
+    let Some(bits) = spread_bits(n) else {
+        out.extend(shingles.iter().map(|&h| (h >> 32) as SetFeature));
+        sort_dedup_hashes(out);
+        return;
+    };
+    // Narrowed as they are scattered: one pass less than narrowing first.
+    HASH_SORT.with(|scratch| {
+        let scratch = &mut *scratch.borrow_mut();
+        let t = scratch.sorted(n, |h: &u64| (h >> 32) as SetFeature, shingles, bits);
+        out.resize(n, 0);
+        let kept = copy_distinct(t, out);
+        out.truncate(kept);
+        scratch.let_go_if_long();
+    });
 }
 
 /// A verification rule: `jaccard:T` keeps a candidate pair when the Jaccard
@@ -398,7 +411,7 @@ fn word_shingles(
 struct HashSort {
     scattered64: Vec<u64>,
     scattered32: Vec<u32>,
-    offsets: Vec<usize>,
+    offsets: Vec<u32>,
 }
 
 thread_local! {
@@ -435,36 +448,59 @@ impl SpreadHash for u32 {
     }
 }
 
-/// Sorts a document's feature hashes and removes repeats. Hashes are spread
-/// evenly, so one counting pass on their top bits (at least one bucket per
-/// hash) leaves them nearly sorted, each out of place by a few positions
-/// within its bucket: one insertion sort over the whole set finishes them,
-/// and a copy back skips the repeats. About 0.4 of `sort_unstable`'s time
-/// on sets of 64 to 16,384 random hashes. Values that are not spread (a
-/// hash moved further than a few places) fall back to `sort_unstable`,
-/// which stays correct.
-fn sort_dedup_hashes<T: SpreadHash>(v: &mut Vec<T>) {
-    /// Buckets of the counting pass at most (2^14 offsets stay in L2).
+/// Bits of the counting pass that sorts `n` spread hashes (a bucket or more
+/// a hash, at most 2^14 of them, whose offsets stay in L1), or `None` for
+/// sets `sort_unstable` takes: small ones, and ones too large for the
+/// offsets.
+fn spread_bits(n: usize) -> Option<u32> {
+    /// Buckets of the counting pass at most.
     const MAX_BITS: u32 = 14;
-    /// How far the insertion sort moves a hash before giving up on spread.
-    const MAX_MOVE: usize = 32;
-    let n = v.len();
-    if n < 64 {
-        v.sort_unstable();
-        v.dedup();
-        return;
+    if n < 64 || n > u32::MAX as usize {
+        return None;
     }
-    let bits = (usize::BITS - (n - 1).leading_zeros()).min(MAX_BITS);
-    HASH_SORT.with(|scratch| {
-        let scratch = &mut *scratch.borrow_mut();
-        let mut offsets = std::mem::take(&mut scratch.offsets);
-        let scattered = T::scattered(scratch);
+    Some((usize::BITS - (n - 1).leading_zeros()).min(MAX_BITS))
+}
+
+impl HashSort {
+    /// `map(x)` for each x of `src` (n of them), sorted, in this thread's
+    /// buffer: one counting pass on the mapped values' top `bits` bits
+    /// ([`spread_bits`]) leaves them nearly sorted, each out of place by a
+    /// few positions within its bucket, and one insertion sort over the
+    /// whole set finishes them. `map` must keep the order (a hash's top
+    /// bits, a narrowing, keep it). Values that are not spread (one moved
+    /// further than a few places) fall back to `sort_unstable`, which stays
+    /// correct.
+    fn sorted<S, T: SpreadHash>(
+        &mut self,
+        n: usize,
+        map: impl Fn(&S) -> T,
+        src: &[S],
+        bits: u32,
+    ) -> &[T] {
+        /// How far the insertion sort moves a hash before giving up on spread.
+        const MAX_MOVE: usize = 32;
+        let mut offsets = std::mem::take(&mut self.offsets);
+        offsets.clear();
+        offsets.resize((1 << bits) + 1, 0);
+        for x in src {
+            offsets[map(x).top(bits) + 1] += 1;
+        }
+        for b in 0..1 << bits {
+            offsets[b + 1] += offsets[b];
+        }
+        let scattered = T::scattered(self);
         if scattered.len() < n {
             scattered.resize(n, T::default());
         }
         let t = &mut scattered[..n];
-        let bucket = |x: &T| x.top(bits);
-        crate::index::radix::scatter_by(v, t, 1 << bits, bucket, &mut offsets);
+        for x in src {
+            let value = map(x);
+            let slot = &mut offsets[value.top(bits)];
+            t[*slot as usize] = value;
+            *slot += 1;
+        }
+        self.offsets = offsets;
+        let t = &mut T::scattered(self)[..n];
         for i in 1..n {
             let x = t[i];
             if t[i - 1] <= x {
@@ -481,21 +517,54 @@ fn sort_dedup_hashes<T: SpreadHash>(v: &mut Vec<T>) {
                 break;
             }
         }
-        // Copied back without repeats (branch-free: about one hash in five
-        // of a document's shingles is a repeat, at random).
-        let mut kept = 0;
-        let mut last = !t[0];
-        for &x in t.iter() {
-            v[kept] = x;
-            kept += usize::from(x != last);
-            last = x;
+        t
+    }
+
+    /// Lets go of buffers one very long document grew, rather than keep
+    /// them for the rest of the run.
+    fn let_go_if_long(&mut self) {
+        if self.scattered64.capacity() > 1 << 20 {
+            self.scattered64 = Vec::new();
         }
+        if self.scattered32.capacity() > 1 << 20 {
+            self.scattered32 = Vec::new();
+        }
+    }
+}
+
+/// Copies sorted `t` into `out` (as long) without repeats; the count kept.
+fn copy_distinct<T: Copy + PartialEq + std::ops::Not<Output = T>>(t: &[T], out: &mut [T]) -> usize {
+    // Branch-free: about one hash in five of a document's shingles is a
+    // repeat, at random.
+    let mut kept = 0;
+    let Some(&first) = t.first() else {
+        return 0;
+    };
+    let mut last = !first;
+    for &x in t {
+        out[kept] = x;
+        kept += usize::from(x != last);
+        last = x;
+    }
+    kept
+}
+
+/// Sorts a document's feature hashes and removes repeats: [`HashSort::sorted`]
+/// (about 0.4 of `sort_unstable`'s time on sets of 64 to 16,384 random
+/// hashes), then a copy back that skips the repeats.
+fn sort_dedup_hashes<T: SpreadHash>(v: &mut Vec<T>) {
+    let n = v.len();
+    let Some(bits) = spread_bits(n) else {
+        v.sort_unstable();
+        v.dedup();
+        return;
+    };
+    HASH_SORT.with(|scratch| {
+        let scratch = &mut *scratch.borrow_mut();
+        let t = scratch.sorted(n, |&x: &T| x, v, bits);
+        let kept = copy_distinct(t, v);
         v.truncate(kept);
-        if scattered.capacity() > 1 << 20 {
-            // Not kept for the rest of the run after one very long document.
-            *scattered = Vec::new();
-        }
-        scratch.offsets = offsets;
+        scratch.let_go_if_long();
     });
 }
 
