@@ -65,7 +65,7 @@ pub fn narrow(shingles: &[u64], out: &mut Vec<SetFeature>) {
     // Narrowed as they are scattered: one pass less than narrowing first.
     HASH_SORT.with(|scratch| {
         let scratch = &mut *scratch.borrow_mut();
-        let t = scratch.sorted(n, |h: &u64| (h >> 32) as SetFeature, shingles, bits);
+        let t = scratch.sorted(shingles, |h: &u64| (h >> 32) as SetFeature, bits);
         out.resize(n, 0);
         let kept = copy_distinct(t, out);
         out.truncate(kept);
@@ -449,7 +449,7 @@ impl SpreadHash for u32 {
 }
 
 /// Bits of the counting pass that sorts `n` spread hashes (a bucket or more
-/// a hash, at most 2^14 of them, whose offsets stay in L1), or `None` for
+/// a hash, at most 2^14 of them: 64 KB of offsets), or `None` for
 /// sets `sort_unstable` takes: small ones, and ones too large for the
 /// offsets.
 fn spread_bits(n: usize) -> Option<u32> {
@@ -462,7 +462,7 @@ fn spread_bits(n: usize) -> Option<u32> {
 }
 
 impl HashSort {
-    /// `map(x)` for each x of `src` (n of them), sorted, in this thread's
+    /// `map(x)` for each x of `src`, sorted, in this thread's
     /// buffer: one counting pass on the mapped values' top `bits` bits
     /// ([`spread_bits`]) leaves them nearly sorted, each out of place by a
     /// few positions within its bucket, and one insertion sort over the
@@ -470,15 +470,10 @@ impl HashSort {
     /// bits, a narrowing, keep it). Values that are not spread (one moved
     /// further than a few places) fall back to `sort_unstable`, which stays
     /// correct.
-    fn sorted<S, T: SpreadHash>(
-        &mut self,
-        n: usize,
-        map: impl Fn(&S) -> T,
-        src: &[S],
-        bits: u32,
-    ) -> &[T] {
+    fn sorted<S, T: SpreadHash>(&mut self, src: &[S], map: impl Fn(&S) -> T, bits: u32) -> &[T] {
         /// How far the insertion sort moves a hash before giving up on spread.
         const MAX_MOVE: usize = 32;
+        let n = src.len();
         let mut offsets = std::mem::take(&mut self.offsets);
         offsets.clear();
         offsets.resize((1 << bits) + 1, 0);
@@ -561,7 +556,7 @@ fn sort_dedup_hashes<T: SpreadHash>(v: &mut Vec<T>) {
     };
     HASH_SORT.with(|scratch| {
         let scratch = &mut *scratch.borrow_mut();
-        let t = scratch.sorted(n, |&x: &T| x, v, bits);
+        let t = scratch.sorted(v, |&x: &T| x, bits);
         let kept = copy_distinct(t, v);
         v.truncate(kept);
         scratch.let_go_if_long();

@@ -8,7 +8,7 @@
 //! filling the page cache, which keeps the input and the spill instead, and
 //! costs the kernel neither the copy nor new pages (on a VM, fresh pages are
 //! what writing a large file costs most). The last, partial block is written
-//! through the page cache; a file no larger than a block is written as before.
+//! through the page cache: a file no larger than a block goes through it whole.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -35,14 +35,14 @@ enum Writer {
 }
 
 /// Bytes written between starts of a buffered file's write-back (see
-/// [`BlockWriter::written`]).
+/// [`Disk::written`]).
 const WRITE_BACK_EVERY: u64 = 32 << 20;
 
 /// The largest block written at once.
 const BLOCK: usize = 4 << 20;
 
-/// Alignment of a direct write's buffer, offset and length: a page, which
-/// is at least the logical block size of the disks Linux supports.
+/// Alignment of a direct write's buffer, offset and length: a page, a
+/// multiple of disks' logical block sizes (512 or 4096 bytes).
 const ALIGN: usize = 4096;
 
 /// One aligned unit of [`BlockWriter`]'s buffer.
@@ -114,7 +114,9 @@ impl Disk {
                 Ok(()) => return Ok(()),
                 // Refused (a file system without direct I/O, or with larger
                 // blocks): through the page cache from here on.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct = None,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                    self.direct = None
+                }
                 Err(e) => return Err(e),
             }
         }
