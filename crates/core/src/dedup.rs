@@ -250,17 +250,15 @@ impl Dedup {
         drop(groups);
         let mut verifier = Verifier::new(&nodes, threshold, &score, spanning);
         verifier.within_nodes();
+        // Pairs whose sizes rule them out never leave the join's threads.
+        let sizes = group_sizes(&nodes, &score);
+        let keep = |i: u32, j: u32| {
+            sizes
+                .as_ref()
+                .is_none_or(|s| sizes_may_reach(s[i as usize], s[j as usize], threshold))
+        };
         let sink = |pairs: Vec<(u32, u32, u32)>| verifier.across(&pairs);
-        match group_sizes(&nodes, &score) {
-            // Pairs whose sizes rule them out never leave the join's threads.
-            Some(sizes) => {
-                let keep = |i: u32, j: u32| {
-                    sizes_may_reach(sizes[i as usize], sizes[j as usize], threshold)
-                };
-                design.join_each_where(&c.distinct, k, scratch, &keep, sink)?
-            }
-            None => design.join_each(&c.distinct, k, scratch, sink)?,
-        }
+        design.join_each_where(&c.distinct, k, scratch, &keep, sink)?;
         let kept = verifier.finish();
         Ok(Dedup::of_nodes(nodes, kept))
     }

@@ -518,12 +518,8 @@ impl HashSort {
     /// Lets go of buffers one very long document grew, rather than keep
     /// them for the rest of the run.
     fn let_go_if_long(&mut self) {
-        if self.scattered64.capacity() > 1 << 20 {
-            self.scattered64 = Vec::new();
-        }
-        if self.scattered32.capacity() > 1 << 20 {
-            self.scattered32 = Vec::new();
-        }
+        crate::simhash::let_go_if_long(&mut self.scattered64);
+        crate::simhash::let_go_if_long(&mut self.scattered32);
     }
 }
 

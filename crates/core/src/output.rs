@@ -242,14 +242,7 @@ impl BlockWriter {
 impl Write for BlockWriter {
     #[inline]
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        let start = self.len;
-        if data.len() <= self.pages.len() * ALIGN - start {
-            // Most writes: room in the buffer.
-            bytes_mut(&mut self.pages)[start..start + data.len()].copy_from_slice(data);
-            self.len += data.len();
-            return Ok(data.len());
-        }
-        if self.len == self.pages.len() * ALIGN {
+        if self.len == self.pages.len() * ALIGN && !data.is_empty() {
             if self.len == BLOCK {
                 self.write_block()?;
             } else {

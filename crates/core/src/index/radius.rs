@@ -109,19 +109,8 @@ impl RadiusDesign {
     /// Every pair `(i, j, distance)`, `i < j`, of `sorted` (distinct
     /// fingerprints, ascending) within `k`, each exactly once, handed to
     /// `sink` a slice of buckets at a time, in an order fixed by the design
-    /// (not by the threads).
-    pub fn join_each<B: Bits>(
-        &self,
-        sorted: &[B],
-        k: u32,
-        scratch: JoinScratch<B>,
-        sink: impl FnMut(Vec<(u32, u32, u32)>),
-    ) -> Result<(), Error> {
-        self.join_each_where(sorted, k, scratch, &|_, _| true, sink)
-    }
-
-    /// [`RadiusDesign::join_each`] without the pairs `(i, j)` for which
-    /// `keep(i, j)` is false, screened by the threads that find them.
+    /// (not by the threads). Pairs `(i, j)` for which `keep(i, j)` is false are left out, screened
+    /// by the threads that find them.
     pub fn join_each_where<B: Bits>(
         &self,
         sorted: &[B],
