@@ -70,7 +70,7 @@ impl UnitSums {
         }
         let wide = self.width == Width::W128;
         #[cfg(target_arch = "x86_64")]
-        if avx512bw() {
+        if crate::floor::avx512bw() {
             // SAFETY: the CPU has AVX-512 BW.
             unsafe { x86::spread(&mut self.lanes, hashes, wide) };
         } else if wide {
@@ -126,18 +126,6 @@ impl UnitSums {
         self.flush();
         BitShares::of_counts(&self.counts, self.total, self.width)
     }
-}
-
-/// Whether unit sums add a hash's bits as a mask of bytes, 64 counters an
-/// instruction (AVX-512 BW, unless `NEARDUP_NO_AVX512` is set).
-#[cfg(target_arch = "x86_64")]
-fn avx512bw() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::env::var_os("NEARDUP_NO_AVX512").is_none()
-            && std::arch::is_x86_feature_detected!("avx512bw")
-    })
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -270,7 +258,7 @@ mod tests {
                     false => UnitSums::spread_into::<8>(&mut scalar, group),
                 }
                 #[cfg(target_arch = "x86_64")]
-                if is_x86_feature_detected!("avx512bw") {
+                if crate::floor::avx512bw() {
                     let mut vector = [0u64; 16];
                     // SAFETY: the CPU has AVX-512 BW.
                     unsafe { x86::spread(&mut vector, group, wide) };

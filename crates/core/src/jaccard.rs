@@ -160,12 +160,12 @@ pub struct ShingleScratch {
 
 impl ShingleScratch {
     /// Lets go of the buffers one very long document grew (see
-    /// `simhash::let_go_if_long`).
+    /// `floor::let_go_if_long`).
     pub(crate) fn let_go_of_long(&mut self) {
-        crate::simhash::let_go_if_long_string(&mut self.norm);
-        crate::simhash::let_go_if_long_string(&mut self.tmp);
-        crate::simhash::let_go_if_long(&mut self.words);
-        crate::simhash::let_go_if_long(&mut self.key);
+        crate::floor::let_go_if_long_string(&mut self.norm);
+        crate::floor::let_go_if_long_string(&mut self.tmp);
+        crate::floor::let_go_if_long(&mut self.words);
+        crate::floor::let_go_if_long(&mut self.key);
     }
 }
 
@@ -518,8 +518,8 @@ impl HashSort {
     /// Lets go of buffers one very long document grew, rather than keep
     /// them for the rest of the run.
     fn let_go_if_long(&mut self) {
-        crate::simhash::let_go_if_long(&mut self.scattered64);
-        crate::simhash::let_go_if_long(&mut self.scattered32);
+        crate::floor::let_go_if_long(&mut self.scattered64);
+        crate::floor::let_go_if_long(&mut self.scattered32);
     }
 }
 
@@ -674,7 +674,7 @@ mod sealed {
 impl SetElement for u64 {
     fn merge(a: &[u64], b: &[u64], need: usize) -> (usize, bool) {
         #[cfg(target_arch = "x86_64")]
-        if a.len() >= 8 && b.len() >= 8 && crate::index::avx512() {
+        if a.len() >= 8 && b.len() >= 8 && crate::floor::avx512_popcnt() {
             // SAFETY: the CPU has the features the function is compiled for.
             return unsafe { x86::merge64(a, b, need) };
         }
@@ -685,7 +685,7 @@ impl SetElement for u64 {
 impl SetElement for u32 {
     fn merge(a: &[u32], b: &[u32], need: usize) -> (usize, bool) {
         #[cfg(target_arch = "x86_64")]
-        if a.len() >= 16 && b.len() >= 16 && crate::index::avx512() {
+        if a.len() >= 16 && b.len() >= 16 && crate::floor::avx512_popcnt() {
             // SAFETY: the CPU has the features the function is compiled for.
             return unsafe { x86::merge32(a, b, need) };
         }

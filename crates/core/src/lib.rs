@@ -33,6 +33,7 @@ pub mod config;
 pub mod dedup;
 mod error;
 mod fingerprint;
+mod floor;
 pub mod hash;
 mod idf;
 pub mod index;

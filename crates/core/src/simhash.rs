@@ -14,6 +14,7 @@ use crate::config::{
 };
 use crate::error::Error;
 use crate::fingerprint::{Fingerprint, Width};
+use crate::floor::{let_go_if_long, let_go_if_long_string};
 use crate::hash::FeatureHasher;
 use crate::idf::IdfTable;
 use crate::jaccard::{
@@ -78,7 +79,7 @@ impl Scratch {
     }
 
     /// Lets go of the buffers that one very long document grew past
-    /// [`LONG_BUFFER`] bytes (its normal form, its words' hashes), so
+    /// [`LONG_BUFFER`](crate::floor::LONG_BUFFER) bytes (its normal form, its words' hashes), so
     /// that they are not held beside the buffers its verification features
     /// take next, nor for the rest of the run.
     fn let_go_of_long(&mut self) {
@@ -99,24 +100,6 @@ impl Scratch {
         let_go_if_long(word_hashes);
         let_go_if_long(wide);
         shingles.let_go_of_long();
-    }
-}
-
-/// Bytes past which a scratch buffer is not kept for the next document.
-pub(crate) const LONG_BUFFER: usize = 16 << 20;
-
-/// Replaces `v` by an empty vector if it holds more than [`LONG_BUFFER`]
-/// bytes.
-pub(crate) fn let_go_if_long<T>(v: &mut Vec<T>) {
-    if v.capacity() * std::mem::size_of::<T>() > LONG_BUFFER {
-        *v = Vec::new();
-    }
-}
-
-/// [`let_go_if_long`] for a string.
-pub(crate) fn let_go_if_long_string(s: &mut String) {
-    if s.capacity() > LONG_BUFFER {
-        *s = String::new();
     }
 }
 
@@ -1148,6 +1131,7 @@ fn check_weight(w: f64) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::floor::LONG_BUFFER;
 
     /// Buffers one long document grew are let go, the others kept; and a
     /// document's fingerprint and features do not depend on which were.

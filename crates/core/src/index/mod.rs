@@ -13,9 +13,10 @@ pub mod ids;
 mod join;
 pub mod mem;
 mod near;
-pub(crate) use near::avx512;
+mod plan;
 pub mod radius;
 pub(crate) mod radix;
+mod self_join;
 pub mod slab;
 pub(crate) mod table;
 
@@ -24,17 +25,16 @@ use rayon::prelude::*;
 pub use bits::Bits;
 pub use bundle::{AnyIndex, Bundle};
 pub use compressed::{Coding, CompressedIndex};
-pub use design::{
-    Plan, PlanOption, Segment, Table, TableDesign, join_max_k, plan, plan_join, plan_join_for,
-    plan_join_sampled,
-};
+pub use design::{Segment, Table, TableDesign};
 pub use file::IndexFile;
 pub use ids::{IdRef, IdTable};
 pub use join::{
-    Collapsed, JoinDesign, JoinKeys, JoinScratch, SelfJoin, join_sorted_unique,
-    join_sorted_unique_each, join_sorted_unique_with, self_join,
+    Collapsed, JoinKeys, JoinScratch, join_sorted_unique, join_sorted_unique_each,
+    join_sorted_unique_with, self_join,
 };
+pub use plan::{Plan, PlanOption, join_max_k, plan, plan_join, plan_join_for, plan_join_sampled};
 pub use radius::{Block, RadiusDesign};
+pub use self_join::{JoinDesign, SelfJoin};
 pub use slab::{SharedBytes, Slab};
 pub use table::SortedTable;
 

@@ -29,12 +29,6 @@ pub(crate) fn within_u64(a: u64, others: &[u64], k: u32, hits: &mut Vec<u32>) {
     scalar(a, others, k, 0, hits);
 }
 
-/// Whether distances are measured eight words per instruction.
-#[cfg(not(target_arch = "x86_64"))]
-pub(crate) fn avx512() -> bool {
-    false
-}
-
 /// The portable loop, over `others` whose first element is index `base`.
 #[inline]
 fn scalar<B: super::Bits>(a: B, others: &[B], k: u32, base: usize, hits: &mut Vec<u32>) {
@@ -47,16 +41,7 @@ fn scalar<B: super::Bits>(a: B, others: &[B], k: u32, base: usize, hits: &mut Ve
 
 /// Whether distances are measured eight words per instruction (AVX-512
 /// VPOPCNTDQ, unless `NEARDUP_NO_AVX512` is set).
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn avx512() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::env::var_os("NEARDUP_NO_AVX512").is_none()
-            && std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
-    })
-}
+pub(crate) use crate::floor::avx512_popcnt as avx512;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {

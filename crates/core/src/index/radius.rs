@@ -364,7 +364,7 @@ pub fn radius_cost(d: &RadiusDesign, n: f64, compared: f64, found: f64) -> f64 {
                 + nonempty * near / 2.0 * (n / buckets) * RADIUS_GATHER_NS
         })
         .sum();
-    let compare_ns = if super::near::avx512() {
+    let compare_ns = if crate::floor::avx512_popcnt() {
         RADIUS_COMPARE_NS
     } else {
         RADIUS_COMPARE_SCALAR_NS

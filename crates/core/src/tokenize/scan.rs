@@ -117,7 +117,7 @@ mod avx2 {
 #[inline]
 pub(super) fn for_each_word_span(text: &[u8], emit: &mut impl FnMut(usize, usize)) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if crate::floor::avx2() {
         // SAFETY: AVX2 was just detected.
         unsafe { scan_avx2(text, emit) };
         return;
@@ -225,7 +225,7 @@ mod tests {
             b[..32].copy_from_slice(&block);
             b[32..].copy_from_slice(&block2);
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if crate::floor::avx2() {
                 // SAFETY: AVX2 was just detected.
                 prop_assert_eq!(unsafe { avx2::classify(&b) }, classify_scalar(&b));
             }
@@ -249,7 +249,7 @@ mod tests {
                 *x = chunk * 64 + i as u8;
             }
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if crate::floor::avx2() {
                 // SAFETY: AVX2 was just detected.
                 assert_eq!(unsafe { avx2::classify(&b) }, classify_scalar(&b));
             }

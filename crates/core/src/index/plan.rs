@@ -1,0 +1,324 @@
+//! The planner: which design answers a Hamming search or a self-join at
+//! the least estimated cost (paper §3.1), for an index's queries from `n`
+//! and a memory budget, and for a self-join from a sample of its own
+//! fingerprints ([`plan_join_for`]: permuted tables or multi-index blocks).
+
+use rayon::prelude::*;
+
+use super::bits::Bits;
+use super::design::{MAX_TABLES, Table, TableDesign, directory_bits};
+use super::radius::{self, RadiusDesign};
+use super::self_join::JoinDesign;
+use crate::error::Error;
+
+/// One design the planner considered, with its estimated costs.
+#[derive(Clone, Debug)]
+pub struct PlanOption {
+    /// The design.
+    pub design: TableDesign,
+    /// Expected candidates per query, over all tables.
+    pub candidates: f64,
+    /// Bytes of memory per stored fingerprint (all tables, directories included).
+    pub bytes_per_fingerprint: f64,
+    /// Estimated nanoseconds per query (probes plus candidate checks).
+    pub query_ns: f64,
+    /// Estimated pair comparisons in a self-join of `n` fingerprints.
+    pub join_comparisons: f64,
+}
+
+/// The planner's answer: the chosen design and every design it considered.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Index of the chosen option in `options`.
+    pub chosen: usize,
+    /// Why: a sentence.
+    pub reason: String,
+    /// Every design considered, by increasing table count.
+    pub options: Vec<PlanOption>,
+}
+
+/// Cost model: a table probe costs about two cache misses; a candidate check is
+/// a sequential popcount. Measured orders of magnitude, not exact.
+const PROBE_NS: f64 = 80.0;
+const CANDIDATE_NS: f64 = 1.5;
+
+/// Bytes one table spends per fingerprint: the key and a 4-byte item number.
+pub fn entry_bytes(bits: u32) -> f64 {
+    bits as f64 / 8.0 + 4.0
+}
+
+/// Considers one- and two-level designs for `bits`, `k` and `n` stored
+/// fingerprints, and picks the fastest for queries that fits in `memory` bytes
+/// (or the smallest if none fits).
+pub fn plan(bits: u32, k: u32, n: f64, memory: Option<f64>) -> Result<Plan, Error> {
+    plan_up_to(bits, k, bits / 8, n, memory)
+}
+
+/// The widest k a self-join plans for: 3/16 of the bits. A join's pairs are
+/// found once, not per query, and fingerprints centred on their corpus
+/// ([`crate::centre`]) put unrelated documents about half the bits apart,
+/// so a join can afford a wider k than an index's queries.
+pub fn join_max_k(bits: u32) -> u32 {
+    bits * 3 / 16
+}
+
+/// [`plan`] for a k of at most `max_k`.
+fn plan_up_to(bits: u32, k: u32, max_k: u32, n: f64, memory: Option<f64>) -> Result<Plan, Error> {
+    if bits != 64 && bits != 128 {
+        return Err(Error::InvalidConfig(format!(
+            "fingerprint width {bits}: use 64 or 128"
+        )));
+    }
+    if k > max_k {
+        return Err(Error::InvalidConfig(format!(
+            "k = {k} is too large for {bits}-bit fingerprints: use k <= {max_k} \
+             (tables would share too few bits to narrow the search)"
+        )));
+    }
+    let mut options = Vec::new();
+    let mut seen = Vec::new();
+    let max_b = (k + 12).min(bits);
+    let mut try_levels = |levels: &[u32]| {
+        if let Ok(d) = TableDesign::new(bits, k, levels) {
+            let key = (d.tables.len(), d.prefix_range());
+            if seen.contains(&key) {
+                return;
+            }
+            seen.push(key);
+            let candidates = d.expected_candidates(n);
+            let tables = d.tables.len() as f64;
+            let dir = 4.0 * 2f64.powi(directory_bits(d.prefix_range().0, n) as i32) / n.max(1.0);
+            options.push(PlanOption {
+                bytes_per_fingerprint: tables * (entry_bytes(bits) + dir),
+                query_ns: tables * PROBE_NS + candidates * CANDIDATE_NS,
+                join_comparisons: d
+                    .tables
+                    .iter()
+                    .map(|t| n * n / 2f64.powi(t.prefix_bits() as i32 + 1))
+                    .sum(),
+                candidates,
+                design: d,
+            });
+        }
+    };
+    for b in k + 1..=max_b {
+        try_levels(&[b]);
+    }
+    for b1 in k + 1..=max_b {
+        for b2 in k + 1..=max_b {
+            try_levels(&[b1, b2]);
+        }
+    }
+    if options.is_empty() {
+        return Err(Error::InvalidConfig(format!(
+            "no design with at most {MAX_TABLES} tables finds distance {k} at {bits} bits"
+        )));
+    }
+    options.sort_by(|a, b| {
+        a.design
+            .tables
+            .len()
+            .cmp(&b.design.tables.len())
+            .then(b.design.prefix_range().0.cmp(&a.design.prefix_range().0))
+    });
+    let fits = |o: &PlanOption| memory.is_none_or(|m| o.bytes_per_fingerprint * n <= m);
+    let chosen = match (0..options.len())
+        .filter(|&i| fits(&options[i]))
+        .min_by(|&a, &b| options[a].query_ns.total_cmp(&options[b].query_ns))
+    {
+        Some(i) => i,
+        None => (0..options.len())
+            .min_by(|&a, &b| {
+                options[a]
+                    .bytes_per_fingerprint
+                    .total_cmp(&options[b].bytes_per_fingerprint)
+            })
+            .expect("options is not empty"),
+    };
+    let reason = if fits(&options[chosen]) {
+        "the fastest estimated query among the designs that fit in memory".to_owned()
+    } else {
+        "no design fits in the memory given: the smallest one".to_owned()
+    };
+    Ok(Plan {
+        chosen,
+        reason,
+        options,
+    })
+}
+
+/// The design for a self-join of `n` fingerprints: the least estimated work,
+/// sorting every table plus comparing within equal prefixes.
+pub fn plan_join(bits: u32, k: u32, n: f64) -> Result<TableDesign, Error> {
+    let p = plan_up_to(bits, k, join_max_k(bits), n, None)?;
+    let sort_ns_per_entry = 12.0;
+    let best = p
+        .options
+        .iter()
+        .min_by(|a, b| {
+            let cost = |o: &PlanOption| {
+                o.design.tables.len() as f64 * n * sort_ns_per_entry
+                    + o.join_comparisons * CANDIDATE_NS
+            };
+            cost(a).total_cmp(&cost(b))
+        })
+        .expect("options is not empty");
+    Ok(best.design.clone())
+}
+
+/// Pairs sampled to estimate how many comparisons a design makes.
+const SAMPLED_PAIRS: usize = 40_000;
+/// Pairs sampled to find pairs within k (rare: a few in ten thousand of
+/// crowded text's pairs) and how many tables each is found in.
+const SAMPLED_NEAR: usize = 2_000_000;
+/// Pairs within k that are enough to estimate from.
+const NEAR_ENOUGH: usize = 10_000;
+/// Join costs in nanoseconds of one core, fitted to joins of 0.16, 0.7 and
+/// 1.85 million 128-bit fingerprints of crowded text (docs/dedup.md): per
+/// fingerprint and table (sorting it, finding its bucket and run, starting
+/// its comparisons), per comparison (AVX-512 VPOPCNTDQ, or the scalar
+/// `popcnt`), and per pair within k found by a table (the first-table rule
+/// and the pair's hand-off).
+const JOIN_ENTRY_NS: f64 = 40.0;
+const JOIN_COMPARE_NS: f64 = 0.15;
+const JOIN_COMPARE_SCALAR_NS: f64 = 0.35;
+const JOIN_HIT_NS: f64 = 6.5;
+
+/// The self-join's design for these fingerprints: the work of each design
+/// is estimated from the fingerprints themselves rather than from uniformly
+/// random bits. Text's fingerprints crowd (documents of one language and
+/// domain share words), so that a prefix narrows far less than its length
+/// says, and pairs within k, each found by several tables, cost more with
+/// more tables; which design is fastest depends on how they crowd. A
+/// sample of random pairs gives, per design, the pairs sharing a table's
+/// prefix or lying within a block's radius (the comparisons) and the pairs
+/// within k it finds (each once per table that finds it). Both families are
+/// weighed: the permuted tables of [`plan_join`] and the multi-index blocks
+/// of [`RadiusDesign`]. Deterministic: a fixed seed.
+pub fn plan_join_for<B: Bits>(k: u32, fps: &[B]) -> Result<JoinDesign, Error> {
+    plan_join_sampled(k, fps, SAMPLED_PAIRS, SAMPLED_NEAR)
+}
+
+/// [`plan_join_for`] from `sampled` random pairs (for the comparisons) and
+/// up to `sampled_near` more (for the pairs within k).
+pub fn plan_join_sampled<B: Bits>(
+    k: u32,
+    fps: &[B],
+    sampled: usize,
+    sampled_near: usize,
+) -> Result<JoinDesign, Error> {
+    let n = fps.len();
+    if n < 1000 {
+        return Ok(JoinDesign::Tables(plan_join(B::BITS, k, n as f64)?));
+    }
+    let p = plan_up_to(B::BITS, k, join_max_k(B::BITS), n as f64, None)?;
+    let pairs = (n as f64) * (n as f64 - 1.0) / 2.0;
+    let mut rng = crate::rng::SplitMix64(0x6a6f_696e);
+    let mut diff = || {
+        let a = (rng.next() % n as u64) as usize;
+        let b = (rng.next() % n as u64) as usize;
+        fps[a].xor(fps[b])
+    };
+    // Identical fingerprints are collapsed before the join: no work.
+    let sample: Vec<B> = (0..sampled)
+        .map(|_| diff())
+        .filter(|d| *d != B::zero())
+        .collect();
+    // Pairs within k, until enough are found to count (heavy clusters of
+    // near copies make them common).
+    let mut near = Vec::new();
+    let mut drawn = 0;
+    while drawn < sampled_near && near.len() < NEAR_ENOUGH {
+        let d = diff();
+        drawn += 1;
+        if d != B::zero() && d.distance(B::zero()) <= k {
+            near.push(d);
+        }
+    }
+    let (sampled, drawn) = (sampled.max(1) as f64, drawn.max(1) as f64);
+    let cost = |d: &TableDesign| {
+        let masks: Vec<B> = d.tables.iter().map(Table::prefix_mask::<B>).collect();
+        let shared = |diffs: &[B]| -> f64 {
+            let count = diffs
+                .iter()
+                .map(|&x| masks.iter().filter(|&&m| x.and(m) == B::zero()).count())
+                .sum::<usize>();
+            count as f64
+        };
+        let compares = shared(&sample) * pairs / sampled;
+        let hits = shared(&near) * pairs / drawn;
+        let compare_ns = if crate::floor::avx512_popcnt() {
+            JOIN_COMPARE_NS
+        } else {
+            JOIN_COMPARE_SCALAR_NS
+        };
+        d.tables.len() as f64 * n as f64 * JOIN_ENTRY_NS
+            + compares * compare_ns
+            + hits * JOIN_HIT_NS
+    };
+    let costs: Vec<f64> = p.options.par_iter().map(|o| cost(&o.design)).collect();
+    let best = (0..costs.len())
+        .min_by(|&a, &b| costs[a].total_cmp(&costs[b]))
+        .expect("options is not empty");
+    let radius_cost = |d: &RadiusDesign| {
+        let compared = radius::compared_by(d, &sample) as f64 / sampled;
+        let found = radius::compared_by(d, &near) as f64 * pairs / drawn;
+        radius::radius_cost(d, n as f64, compared, found)
+    };
+    let options = radius::radius_options(B::BITS, k);
+    let costs_radius: Vec<f64> = options.par_iter().map(radius_cost).collect();
+    // The first of equal costs, whatever the threads.
+    let radius = options
+        .into_iter()
+        .zip(costs_radius)
+        .map(|(d, c)| (c, d))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(match radius {
+        Some((c, d)) if c < costs[best] => JoinDesign::Radius(d),
+        _ => JoinDesign::Tables(p.options[best].design.clone()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paper_designs_for_64_bits_k_3() {
+        let n = 2f64.powi(34);
+        let p = plan(64, 3, n, None).unwrap();
+        let find = |tables: usize, lo: u32, hi: u32| {
+            p.options
+                .iter()
+                .find(|o| o.design.tables.len() == tables && o.design.prefix_range() == (lo, hi))
+                .unwrap_or_else(|| panic!("no {tables}-table design with prefix {lo}-{hi}"))
+        };
+        // Paper §3.1: 4 tables of 16-bit prefix, ~2^18 candidates per table; 10
+        // tables, 25-26 bits, <= 512; 16 tables, 28 bits, ~64; 20 tables, 31-33 bits, <= 8.
+        let o = find(4, 16, 16);
+        assert_eq!(o.candidates / 4.0, 2f64.powi(18));
+        let o = find(10, 25, 26);
+        assert!(o.candidates / 10.0 <= 512.0);
+        let o = find(16, 28, 28);
+        assert_eq!(o.design.levels, vec![4, 4]);
+        assert_eq!(o.candidates / 16.0, 64.0);
+        let o = find(20, 31, 33);
+        assert!(o.candidates / 20.0 <= 8.0);
+    }
+
+    #[test]
+    fn memory_budget_is_respected() {
+        let n = 1e9;
+        let p = plan(64, 3, n, Some(64e9)).unwrap();
+        let o = &p.options[p.chosen];
+        assert!(o.bytes_per_fingerprint * n <= 64e9);
+        let roomy = plan(64, 3, n, None).unwrap();
+        assert!(roomy.options[roomy.chosen].query_ns <= o.query_ns);
+    }
+
+    #[test]
+    fn impossible_plans_are_refused() {
+        assert!(plan(64, 9, 1e6, None).is_err());
+        assert!(plan(128, 16, 1e6, None).is_ok());
+    }
+}
