@@ -13,27 +13,11 @@ use rayon::prelude::*;
 
 use crate::fpfile::{self, IdList, Values};
 use crate::input::Body;
-use crate::input::InputArgs;
-use crate::pipeline_args::{PipelineArgs, hasher_for};
+use crate::pipeline_args::hasher_for;
 use crate::run::{for_each_batch, summary};
+use crate::source::SourceArgs;
 use crate::vector_store::VectorStore;
 use neardup_core::keep_by::{KeepBy, SortKey};
-
-/// Where fingerprints come from: documents, fingerprinted with the pipeline
-/// flags, or a ready fingerprint file.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SourceArgs {
-    #[command(flatten)]
-    pub input: InputArgs,
-
-    #[command(flatten)]
-    pub pipeline: PipelineArgs,
-
-    /// Read ready fingerprints (`{"id", "simhash"}` JSON Lines or TSV, as
-    /// `neardup fingerprint` writes) instead of documents.
-    #[arg(long, value_name = "FILE", conflicts_with = "inputs")]
-    pub fingerprints: Option<PathBuf>,
-}
 
 /// What the first pass gathered.
 pub struct Gathered {

@@ -15,6 +15,7 @@ mod output;
 mod parquet_io;
 mod pipeline_args;
 mod run;
+mod source;
 mod table_out;
 mod units;
 mod vector_store;

@@ -4,9 +4,9 @@
 
 use anyhow::{Result, bail};
 
-use crate::gather::SourceArgs;
 use crate::input::Body;
 use crate::run::for_each_batch;
+use crate::source::SourceArgs;
 
 /// The vectors verification reads: `slot[doc]` into `data`, `dim` entries each.
 pub struct VectorStore {

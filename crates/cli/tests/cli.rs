@@ -2,56 +2,15 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_neardup"))
-}
-
-fn sample() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.jsonl")
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("binary runs")
-}
-
-fn run_stdin(args: &[&str], input: &[u8]) -> Output {
-    let mut child = bin()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
-}
-
-fn json_lines(s: &str) -> Vec<Value> {
-    s.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+mod util;
+use util::*;
 
 fn fp(v: &Value) -> u64 {
     u64::from_str_radix(v["simhash"].as_str().unwrap(), 16).unwrap()
-}
-
-fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
 }
 
 #[test]

@@ -2,35 +2,19 @@
 //! the commands that measure it: truth, eval, dedup's verification, query's.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_neardup"))
-        .args(args)
-        .output()
-        .expect("binary runs")
-}
+mod util;
+use util::*;
 
 fn kit(lang: &str, file: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../evalkit/data")
+    repo_file("evalkit/data")
         .join(lang)
         .join(file)
         .to_str()
         .unwrap()
         .to_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn ok(o: Output) -> Output {
-    assert!(o.status.success(), "{}", stderr(&o));
-    o
 }
 
 fn eval(found: &str, truth: &str) -> Value {

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod util;
+
 /// One request's documents: (id, hex fingerprint).
 type Batch = Vec<(String, String)>;
 
@@ -23,7 +25,7 @@ fn start(dir: &std::path::Path) -> (Child, SocketAddr) {
 
 /// [`start`] with more flags.
 fn start_with(dir: &std::path::Path, extra: &[&str]) -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_neardup"))
+    let mut child = util::bin()
         .args([
             "serve",
             "--data",
@@ -299,7 +301,7 @@ fn an_address_in_use_creates_no_collection() {
     let addr = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("collection");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_neardup"))
+    let mut child = util::bin()
         .args(["serve", "--data", data.to_str().unwrap(), "--addr", &addr])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
@@ -344,7 +346,7 @@ fn restarting_with_other_pipeline_flags_is_refused() {
     // Runs `serve` with `flags` until it exits or starts listening (then it
     // is stopped): its stderr, and whether it started.
     let run = |flags: &[&str]| -> (String, bool) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_neardup"))
+        let mut child = util::bin()
             .args([
                 "serve",
                 "--data",

@@ -484,7 +484,7 @@ impl GenStats {
 /// Pages of scraped text, as their paragraphs (whitespace as the page had it).
 /// The Rust toolchain's HTML documentation.
 fn english_docs() -> Result<PathBuf> {
-    let book = super::bench::default_source("en")?;
+    let book = super::bench_text::default_source("en")?;
     Ok(book.parent().map(Path::to_path_buf).unwrap_or(book))
 }
 
@@ -514,7 +514,7 @@ fn chinese_docs() -> Result<Vec<PathBuf>> {
 fn pages(sources: &[PathBuf], zh: bool) -> Result<Vec<Vec<String>>> {
     let mut files = Vec::new();
     for source in sources {
-        super::bench::collect_files(source, &mut files)?;
+        super::bench_text::collect_files(source, &mut files)?;
     }
     files.sort();
     let mut out = Vec::new();

@@ -17,7 +17,8 @@ use neardup_core::vector::{cosine as cosine_similarity, k_for_recall, recall_at}
 use neardup_core::{FingerprintConfig, InputKind, Width};
 
 use crate::fpfile::{IdList, Values};
-use crate::gather::{Gathered, Keep, SourceArgs, centre_fingerprints, gather};
+use crate::gather::{Gathered, Keep, centre_fingerprints, gather};
+use crate::source::SourceArgs;
 use crate::input::{DocReader, Record};
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};

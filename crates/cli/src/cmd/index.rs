@@ -11,7 +11,8 @@ use anyhow::{Context, Result, bail};
 use neardup_core::index::{Bits, Coding, CompressedIndex, IdTable, Index, bundle, plan};
 use neardup_core::{Fingerprint, FingerprintConfig, Width};
 
-use crate::gather::{Keep, SourceArgs, gather};
+use crate::gather::{Keep, gather};
+use crate::source::SourceArgs;
 use crate::index_file::{IdTableExt, Opened, open};
 use crate::output::Output;
 use crate::run::{RunArgs, init_threads, with_spinner};

@@ -9,6 +9,8 @@ pub mod bench_index;
 #[cfg(feature = "bench")]
 pub mod bench_serve;
 #[cfg(feature = "bench")]
+pub mod bench_text;
+#[cfg(feature = "bench")]
 pub mod bench_vectors;
 pub mod compare;
 pub mod config;
