@@ -4,7 +4,7 @@
 //! next block while this one is split, and runs of consecutive records bound
 //! for one output unchanged go out as one write.
 //!
-//! What a record is, and what is written for it, is what [`DocReader`]
+//! What a record is, and what is written for it, is what [`DocReader`](crate::input::DocReader)
 //! (`crate::input`) and the write phase make of it: a line without its line
 //! end (`\n` or `\r\n`) and, at the start of a file, without a byte-order
 //! mark, written with `\n`; blank lines between JSON Lines records are not

@@ -2,7 +2,7 @@
 //! into place only when everything was written. An error or a kill leaves nothing
 //! half-written behind. Special files (FIFOs, devices) are written through.
 //!
-//! A file is written in blocks of up to [`BLOCK`] bytes, by direct I/O where
+//! A file is written in blocks of up to 4 MiB, by direct I/O where
 //! the file system allows it (Linux's `O_DIRECT`): a large output (the kept
 //! records of a corpus) goes from the process's buffer to the disk without
 //! filling the page cache, which keeps the input and the spill instead, and

@@ -282,8 +282,8 @@ const ROUND: usize = 16;
 /// time: `sink` gets each slice's pairs once its round is joined (while the
 /// threads join the next round), so that memory holds two rounds' pairs (a
 /// sixteenth of a table's each), not all of them. A table's keys are sorted
-/// (while the previous table is joined), then cut into [`SLICES`] slices of
-/// whole buckets that the threads join [`ROUND`] at a time. Every pair
+/// (while the previous table is joined), then cut into `SLICES` (256) slices of
+/// whole buckets that the threads join `ROUND` (16) at a time. Every pair
 /// `(i, j, distance)`, `i < j`, reaches `sink` exactly once, in an order
 /// fixed by the design (not by the thread count or timing).
 pub fn join_sorted_unique_each<B: Bits>(

@@ -333,7 +333,7 @@ impl<B: Bits> Table<'_, B> {
     }
 }
 
-/// The designs [`plan_radius`] chooses from for `bits` and `k`: every count
+/// The designs [`plan_join_for`](super::plan_join_for) weighs for `bits` and `k`: every count
 /// of blocks from the fewest [`MAX_BLOCK_BITS`] allows to k + 1.
 pub fn radius_options(bits: u32, k: u32) -> Vec<RadiusDesign> {
     let fewest = bits.div_ceil(MAX_BLOCK_BITS).max(1);

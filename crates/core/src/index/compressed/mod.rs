@@ -14,7 +14,7 @@
 //!
 //! [`CompressedIndex`] holds its tables in one of two codings ([`Coding`]):
 //! these codes (`Gaps`), or the same blocks with Elias–Fano codes
-//! ([`ef`], `EliasFano`, the command line's default), which take fewer
+//! (`EliasFano`, the command line's default), which take fewer
 //! bits and are read in place instead of decoded in order.
 
 use rayon::prelude::*;
@@ -59,7 +59,7 @@ pub enum Coding {
     #[default]
     Gaps,
     /// Each key's difference from its block's first key, Elias–Fano coded
-    /// (see [`super::ef`]): fewer bits, and no decoding in order.
+    /// (module `ef`): fewer bits, and no decoding in order.
     EliasFano,
 }
 

@@ -1,0 +1,3 @@
+use super::b::{self, B};
+
+pub struct A;

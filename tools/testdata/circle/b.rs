@@ -1,0 +1,1 @@
+pub struct B(crate::a::A);
