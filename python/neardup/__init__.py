@@ -586,8 +586,6 @@ def _dedup_vectors(
     """Dedup of dense vectors as ``neardup dedup`` does it: 128-bit
     fingerprints (``bits=``), candidates within the k that finds pairs at the
     threshold 99% of the time, confirmed by exact cosine similarity."""
-    import math
-
     unknown = set(kwargs) - {"bits", "seed"}
     if unknown:
         raise TypeError(f"vectors take bits= and seed=, not {sorted(unknown)}")
@@ -605,7 +603,7 @@ def _dedup_vectors(
     n = len(data) // (bits // 8)
     checked = verify is not False and verify is not None
     if k is None:
-        k = _rs.vector_k(bits, cos, 0.99)[0] if checked else min(bits // 8, int(math.floor(bits * math.acos(cos) / math.pi + 1e-9)))
+        k = _rs.default_vector_k(bits, cos, checked)
     ids = list(ids) if ids is not None else list(range(n))
     if len(ids) != n:
         raise NeardupError(f"{len(ids)} ids for {n} vectors")

@@ -175,17 +175,13 @@ def _dedup_distributed(
     if vector_col is not None:
         # Dense vectors, as ``neardup dedup`` takes them: 128 bits, k for 99%
         # recall at the cosine threshold, candidates confirmed by exact cosine.
-        import math
-
-        cos = neardup.DEFAULT_COSINE if min_similarity is None else float(min_similarity)
+            cos = neardup.DEFAULT_COSINE if min_similarity is None else float(min_similarity)
         cfg = neardup.vector_config(int(kwargs.pop("bits", 128)), None, int(kwargs.pop("seed", 0)))
         if kwargs:
             raise TypeError(f"vectors take bits= and seed=, not {sorted(kwargs)}")
         threshold = cos if (verify is not False and verify is not None) else None
         if k is None:
-            k = _rs.vector_k(cfg.bits, cos, 0.99)[0] if threshold is not None else min(
-                cfg.bits // 8, int(math.floor(cfg.bits * math.acos(cos) / math.pi + 1e-9))
-            )
+            k = _rs.default_vector_k(cfg.bits, cos, threshold is not None)
         text_col = vector_col
         centred = False
     else:

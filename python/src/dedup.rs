@@ -3,9 +3,9 @@
 
 use pyo3::prelude::*;
 
-use neardup_core::Width;
 use neardup_core::dedup::{Dedup, Policy, clusters};
 use neardup_core::index::{Bits, plan_join_for};
+use neardup_core::{Width, with_bits};
 
 use crate::fingerprint::vector_rows;
 use crate::index::words_to;
@@ -54,17 +54,10 @@ pub(crate) fn dedup_positions(
         (None, _) => None,
         (Some(_), None) => return Err(err("verification needs the feature sets")),
     };
-    let out = match bits {
-        64 => {
-            let fps = words_to::<u64>(data)?;
-            py.detach(|| run(fps, k, policy, verify))
-        }
-        128 => {
-            let fps = words_to::<u128>(data)?;
-            py.detach(|| run(fps, k, policy, verify))
-        }
-        b => return Err(err(format!("fingerprint width {b}: use 64 or 128"))),
-    };
+    let out = with_bits!(Width::from_bits(bits).map_err(err)?, B => {
+        let fps = words_to::<B>(data)?;
+        py.detach(|| run(fps, k, policy, verify))
+    });
     out.map_err(err)
 }
 
@@ -109,23 +102,13 @@ pub(crate) fn dedup_vectors(
         .expect("collecting");
         Ok((pairs, d.representatives(policy)))
     }
-    let out = match bits {
-        64 => {
-            let fps = words_to::<u64>(data)?;
-            if fps.len() * dim != rows.len() {
-                return Err(err("one vector per fingerprint is needed"));
-            }
-            py.detach(|| run(fps, k, policy, threshold, &rows, dim))
+    let out = with_bits!(Width::from_bits(bits).map_err(err)?, B => {
+        let fps = words_to::<B>(data)?;
+        if fps.len() * dim != rows.len() {
+            return Err(err("one vector per fingerprint is needed"));
         }
-        128 => {
-            let fps = words_to::<u128>(data)?;
-            if fps.len() * dim != rows.len() {
-                return Err(err("one vector per fingerprint is needed"));
-            }
-            py.detach(|| run(fps, k, policy, threshold, &rows, dim))
-        }
-        b => return Err(err(format!("fingerprint width {b}: use 64 or 128"))),
-    };
+        py.detach(|| run(fps, k, policy, threshold, &rows, dim))
+    });
     out.map_err(err)
 }
 
@@ -136,6 +119,19 @@ pub(crate) fn vector_k(bits: u32, cos: f64, recall: f64) -> (u32, f64) {
     let max = bits / 8;
     let k = neardup_core::vector::k_for_recall(bits, cos, recall, max).unwrap_or(max);
     (k, neardup_core::vector::recall_at(bits, k, cos))
+}
+
+/// The candidate distance a vector dedup uses when none is given (as
+/// `neardup dedup --vectors`): verified, the least k that finds 99% of the
+/// pairs at cosine `cos`; unverified, the widest distance whose estimate
+/// qualifies.
+#[pyfunction]
+pub(crate) fn default_vector_k(bits: u32, cos: f64, verified: bool) -> PyResult<u32> {
+    Ok(neardup_core::vector::default_vector_k(
+        Width::from_bits(bits).map_err(err)?,
+        cos,
+        verified,
+    ))
 }
 
 /// Cluster lists from representatives: [(representative, [members])].

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use neardup_core::index::{AnyIndex, Bits, Bundle, IdRef, IdTable, TableDesign, plan};
 use neardup_core::jaccard::shingles_for;
 use neardup_core::sketch::Sketch;
-use neardup_core::{Fingerprint, Width};
+use neardup_core::{Fingerprint, Width, with_bits};
 
 use crate::config::PyConfig;
 use crate::{err, u64s};
@@ -72,16 +72,10 @@ pub(crate) fn push_py_id(ids: &mut IdTable, id: &Bound<'_, PyAny>) -> PyResult<(
 
 /// Fingerprints from words as bytes (`words_to`), in the index's width.
 pub(crate) fn fingerprints_of(data: &[u8], width: Width) -> PyResult<Vec<Fingerprint>> {
-    Ok(match width {
-        Width::W64 => words_to::<u64>(data)?
-            .into_iter()
-            .map(Fingerprint::from_u64)
-            .collect(),
-        Width::W128 => words_to::<u128>(data)?
-            .into_iter()
-            .map(|w| Fingerprint::new(w, Width::W128))
-            .collect(),
-    })
+    Ok(with_bits!(width, B => words_to::<B>(data)?
+        .into_iter()
+        .map(|w| Fingerprint::new(w.to_u128(), width))
+        .collect()))
 }
 
 pub(crate) fn matches_to_py(

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use neardup_core::index::{Bits, JoinKeys, TableDesign, plan_join};
+use neardup_core::{Width, with_bits};
 
 use crate::index::words_to;
 use crate::{bytemuck_bytes, err};
@@ -82,10 +83,8 @@ pub fn table_keys<'py>(
         }
         Ok(out)
     }
-    let out = match design.design.bits {
-        64 => keys::<u64>(&design.design, data)?,
-        _ => keys::<u128>(&design.design, data)?,
-    };
+    let width = Width::from_bits(design.design.bits).map_err(err)?;
+    let out = with_bits!(width, B => keys::<B>(&design.design, data)?);
     Ok(PyBytes::new(py, bytemuck_bytes(&out)))
 }
 
@@ -171,15 +170,9 @@ pub fn sorted_group_pairs<'py>(
         out
     }
     let d = &design.design;
-    let out = match d.bits {
-        64 => {
-            let keys = JoinKeys::<u64>::new(d).map_err(err)?;
-            py.detach(|| run(&keys, k, &cols))
-        }
-        _ => {
-            let keys = JoinKeys::<u128>::new(d).map_err(err)?;
-            py.detach(|| run(&keys, k, &cols))
-        }
-    };
+    let out = with_bits!(Width::from_bits(d.bits).map_err(err)?, B => {
+        let keys = JoinKeys::<B>::new(d).map_err(err)?;
+        py.detach(|| run(&keys, k, &cols))
+    });
     Ok(PyBytes::new(py, bytemuck::cast_slice(&out)))
 }

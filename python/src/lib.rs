@@ -129,6 +129,7 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint_input, m)?)?;
     m.add_function(wrap_pyfunction!(dedup_vectors, m)?)?;
     m.add_function(wrap_pyfunction!(vector_k, m)?)?;
+    m.add_function(wrap_pyfunction!(default_vector_k, m)?)?;
     m.add_function(wrap_pyfunction!(cosine_pairs, m)?)?;
     Ok(())
 }

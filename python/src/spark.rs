@@ -2,21 +2,19 @@
 //! batches of records in, columns out, so that no Python code runs per row.
 
 use std::borrow::Cow;
-use std::fmt;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rayon::prelude::*;
-use serde::Deserializer;
-use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 use neardup_core::centre::BitShares;
 use neardup_core::dedup::{Policy, for_each_pair_streamed, representatives_of_pairs};
 use neardup_core::index::{Bits, plan_join_for};
 use neardup_core::jaccard::{SetFeature, jaccard_at_least};
 use neardup_core::keep_by::{KeepBy, SortKey};
+use neardup_core::record;
 use neardup_core::spill::Summary;
-use neardup_core::{Fingerprint, IdfTable, SimHasher, Weights};
+use neardup_core::{Fingerprint, IdfTable, SimHasher, Weights, Width, with_bits};
 
 use crate::fingerprint::arrow_spans;
 use crate::{PyConfig, bytemuck_bytes, err, features_of, parse_policy, u64s};
@@ -51,21 +49,10 @@ impl SummaryRef<'_> {
 /// The same decisions as `neardup dedup`'s verification (`Spill::jaccard_with`
 /// and the collapsing of documents with one digest).
 fn screen(a: SummaryRef<'_>, b: SummaryRef<'_>, threshold: f64) -> Option<f64> {
-    let (la, lb) = (a.len(), b.len());
-    if la == 0 || lb == 0 {
-        return Some(0.0);
-    }
-    if a.digest() == b.digest() {
+    if a.len() > 0 && a.digest() == b.digest() {
         return Some(1.0);
     }
-    let bound = la.min(lb) as f64 / la.max(lb) as f64;
-    if bound < threshold {
-        return Some(bound);
-    }
-    if !a.sketch().may_reach(&b.sketch(), threshold) {
-        return Some(-1.0);
-    }
-    None
+    neardup_core::spill::screen(a.len(), &a.sketch(), b.len(), &b.sketch(), threshold)
 }
 
 /// The summaries that screen one join's candidate pairs, and the threshold.
@@ -149,20 +136,11 @@ fn each_candidate(
         let design = plan_join_for(k, &fps)?;
         for_each_pair_streamed(fps, k, &design, f)
     }
-    match bits {
-        64 => run::<u64>(words.chunks_exact(2).map(|w| w[1]).collect(), k, f),
-        128 => run::<u128>(
-            words
-                .chunks_exact(2)
-                .map(|w| (u128::from(w[0]) << 64) | u128::from(w[1]))
-                .collect(),
-            k,
-            f,
-        ),
-        b => Err(neardup_core::Error::InvalidConfig(format!(
-            "fingerprint width {b}: use 64 or 128"
-        ))),
-    }
+    // Two words per document, high then low (high 0 at 64 bits).
+    let fps = words
+        .chunks_exact(2)
+        .map(|w| (u128::from(w[0]) << 64) | u128::from(w[1]));
+    with_bits!(Width::from_bits(bits)?, B => run::<B>(fps.map(B::from_u128).collect(), k, f))
 }
 
 /// A JSON Lines record's text, id (as JSON text) and keep-by key.
@@ -172,128 +150,35 @@ struct Record<'a> {
     key: SortKey,
 }
 
-/// The fields of a record the job reads: text and id (and the keep-by field).
-#[derive(Clone, Copy)]
-struct Fields<'f> {
-    text: &'f str,
-    id: &'f str,
-    keep_by: Option<&'f KeepBy>,
-}
-
-enum IdValue {
-    Json(String),
-    Bad(String),
-}
-
-impl<'de> DeserializeSeed<'de> for Fields<'_> {
-    type Value = (Option<Cow<'de, str>>, Option<IdValue>, SortKey);
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Fields<'_> {
-    type Value = (Option<Cow<'de, str>>, Option<IdValue>, SortKey);
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut text, mut id, mut key) = (None, None, SortKey::Missing);
-        let field = self.keep_by.and_then(KeepBy::field);
-        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-            if name == self.text {
-                text = Some(map.next_value::<CowStr<'de>>()?.0);
-            } else if name == self.id {
-                id = Some(match map.next_value::<serde_json::Value>()? {
-                    serde_json::Value::String(s) => {
-                        IdValue::Json(serde_json::to_string(&s).expect("a string serialises"))
-                    }
-                    serde_json::Value::Number(n) if n.as_i64().is_some() => {
-                        IdValue::Json(n.to_string())
-                    }
-                    other => IdValue::Bad(format!(
-                        "id {other} is neither a string nor an integer that fits in 64 bits"
-                    )),
-                });
-            } else if Some(&*name) == field {
-                key = match map.next_value::<serde_json::Value>()? {
-                    serde_json::Value::Null => SortKey::Missing,
-                    serde_json::Value::Number(n) => SortKey::Num(n.as_f64().unwrap_or(f64::NAN)),
-                    serde_json::Value::String(s) => SortKey::Str(s.into()),
-                    _ => {
-                        return Err(serde::de::Error::custom(format!(
-                            "the --keep-by field {name:?} must be a number or a string"
-                        )));
-                    }
-                };
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok((text, id, key))
-    }
-}
-
-/// A string borrowed from the line when it has no escapes.
-struct CowStr<'de>(Cow<'de, str>);
-
-impl<'de> serde::Deserialize<'de> for CowStr<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = CowStr<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(
-                self,
-                v: &'de str,
-            ) -> Result<Self::Value, E> {
-                Ok(CowStr(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(CowStr(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(CowStr(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// One JSON Lines record; `Ok(None)` for a blank line (skipped, as
+/// One JSON Lines record, parsed by core's record parser (the one
+/// `neardup dedup` reads with); `Ok(None)` for a blank line (skipped, as
 /// `neardup dedup` skips it).
-fn parse_line<'a>(line: &'a str, fields: Fields<'_>) -> Result<Option<Record<'a>>, String> {
-    if line.bytes().all(|b| b.is_ascii_whitespace()) {
+fn parse_line<'a>(
+    line: &'a str,
+    fields: record::Fields<'_>,
+    keep_by: Option<&KeepBy>,
+) -> Result<Option<Record<'a>>, String> {
+    let Some(r) = record::parse_record(line, fields)? else {
         return Ok(None);
-    }
-    let mut de = serde_json::Deserializer::from_str(line);
-    let (text, id, key) = fields
-        .deserialize(&mut de)
-        .and_then(|v| de.end().map(|()| v))
-        .map_err(|e| format!("malformed JSON line: {e}"))?;
-    let text = text.ok_or_else(|| {
+    };
+    let record::Body::Text(text) = r.body else {
+        unreachable!("the Spark job reads texts");
+    };
+    let id = r.id.ok_or_else(|| {
         format!(
-            "no {:?} field (choose the field with --text-field)",
-            fields.text
+            "no {:?} field (the Spark job needs an id in every record: choose it with --id-field)",
+            fields.id
         )
     })?;
-    let id = match id {
-        Some(IdValue::Json(j)) => j,
-        Some(IdValue::Bad(msg)) => return Err(msg),
-        None => {
-            return Err(format!(
-                "no {:?} field (the Spark job needs an id in every record: choose it with --id-field)",
-                fields.id
-            ));
-        }
-    };
-    let key = match fields.keep_by {
+    let key = match keep_by {
         Some(KeepBy::Longest) => SortKey::Num(text.len() as f64),
-        _ => key,
+        _ => r.key,
     };
-    Ok(Some(Record { text, id, key }))
+    Ok(Some(Record {
+        text,
+        id: id.to_json(),
+        key,
+    }))
 }
 
 /// What one row gives: its fingerprint, id, key, and verification data.
@@ -347,10 +232,11 @@ pub fn spark_rows<'py>(
         .transpose()
         .map_err(err)?
         .filter(|k| *k != KeepBy::First);
-    let fields = Fields {
-        text: text_field,
+    let fields = record::Fields {
+        body: text_field,
+        kind: neardup_core::InputKind::Text,
         id: id_field,
-        keep_by: keep_by.as_ref(),
+        key: keep_by.as_ref().and_then(KeepBy::field),
     };
     let spans = arrow_spans(offsets, data.len(), offset, length, large, validity)?;
     let hasher: &SimHasher = &config.hasher;
@@ -370,7 +256,7 @@ pub fn spark_rows<'py>(
                     format!("invalid UTF-8 at byte {} of the record", e.valid_up_to())
                 })?;
                 let rec = if json {
-                    match parse_line(line, fields)? {
+                    match parse_line(line, fields, keep_by.as_ref())? {
                         Some(r) => r,
                         None => return Ok(None),
                     }

@@ -12,8 +12,8 @@ use neardup_core::{Fingerprint, FingerprintConfig, Width};
 use rayon::prelude::*;
 use serde::Deserialize;
 
-use crate::input::Id;
 use crate::output::write_atomic;
+use neardup_core::record::Id;
 
 /// Each record's line (byte range) and the file's bytes.
 pub type Records = (Vec<(usize, usize)>, Vec<u8>);

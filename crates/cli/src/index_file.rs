@@ -9,7 +9,7 @@ use neardup_core::FingerprintConfig;
 use neardup_core::index::{Bundle, IdRef, IdTable, IndexFile, bundle};
 
 use crate::fpfile::IdList;
-use crate::input::Id;
+use neardup_core::record::Id;
 
 /// An opened index file: its tables, ids and configuration (core's
 /// [`Bundle`]), and the file itself for its checks and facts.

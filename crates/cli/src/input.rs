@@ -15,9 +15,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use neardup_core::centre::BitShares;
 use neardup_core::jaccard::SetFeature;
+use neardup_core::record;
+use neardup_core::record::Id;
 use neardup_core::{Fingerprint, FingerprintConfig, Input, InputKind, SimHasher};
-use serde::Deserializer;
-use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 /// How input files are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -140,73 +140,6 @@ impl InputArgs {
 
 fn is_npy(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "npy")
-}
-
-/// A document id: a string or an integer, written back as it came.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Id {
-    Int(i64),
-    Str(String),
-}
-
-impl fmt::Display for Id {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Id::Int(n) => write!(f, "{n}"),
-            Id::Str(s) => f.write_str(s),
-        }
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Id {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Id;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string or an integer id")
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Id, E> {
-                Ok(Id::Int(v))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Id, E> {
-                i64::try_from(v)
-                    .map(Id::Int)
-                    .map_err(|_| E::custom(format!("id {v} does not fit in 64 signed bits")))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Id, E> {
-                Ok(Id::Str(v.to_owned()))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Id, E> {
-                Ok(Id::Str(v))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl Id {
-    /// Writes the id as a JSON value.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
-        match self {
-            Id::Int(n) => {
-                use std::io::Write as _;
-                write!(out, "{n}").expect("writing to a Vec");
-            }
-            Id::Str(s) => serde_json::to_writer(&mut *out, s).expect("writing to a Vec"),
-        }
-    }
-
-    fn from_json(v: serde_json::Value) -> Result<Id, String> {
-        match v {
-            serde_json::Value::String(s) => Ok(Id::Str(s)),
-            serde_json::Value::Number(n) => n
-                .as_i64()
-                .map(Id::Int)
-                .ok_or_else(|| format!("id {n} is not an integer that fits in 64 bits")),
-            other => Err(format!("id {other} is neither a string nor an integer")),
-        }
-    }
 }
 
 /// What a document holds.
@@ -1318,151 +1251,24 @@ fn parse_json_line(
         Err(_) if lossy => String::from_utf8_lossy(line),
         Err(e) => return Err(LineError::Utf8(e.valid_up_to())),
     };
-    let seed = FieldsSeed {
-        text_field: args.body_field(),
-        id_field: &args.id_field,
+    let fields = record::Fields {
+        body: args.body_field(),
         kind: args.kind,
+        id: &args.id_field,
+        key: None,
     };
-    let mut de = serde_json::Deserializer::from_str(&text);
-    let (body, id) = seed
-        .deserialize(&mut de)
-        .and_then(|v| de.end().map(|()| v))
-        .map_err(|e| LineError::Invalid(format!("malformed JSON line: {e}")))?;
-    let body = body.ok_or_else(|| {
-        let flag = match args.kind {
-            InputKind::Text => "--text-field",
-            InputKind::Vector => "--vector-field",
-            InputKind::Features => "--features-field",
-        };
-        LineError::Invalid(format!(
-            "no {:?} field (choose the field with {flag})",
-            args.body_field()
-        ))
-    })?;
-    if let Body::Vector(v) = &body {
-        check_vector(v, args.dim).map_err(LineError::Invalid)?;
-    }
-    let id = id
-        .map(|v| Id::from_json(v).map_err(LineError::Invalid))
-        .transpose()?;
-    Ok((body, id))
-}
-
-/// A JSON array of numbers as a single-precision vector; a number beyond
-/// single precision's range is refused (it would become infinite).
-struct VectorSeed;
-
-impl<'de> DeserializeSeed<'de> for VectorSeed {
-    type Value = Vec<f32>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for VectorSeed {
-    type Value = Vec<f32>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array of numbers (the vector)")
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(256));
-        while let Some(x) = seq.next_element::<f64>()? {
-            let y = x as f32;
-            if !y.is_finite() {
-                return Err(serde::de::Error::custom(format!(
-                    "entry {} of the vector, {x}, is beyond single precision's range",
-                    out.len()
-                )));
-            }
-            out.push(y);
+    let parsed = record::parse_record(&text, fields)
+        .map_err(LineError::Invalid)?
+        .ok_or_else(|| LineError::Invalid("a blank line is no record".to_owned()))?;
+    let body = match parsed.body {
+        record::Body::Text(t) => Body::Text(t.into_owned()),
+        record::Body::Vector(v) => {
+            check_vector(&v, args.dim).map_err(LineError::Invalid)?;
+            Body::Vector(v)
         }
-        Ok(out)
-    }
-}
-
-/// Pulls the body (text, vector or features) and id fields out of a JSON
-/// object, skipping the rest unparsed.
-struct FieldsSeed<'f> {
-    text_field: &'f str,
-    id_field: &'f str,
-    kind: InputKind,
-}
-
-impl<'de> DeserializeSeed<'de> for FieldsSeed<'_> {
-    type Value = (Option<Body>, Option<serde_json::Value>);
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for FieldsSeed<'_> {
-    type Value = (Option<Body>, Option<serde_json::Value>);
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut text, mut id) = (None, None);
-        let keys = KeySeed {
-            text_field: self.text_field,
-            id_field: self.id_field,
-        };
-        while let Some(key) = map.next_key_seed(keys)? {
-            match key {
-                Key::Text => {
-                    text = Some(match self.kind {
-                        InputKind::Text => Body::Text(map.next_value::<String>()?),
-                        InputKind::Vector => Body::Vector(map.next_value_seed(VectorSeed)?),
-                        InputKind::Features => Body::Features(
-                            map.next_value::<std::collections::BTreeMap<String, f64>>()?
-                                .into_iter()
-                                .collect(),
-                        ),
-                    })
-                }
-                Key::Id => id = Some(map.next_value::<serde_json::Value>()?),
-                Key::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok((text, id))
-    }
-}
-
-enum Key {
-    Text,
-    Id,
-    Other,
-}
-
-/// Classifies an object key without allocating it.
-#[derive(Clone, Copy)]
-struct KeySeed<'f> {
-    text_field: &'f str,
-    id_field: &'f str,
-}
-
-impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
-    type Value = Key;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeySeed<'_> {
-    type Value = Key;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a field name")
-    }
-    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key, E> {
-        Ok(if key == self.text_field {
-            Key::Text
-        } else if key == self.id_field {
-            Key::Id
-        } else {
-            Key::Other
-        })
-    }
+        record::Body::Features(f) => Body::Features(f),
+    };
+    Ok((body, parsed.id))
 }
 
 /// The input flags of a command line (without the program's name), for

@@ -17,8 +17,8 @@ use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
-use crate::input::Id;
 use crate::output::Output;
+use neardup_core::record::Id;
 
 /// An input file: its path and its name in messages.
 pub type Shard = (std::path::PathBuf, Arc<str>);

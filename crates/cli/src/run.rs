@@ -450,7 +450,8 @@ pub fn summary(stats: &ReadStats, elapsed: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::{Id, parse_input_args};
+    use crate::input::parse_input_args;
+    use neardup_core::record::Id;
 
     /// A JSON Lines file of `n` documents with ids 0..n, the text of
     /// document `i` being `i` words long up to 50; the lines at `bad` are

@@ -29,11 +29,7 @@ pub fn for_each_pair_streamed<B: Bits>(
 ) -> Result<(), Error> {
     check_documents(fps.len())?;
     let (c, scratch) = Collapsed::from_vec(fps);
-    let groups = Groups {
-        order: c.order,
-        starts: c.starts,
-        group_of: c.group_of,
-    };
+    let (groups, distinct) = Groups::split(c);
     for g in 0..groups.len() as u32 {
         let m = groups.members(g);
         for (x, &a) in m.iter().enumerate() {
@@ -42,7 +38,7 @@ pub fn for_each_pair_streamed<B: Bits>(
             }
         }
     }
-    design.join_each(&c.distinct, k, scratch, |round| {
+    design.join_each(&distinct, k, scratch, |round| {
         for (u, v, d) in round {
             for &a in groups.members(u) {
                 for &b in groups.members(v) {
@@ -106,6 +102,17 @@ struct Groups {
 }
 
 impl Groups {
+    /// The documents of each distinct fingerprint, and the distinct
+    /// fingerprints themselves.
+    fn split<B: Bits>(c: Collapsed<B>) -> (Groups, Vec<B>) {
+        let groups = Groups {
+            order: c.order,
+            starts: c.starts,
+            group_of: c.group_of,
+        };
+        (groups, c.distinct)
+    }
+
     fn members(&self, g: u32) -> &[u32] {
         &self.order[self.starts[g as usize] as usize..self.starts[g as usize + 1] as usize]
     }
@@ -139,11 +146,7 @@ impl Dedup {
     ) -> Result<Dedup, Error> {
         let distinct_pairs = design.join_all(&c.distinct, k, scratch)?;
         Ok(Dedup {
-            groups: Groups {
-                order: c.order,
-                starts: c.starts,
-                group_of: c.group_of,
-            },
+            groups: Groups::split(c).0,
             distinct_pairs,
             scores: None,
         })
@@ -241,11 +244,7 @@ impl Dedup {
     ) -> Result<Dedup, Error> {
         check_documents(fps.len())?;
         let (c, scratch) = Collapsed::from_vec(fps);
-        let groups = Groups {
-            order: c.order,
-            starts: c.starts,
-            group_of: c.group_of,
-        };
+        let (groups, distinct) = Groups::split(c);
         let nodes = Nodes::split(&groups, digest);
         drop(groups);
         let mut verifier = Verifier::new(&nodes, threshold, &score, spanning);
@@ -258,7 +257,7 @@ impl Dedup {
                 .is_none_or(|s| sizes_may_reach(s[i as usize], s[j as usize], threshold))
         };
         let sink = |pairs: Vec<(u32, u32, u32)>| verifier.across(&pairs);
-        design.join_each_where(&c.distinct, k, scratch, &keep, sink)?;
+        design.join_each_where(&distinct, k, scratch, &keep, sink)?;
         let kept = verifier.finish();
         Ok(Dedup::of_nodes(nodes, kept))
     }

@@ -155,6 +155,14 @@ impl Fingerprint {
         (std::f64::consts::PI * distance as f64 / width.bits() as f64).cos()
     }
 
+    /// The widest Hamming distance whose estimated similarity is at least
+    /// `similarity`: cos(pi * h / f) >= s  <=>  h <= f * acos(s) / pi (the
+    /// inverse of [`Fingerprint::similarity_from_distance`]).
+    pub fn distance_for_similarity(similarity: f64, width: Width) -> u32 {
+        let f = f64::from(width.bits());
+        (f * similarity.clamp(-1.0, 1.0).acos() / std::f64::consts::PI + 1e-9).floor() as u32
+    }
+
     /// Estimated cosine similarity to `other` (see [`Fingerprint::similarity_from_distance`]).
     pub fn similarity(self, other: Fingerprint) -> Result<f64, Error> {
         Ok(Self::similarity_from_distance(

@@ -77,6 +77,19 @@ pub enum SortKey {
 }
 
 impl SortKey {
+    /// The key a JSON value gives under `--keep-by field:NAME`: a number or a
+    /// string; null is missing.
+    pub fn from_json(value: serde_json::Value, name: &str) -> Result<SortKey, String> {
+        match value {
+            serde_json::Value::Null => Ok(SortKey::Missing),
+            serde_json::Value::Number(n) => Ok(SortKey::Num(n.as_f64().unwrap_or(f64::NAN))),
+            serde_json::Value::String(s) => Ok(SortKey::Str(s.into())),
+            _ => Err(format!(
+                "the --keep-by field {name:?} must be a number or a string"
+            )),
+        }
+    }
+
     /// Orders two keys, `descending` or not; missing values last either way.
     fn cmp(&self, other: &SortKey, descending: bool) -> Ordering {
         use SortKey::*;
@@ -148,19 +161,8 @@ fn json_field(record: &[u8], name: &str) -> Result<SortKey, String> {
             let mut found = SortKey::Missing;
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                 if key == self.0 {
-                    found = match map.next_value::<serde_json::Value>()? {
-                        serde_json::Value::Null => SortKey::Missing,
-                        serde_json::Value::Number(n) => {
-                            SortKey::Num(n.as_f64().unwrap_or(f64::NAN))
-                        }
-                        serde_json::Value::String(s) => SortKey::Str(s.into()),
-                        _ => {
-                            return Err(serde::de::Error::custom(format!(
-                                "the --keep-by field {:?} must be a number or a string",
-                                self.0
-                            )));
-                        }
-                    };
+                    found = SortKey::from_json(map.next_value()?, self.0)
+                        .map_err(serde::de::Error::custom)?;
                 } else {
                     map.next_value::<IgnoredAny>()?;
                 }

@@ -25,7 +25,17 @@
 //! # Ok::<(), neardup_core::Error>(())
 //! ```
 //!
-//! The library does no I/O of its own: it takes `&str` and writes to `io::Write`.
+//! Input reaches the library as `&str` and `&[u8]`, output leaves through
+//! `io::Write`; it opens files in three places only: [`output`] (output files
+//! written atomically, as every edge writes them), [`spill`] (the temporary
+//! file of verification features a large dedup keeps on disk) and
+//! [`index::Bundle`] (index files, memory-mapped). It never prints or exits.
+//!
+//! Where things live: Fingerprinting in [`SimHasher`] (and
+//! [`config`], [`normalize`], [`tokenize`], [`hash`]); exact Hamming search,
+//! the self-join and their planner in [`index`]; verification in [`jaccard`],
+//! [`spill`] and [`sketch`]; the batch policies in [`dedup`]; JSON Lines
+//! records in [`record`]; vectors in [`vector`].
 
 mod accumulate;
 pub mod centre;
@@ -42,6 +52,7 @@ pub mod keep_by;
 pub mod normalize;
 pub mod output;
 pub mod python_simhash;
+pub mod record;
 pub mod rng;
 mod simhash;
 pub mod sketch;

@@ -570,18 +570,8 @@ impl Spill {
     /// [`Spill::jaccard`] of this spill's document `a` and `other`'s `b`.
     pub fn jaccard_with(&self, a: u32, other: &Spill, b: u32, threshold: f64) -> f64 {
         let (sa, sb) = (&self.screens[a as usize], &other.screens[b as usize]);
-        let (la, lb) = (sa.len as usize, sb.len as usize);
-        if la == 0 || lb == 0 {
-            return 0.0;
-        }
-        let bound = la.min(lb) as f64 / la.max(lb) as f64;
-        if bound < threshold {
-            return bound;
-        }
-        if !sa.sketch.may_reach(&sb.sketch, threshold) {
-            // Below the threshold beyond reasonable doubt: not read. (Any
-            // value below the threshold will do.)
-            return threshold * (1.0 - 1e-9) - 1e-9;
+        if let Some(score) = screen(sa.len, &sa.sketch, sb.len, &sb.sketch, threshold) {
+            return score;
         }
         CACHE.with(|cell| {
             let cache = &mut *cell.borrow_mut();
@@ -609,6 +599,26 @@ impl Spill {
             None => Ok(()),
         }
     }
+}
+
+/// What two sets' sizes and sketches say of their Jaccard similarity
+/// against `threshold`, before any feature is read: `Some(0.0)` when either
+/// set is empty (such a document pairs with none), `Some(bound)` when the
+/// sizes alone keep the pair below the threshold (|A ∩ B| / |A ∪ B| <=
+/// min / max), `Some` of a value just below the threshold when the sketches
+/// rule the pair out beyond reasonable doubt, `None` when only the features
+/// can decide. The one screen of `neardup dedup`'s verification and of the
+/// Spark job's.
+pub fn screen(la: u32, a: &Sketch, lb: u32, b: &Sketch, threshold: f64) -> Option<f64> {
+    if la == 0 || lb == 0 {
+        return Some(0.0);
+    }
+    let bound = la.min(lb) as f64 / la.max(lb) as f64;
+    if bound < threshold {
+        return Some(bound);
+    }
+    // Any value below the threshold will do for a pair the sketches rule out.
+    (!a.may_reach(b, threshold)).then_some(threshold * (1.0 - 1e-9) - 1e-9)
 }
 
 #[cfg(test)]

@@ -110,7 +110,7 @@ fn row(j: usize, bits: usize, seed: u64) -> impl Iterator<Item = f32> {
 /// hyperplane i's entry for dimension j.
 fn project64(rows: &[f32], stride: usize, v: &[f32]) -> [f32; LANES] {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if crate::floor::avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA, checked just above.
         return unsafe { project64_avx2(rows, stride, v) };
     }
@@ -216,9 +216,40 @@ pub fn k_for_recall(bits: u32, cos: f64, recall: f64, max_k: u32) -> Option<u32>
     (0..=max_k).find(|&k| recall_at(bits, k, cos) >= recall)
 }
 
+/// The candidate distance a search for vectors of cosine at least `cosine`
+/// uses when none is given: verified (candidates checked by their exact
+/// cosine), the least k that finds 99% of such pairs; unverified, the widest
+/// distance whose estimate qualifies; either way at most `bits / 8`.
+pub fn default_vector_k(width: Width, cosine: f64, verified: bool) -> u32 {
+    let (bits, max) = (width.bits(), width.bits() / 8);
+    match verified {
+        true => k_for_recall(bits, cosine, 0.99, max).unwrap_or(max),
+        false => crate::Fingerprint::distance_for_similarity(cosine, width).min(max),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_distance_is_the_widest_whose_estimate_qualifies() {
+        for width in [Width::W64, Width::W128] {
+            let bits = width.bits();
+            for cos in [0.5, 0.8, 0.9, 0.95, 0.99, 1.0] {
+                let k = default_vector_k(width, cos, false);
+                // Brute force: every distance up to k estimates at least cos,
+                // k + 1 does not (unless capped at bits / 8).
+                let est = |h: u32| (std::f64::consts::PI * h as f64 / bits as f64).cos();
+                assert!((0..=k).all(|h| est(h) >= cos - 1e-12), "{bits} {cos} {k}");
+                assert!(k == bits / 8 || est(k + 1) < cos, "{bits} {cos} {k}");
+                let verified = default_vector_k(width, cos, true);
+                assert!(verified <= bits / 8);
+                assert!(verified == bits / 8 || recall_at(bits, verified, cos) >= 0.99);
+                assert!(verified == 0 || recall_at(bits, verified - 1, cos) < 0.99);
+            }
+        }
+    }
 
     #[test]
     fn the_generic_and_dispatched_paths_agree() {

@@ -26,8 +26,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use neardup_core::SimHasher;
 use neardup_core::index::Bits;
-use neardup_core::{SimHasher, Width};
 
 pub use api::Protect;
 pub use error::ServiceError;
@@ -95,10 +95,7 @@ impl App {
     ) -> Result<App, ServiceError> {
         let started = Instant::now();
         let (store, settings) = store::Store::open_with(dir, create, options.opener.clone())?;
-        match settings.config.bits {
-            Width::W64 => start::<u64>(store, settings, options, started),
-            Width::W128 => start::<u128>(store, settings, options, started),
-        }
+        neardup_core::with_bits!(settings.config.bits, B => start::<B>(store, settings, options, started))
     }
 
     /// Stops taking writes, lets the writer commit and answer everything it

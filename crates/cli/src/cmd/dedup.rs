@@ -13,15 +13,15 @@ use neardup_core::index::{
 };
 use neardup_core::jaccard::{SHORT_TEXT_WORDS, Verify};
 use neardup_core::spill::Spill;
-use neardup_core::vector::{cosine as cosine_similarity, k_for_recall, recall_at};
-use neardup_core::{FingerprintConfig, InputKind, Width};
+use neardup_core::vector::{cosine as cosine_similarity, default_vector_k, recall_at};
+use neardup_core::{Fingerprint, FingerprintConfig, InputKind, Width, with_bits};
 
 use crate::fpfile::{IdList, Values};
 use crate::gather::{Gathered, Keep, centre_fingerprints, gather};
-use crate::source::SourceArgs;
 use crate::input::{DocReader, Record};
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
+use crate::source::SourceArgs;
 use crate::table_out::{ClustersWriter, Format, PairsWriter};
 use crate::vector_store::VectorStore;
 use neardup_core::keep_by::KeepBy;
@@ -290,8 +290,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         false => args.k.unwrap_or(default_k(g.width, verify.is_some())),
     };
     if let Some(s) = args.min_similarity {
-        // cos(pi d / f) >= s  <=>  d <= f acos(s) / pi.
-        let most = (f64::from(bits) * s.acos() / std::f64::consts::PI + 1e-9).floor() as u32;
+        let most = Fingerprint::distance_for_similarity(s, g.width);
         k = if args.k.is_some() {
             k.min(most)
         } else {
@@ -326,8 +325,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             },
         )
     });
-    let (dedup, reps) = with_spinner(&message, args.run.quiet, || match g.width {
-        Width::W64 => join::<u64>(
+    let (dedup, reps) = with_spinner(&message, args.run.quiet, || {
+        with_bits!(g.width, B => join::<B>(
             values,
             k,
             policy,
@@ -335,16 +334,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             spanning,
             g.preference.as_deref(),
             &mut phases,
-        ),
-        Width::W128 => join::<u128>(
-            values,
-            k,
-            policy,
-            check,
-            spanning,
-            g.preference.as_deref(),
-            &mut phases,
-        ),
+        ))
     })?;
     let spilled = g.spill.as_ref().map_or(0, Spill::disk_bytes)
         + old_spill.as_ref().map_or(0, Spill::disk_bytes);
@@ -516,14 +506,9 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
     }
     let bits = g.width.bits();
     let max = bits / 8;
-    let k = match (args.k, check) {
-        (Some(k), _) => k,
-        (None, Some(_)) => k_for_recall(bits, cosine, 0.99, max).unwrap_or(max),
-        // Without verification: the largest distance whose estimate qualifies.
-        (None, None) => ((f64::from(bits) * cosine.acos() / std::f64::consts::PI + 1e-9).floor()
-            as u32)
-            .min(max),
-    };
+    let k = args
+        .k
+        .unwrap_or_else(|| default_vector_k(g.width, cosine, check.is_some()));
     if k > max {
         bail!("--k {k} is too large for {bits}-bit fingerprints: use at most {max}");
     }
@@ -544,10 +529,7 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
         values.len()
     );
     let mut dedup = with_spinner(&message, args.run.quiet, || -> Result<Dedup> {
-        Ok(match g.width {
-            Width::W64 => join_only::<u64>(values, k)?,
-            Width::W128 => join_only::<u128>(values, k)?,
-        })
+        with_bits!(g.width, B => join_only::<B>(values, k))
     })?;
     let mut verified = 0usize;
     if let Some(c) = check {

@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use neardup_core::index::{Bits, Coding, CompressedIndex, IdTable, Index, bundle, plan};
-use neardup_core::{Fingerprint, FingerprintConfig, Width};
+use neardup_core::{Fingerprint, FingerprintConfig, Width, with_bits};
 
 use crate::gather::{Keep, gather};
-use crate::source::SourceArgs;
 use crate::index_file::{IdTableExt, Opened, open};
 use crate::output::Output;
 use crate::run::{RunArgs, init_threads, with_spinner};
+use crate::source::SourceArgs;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
@@ -209,10 +209,14 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
     );
     let bytes = with_spinner(&message, a.run.quiet, || -> Result<u64> {
         let config = g.config.as_ref();
-        match g.width {
-            Width::W64 => build_and_write(&a, &design, n, |i| g.values.get(i) as u64, config, &ids),
-            Width::W128 => build_and_write(&a, &design, n, |i| g.values.get(i), config, &ids),
-        }
+        with_bits!(g.width, B => build_and_write(
+            &a,
+            &design,
+            n,
+            |i| B::from_u128(g.values.get(i)),
+            config,
+            &ids
+        ))
     })?;
     if !a.run.quiet {
         eprintln!(
@@ -378,10 +382,10 @@ fn info(path: &Path) -> Result<ExitCode> {
     writeln!(out, "max k        {}", o.k())?;
     writeln!(out, "design       {}", f.design().describe())?;
     if f.is_compressed() {
-        let (bits, tables, coding) = match f.bits() {
-            64 => compressed_bits(&f.compressed_index::<u64>()?),
-            _ => compressed_bits(&f.compressed_index::<u128>()?),
-        };
+        let (bits, tables, coding) = with_bits!(
+            Width::from_bits(f.bits())?,
+            B => compressed_bits(&f.compressed_index::<B>()?)
+        );
         writeln!(
             out,
             "tables       compressed ({} coding), read-only: {bits:.1} bits per key per table ({tables} tables, with block headers)",

@@ -12,10 +12,11 @@ use neardup_core::jaccard::{Verify, jaccard, shingles_for};
 use neardup_core::{Fingerprint, SimHasher};
 
 use crate::index_file::open;
-use crate::input::{Id, InputArgs};
+use crate::input::InputArgs;
 use crate::output::Output;
 use crate::pipeline_args::{PipelineArgs, hasher_for};
 use crate::run::{RunArgs, for_each_batch, init_threads};
+use neardup_core::record::Id;
 
 #[derive(clap::Args, Debug)]
 #[command(

@@ -11,9 +11,10 @@ use anyhow::{Context, Result, bail};
 use neardup_core::NormalizeConfig;
 use neardup_core::jaccard::{jaccard, shingles_for, similarity_join};
 
-use crate::input::{Id, InputArgs};
+use crate::input::InputArgs;
 use crate::output::Output;
 use crate::run::{RunArgs, for_each_batch, init_threads, summary, with_spinner};
+use neardup_core::record::Id;
 
 #[derive(clap::Args, Debug)]
 #[command(

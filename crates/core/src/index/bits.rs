@@ -6,6 +6,35 @@ use std::hash::Hash;
 
 use crate::fingerprint::{Fingerprint, Width};
 
+/// Runs `$body` with `$B` the fingerprint word of `$width` (a [`Width`]):
+/// `u64` for 64 bits, `u128` for 128. The one place where a width chosen at
+/// run time becomes a type, so that the code it runs is monomorphic.
+///
+/// ```
+/// use neardup_core::index::Bits;
+/// use neardup_core::{Width, with_bits};
+///
+/// fn ones<B: Bits>() -> u32 {
+///     B::BITS
+/// }
+/// assert_eq!(with_bits!(Width::W128, B => ones::<B>()), 128);
+/// ```
+#[macro_export]
+macro_rules! with_bits {
+    ($width:expr, $B:ident => $body:expr) => {
+        match $width {
+            $crate::Width::W64 => {
+                type $B = u64;
+                $body
+            }
+            $crate::Width::W128 => {
+                type $B = u128;
+                $body
+            }
+        }
+    };
+}
+
 /// An unsigned word holding a fingerprint.
 pub trait Bits: bytemuck::Pod + Ord + Eq + Hash + Debug + Default + Send + Sync + 'static {
     /// The width.

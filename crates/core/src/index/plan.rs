@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use super::bits::Bits;
 use super::design::{MAX_TABLES, Table, TableDesign, directory_bits};
+use super::near;
 use super::radius::{self, RadiusDesign};
 use super::self_join::JoinDesign;
 use crate::error::Error;
@@ -176,12 +177,9 @@ const NEAR_ENOUGH: usize = 10_000;
 /// Join costs in nanoseconds of one core, fitted to joins of 0.16, 0.7 and
 /// 1.85 million 128-bit fingerprints of crowded text (docs/dedup.md): per
 /// fingerprint and table (sorting it, finding its bucket and run, starting
-/// its comparisons), per comparison (AVX-512 VPOPCNTDQ, or the scalar
-/// `popcnt`), and per pair within k found by a table (the first-table rule
-/// and the pair's hand-off).
+/// its comparisons) and per pair within k found by a table (the first-table
+/// rule and the pair's hand-off); per comparison, [`near::compare_ns`].
 const JOIN_ENTRY_NS: f64 = 40.0;
-const JOIN_COMPARE_NS: f64 = 0.15;
-const JOIN_COMPARE_SCALAR_NS: f64 = 0.35;
 const JOIN_HIT_NS: f64 = 6.5;
 
 /// The self-join's design for these fingerprints: the work of each design
@@ -247,11 +245,7 @@ pub fn plan_join_sampled<B: Bits>(
         };
         let compares = shared(&sample) * pairs / sampled;
         let hits = shared(&near) * pairs / drawn;
-        let compare_ns = if crate::floor::avx512_popcnt() {
-            JOIN_COMPARE_NS
-        } else {
-            JOIN_COMPARE_SCALAR_NS
-        };
+        let compare_ns = near::compare_ns();
         d.tables.len() as f64 * n as f64 * JOIN_ENTRY_NS
             + compares * compare_ns
             + hits * JOIN_HIT_NS

@@ -364,26 +364,19 @@ pub fn radius_cost(d: &RadiusDesign, n: f64, compared: f64, found: f64) -> f64 {
                 + nonempty * near / 2.0 * (n / buckets) * RADIUS_GATHER_NS
         })
         .sum();
-    let compare_ns = if crate::floor::avx512_popcnt() {
-        RADIUS_COMPARE_NS
-    } else {
-        RADIUS_COMPARE_SCALAR_NS
-    };
-    per_table + compared * pairs * compare_ns + found * RADIUS_HIT_NS
+    per_table + compared * pairs * super::near::compare_ns() + found * RADIUS_HIT_NS
 }
 
 /// Costs of the radius join in nanoseconds of one core, fitted to joins of
 /// the 1.85 million centred 128-bit fingerprints of the 10 GB corpus with 6
 /// to 20 blocks at k = 19 (docs/dedup.md): per fingerprint and table (the
 /// counting sort), per bucket visited, per neighbouring bucket looked up, per
-/// key gathered from it, per comparison (AVX-512 VPOPCNTDQ, or the scalar
-/// `popcnt`), and per pair within k found by a table.
+/// key gathered from it, and per pair within k found by a table; per
+/// comparison, the same figure as the tables' join (`near::compare_ns`).
 const RADIUS_ENTRY_NS: f64 = 8.0;
 const RADIUS_BUCKET_NS: f64 = 1.0;
 const RADIUS_PROBE_NS: f64 = 3.0;
 const RADIUS_GATHER_NS: f64 = 4.0;
-const RADIUS_COMPARE_NS: f64 = 0.15;
-const RADIUS_COMPARE_SCALAR_NS: f64 = 0.35;
 const RADIUS_HIT_NS: f64 = 5.0;
 
 /// Of the pair differences `diffs`, how many times tables of `d` compare
