@@ -175,7 +175,7 @@ def _dedup_distributed(
     if vector_col is not None:
         # Dense vectors, as ``neardup dedup`` takes them: 128 bits, k for 99%
         # recall at the cosine threshold, candidates confirmed by exact cosine.
-            cos = neardup.DEFAULT_COSINE if min_similarity is None else float(min_similarity)
+        cos = neardup.DEFAULT_COSINE if min_similarity is None else float(min_similarity)
         cfg = neardup.vector_config(int(kwargs.pop("bits", 128)), None, int(kwargs.pop("seed", 0)))
         if kwargs:
             raise TypeError(f"vectors take bits= and seed=, not {sorted(kwargs)}")
