@@ -15,8 +15,7 @@ fn fp(v: &Value) -> u64 {
 
 #[test]
 fn fingerprints_the_sample_in_order_with_ids() {
-    let o = run(&["fingerprint", sample().to_str().unwrap(), "-q"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ok(run(&["fingerprint", sample().to_str().unwrap(), "-q"]));
     let rows = json_lines(&stdout(&o));
     let input = std::fs::read_to_string(sample()).unwrap();
     let ids: Vec<Value> = json_lines(&input).iter().map(|v| v["id"].clone()).collect();
@@ -62,11 +61,10 @@ fn same_output_whatever_the_thread_count() {
 
 #[test]
 fn tsv_lines_stdin_and_128_bits() {
-    let o = run_stdin(
+    let o = ok(run_stdin(
         &["fingerprint", "--lines", "--tsv", "--bits", "128", "-q"],
         b"first doc\nsecond doc\n\nfourth\n",
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    ));
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 4);
@@ -99,8 +97,7 @@ fn directories_are_read_recursively_in_name_order() {
     write(dir.path(), "b.txt", b"second file");
     write(dir.path(), "a.txt", b"first file");
     write(&dir.path().join("sub"), "c.txt", b"third file");
-    let o = run(&["fingerprint", dir.path().to_str().unwrap(), "-q"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ok(run(&["fingerprint", dir.path().to_str().unwrap(), "-q"]));
     let ids: Vec<String> = json_lines(&stdout(&o))
         .iter()
         .map(|r| r["id"].as_str().unwrap().to_owned())
@@ -116,7 +113,7 @@ fn directories_are_read_recursively_in_name_order() {
 fn output_file_is_atomic_and_carries_its_configuration() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fps.jsonl");
-    let o = run(&[
+    ok(run(&[
         "fingerprint",
         sample().to_str().unwrap(),
         "-q",
@@ -124,8 +121,7 @@ fn output_file_is_atomic_and_carries_its_configuration() {
         "ngrams:4",
         "-o",
         out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 23);
     let config: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("fps.jsonl.config.json")).unwrap())
@@ -213,8 +209,11 @@ fn malformed_json_names_the_line_and_skip_invalid_counts() {
         err.contains("in.jsonl:2") && err.contains("--skip-invalid"),
         "{err}"
     );
-    let o = run(&["fingerprint", input.to_str().unwrap(), "--skip-invalid"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ok(run(&[
+        "fingerprint",
+        input.to_str().unwrap(),
+        "--skip-invalid",
+    ]));
     assert_eq!(json_lines(&stdout(&o)).len(), 2);
     let err = stderr(&o);
     assert!(err.contains("3 invalid lines skipped"), "{err}");
@@ -317,7 +316,7 @@ fn textrank_advice_does_not_name_a_refused_flag() {
     let o = run(&["fingerprint", "--weights", "textrank", "--idf", "table.idf"]);
     assert_eq!(o.status.code(), Some(2));
     // With jieba named, the tokenizer is the extractor's own: accepted.
-    let o = run_stdin(
+    ok(run_stdin(
         &[
             "fingerprint",
             "--weights",
@@ -328,8 +327,7 @@ fn textrank_advice_does_not_name_a_refused_flag() {
             "tokens",
         ],
         "重复数据删除是数据处理的重要步骤".as_bytes(),
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    ));
 }
 
 #[test]
@@ -344,8 +342,7 @@ fn query_batch_summarises_unless_quiet() {
             .status
             .success()
     );
-    let o = run(&["query", idx_s, "--batch", sample_s]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ok(run(&["query", idx_s, "--batch", sample_s]));
     let n = json_lines(&stdout(&o)).len();
     assert!(n > 0);
     assert!(
@@ -357,8 +354,7 @@ fn query_batch_summarises_unless_quiet() {
     assert!(o.status.success());
     assert_eq!(json_lines(&stdout(&o)).len(), n);
     assert_eq!(stderr(&o), "");
-    let o = run(&["query", idx_s, "--text", "a lone text", "--quiet"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ok(run(&["query", idx_s, "--text", "a lone text", "--quiet"]));
 }
 
 #[test]
@@ -379,7 +375,7 @@ fn python_simhash_profile_matches_the_golden_values() {
             expected.push(row["simhash"].as_str().unwrap().to_owned());
         }
     }
-    let o = run_stdin(
+    let o = ok(run_stdin(
         &[
             "fingerprint",
             "--profile",
@@ -389,8 +385,7 @@ fn python_simhash_profile_matches_the_golden_values() {
             "-q",
         ],
         input.as_bytes(),
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    ));
     let got: Vec<String> = json_lines(&stdout(&o))
         .iter()
         .map(|r| r["simhash"].as_str().unwrap().to_owned())
@@ -443,7 +438,7 @@ fn compare_reports_distance_verdict_and_explanation() {
 fn idf_tables_are_built_used_and_checked() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("sample.idf");
-    let o = run(&[
+    ok(run(&[
         "idf",
         "build",
         sample().to_str().unwrap(),
@@ -454,8 +449,7 @@ fn idf_tables_are_built_used_and_checked() {
         "-o",
         table.to_str().unwrap(),
         "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let text = std::fs::read_to_string(&table).unwrap();
     assert!(
         text.starts_with("# neardup-idf 1 {\"documents\":23"),
@@ -541,8 +535,7 @@ fn large_single_document_works() {
     }
     let line = serde_json::json!({"id": "big", "text": text}).to_string();
     let input = write(dir.path(), "big.jsonl", line.as_bytes());
-    let o = run(&["fingerprint", input.to_str().unwrap(), "-q"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ok(run(&["fingerprint", input.to_str().unwrap(), "-q"]));
     assert_eq!(json_lines(&stdout(&o))[0]["id"], "big");
 }
 
@@ -581,8 +574,7 @@ fn broken_pipe_is_not_an_error() {
 
 #[test]
 fn plan_lists_the_papers_designs() {
-    let o = run(&["plan", "--n", "2^34", "--k", "3"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ok(run(&["plan", "--n", "2^34", "--k", "3"]));
     let out = stdout(&o);
     for (tables, prefix) in [("4", "16"), ("10", "25-26"), ("16", "28"), ("20", "31-33")] {
         assert!(
@@ -620,7 +612,7 @@ fn dedup_from_fingerprints_components_and_incremental() {
     let dir = tempfile::tempdir().unwrap();
     let fps = dedup_fixture(dir.path());
     let p = |n: &str| dir.path().join(n);
-    let o = run(&[
+    let o = ok(run(&[
         "dedup",
         "--fingerprints",
         fps.to_str().unwrap(),
@@ -634,8 +626,7 @@ fn dedup_from_fingerprints_components_and_incremental() {
         p("keep").to_str().unwrap(),
         "--drop",
         p("drop").to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let mut pairs: Vec<(String, String, u64)> =
         json_lines(&std::fs::read_to_string(p("pairs")).unwrap())
             .iter()
@@ -676,7 +667,7 @@ fn dedup_from_fingerprints_components_and_incremental() {
     );
 
     // Incremental: a kept; b near a dropped; c near only b (dropped) kept; d dropped.
-    let o = run(&[
+    ok(run(&[
         "dedup",
         "--fingerprints",
         fps.to_str().unwrap(),
@@ -689,8 +680,7 @@ fn dedup_from_fingerprints_components_and_incremental() {
         "--clusters",
         p("clusters2").to_str().unwrap(),
         "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let kept: Vec<String> = json_lines(&std::fs::read_to_string(p("keep2")).unwrap())
         .iter()
         .map(|v| v["id"].as_str().unwrap().to_owned())
@@ -705,7 +695,7 @@ fn dedup_documents_keeps_records_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let keep = dir.path().join("keep.jsonl");
     let drop = dir.path().join("drop.jsonl");
-    let o = run(&[
+    ok(run(&[
         "dedup",
         sample().to_str().unwrap(),
         "--keep",
@@ -713,8 +703,7 @@ fn dedup_documents_keeps_records_unchanged() {
         "--drop",
         drop.to_str().unwrap(),
         "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let input = std::fs::read_to_string(sample()).unwrap();
     let kept = std::fs::read_to_string(&keep).unwrap();
     let dropped = std::fs::read_to_string(&drop).unwrap();
@@ -732,8 +721,7 @@ fn dedup_documents_keeps_records_unchanged() {
         "{dropped}"
     );
     // The same from standard input (records kept in memory).
-    let o = run_stdin(&["dedup", "--drop", "-", "-q"], input.as_bytes());
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ok(run_stdin(&["dedup", "--drop", "-", "-q"], input.as_bytes()));
     assert_eq!(stdout(&o), dropped);
 }
 
@@ -775,20 +763,23 @@ fn index_build_query_add_delete_verify() {
     let dir = tempfile::tempdir().unwrap();
     let idx = dir.path().join("s.ndx");
     let idx_s = idx.to_str().unwrap();
-    let o = run(&[
+    ok(run(&[
         "index",
         "build",
         sample().to_str().unwrap(),
         "-o",
         idx_s,
         "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     assert!(stdout(&run(&["index", "verify", idx_s])).contains("ok (23 entries"));
     assert!(stdout(&run(&["index", "info", idx_s])).contains("entries      23"));
     // Every sample document finds itself at distance 0 (and its exact copies).
-    let o = run(&["query", idx_s, "--batch", sample().to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ok(run(&[
+        "query",
+        idx_s,
+        "--batch",
+        sample().to_str().unwrap(),
+    ]));
     for row in json_lines(&stdout(&o)) {
         let m = row["matches"].as_array().unwrap();
         assert!(
@@ -894,8 +885,7 @@ fn compressed_index_answers_like_the_plain_one_and_is_read_only() {
             "-q",
         ];
         args.extend(extra);
-        let o = run(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
+        ok(run(&args));
     }
     let fps = json_lines(&stdout(&run(&["fingerprint", &sample_s, "-q"])));
     for (file, coding) in [(&packed, "elias-fano"), (&gaps, "gaps")] {
@@ -913,15 +903,13 @@ fn compressed_index_answers_like_the_plain_one_and_is_read_only() {
             for q in [fp(r), fp(r) ^ 0b1001] {
                 let q = format!("{q:016x}");
                 let answer = |path: &Path| {
-                    let o = run(&["query", path.to_str().unwrap(), "--simhash", &q]);
-                    assert!(o.status.success(), "{}", stderr(&o));
+                    let o = ok(run(&["query", path.to_str().unwrap(), "--simhash", &q]));
                     stdout(&o)
                 };
                 assert_eq!(answer(file), answer(&plain), "query {q}");
             }
         }
-        let o = run(&["query", packed_s, "--batch", &sample_s]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        let o = ok(run(&["query", packed_s, "--batch", &sample_s]));
         assert_eq!(
             stdout(&o),
             stdout(&run(&[
@@ -1035,7 +1023,7 @@ fn dedup_128_bit_fingerprint_file_equals_dedup_from_documents() {
         "12",
         "--no-verify",
     ];
-    let o = run(&[
+    ok(run(&[
         "fingerprint",
         sample().to_str().unwrap(),
         "--bits",
@@ -1045,8 +1033,7 @@ fn dedup_128_bit_fingerprint_file_equals_dedup_from_documents() {
         "-o",
         fps.to_str().unwrap(),
         "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let sample_path = sample();
     let mut from_docs = vec!["dedup", sample_path.to_str().unwrap(), "--pairs"];
     let docs_pairs = p("docs_pairs");
@@ -1055,7 +1042,7 @@ fn dedup_128_bit_fingerprint_file_equals_dedup_from_documents() {
     from_docs.push("-q");
     assert!(run(&from_docs).status.success());
     let fps_pairs = p("fps_pairs");
-    let o = run(&[
+    ok(run(&[
         "dedup",
         "--fingerprints",
         fps.to_str().unwrap(),
@@ -1064,8 +1051,7 @@ fn dedup_128_bit_fingerprint_file_equals_dedup_from_documents() {
         "--pairs",
         &fps_pairs,
         "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let a = std::fs::read_to_string(&docs_pairs).unwrap();
     let b = std::fs::read_to_string(&fps_pairs).unwrap();
     assert_eq!(a, b);
@@ -1243,7 +1229,7 @@ fn vectors_from_npy_and_json_lines_fingerprint_alike() {
     assert_eq!(c.len(), 300);
     // Dedup finds exactly the planted pairs, each with its cosine.
     let pairs = dir.path().join("p.jsonl");
-    let o = run(&[
+    ok(run(&[
         "dedup",
         npy.to_str().unwrap(),
         "--ids",
@@ -1253,8 +1239,7 @@ fn vectors_from_npy_and_json_lines_fingerprint_alike() {
         "--pairs",
         pairs.to_str().unwrap(),
         "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let found = json_lines(&std::fs::read_to_string(&pairs).unwrap());
     let cos = |a: &[f32], b: &[f32]| {
         let dot = |x: &[f32], y: &[f32]| {
@@ -1302,7 +1287,7 @@ fn vectors_from_npy_and_json_lines_fingerprint_alike() {
         assert_eq!(stdout(&p), stdout(&a), "{name}");
     }
     let kept = dir.path().join("kept.parquet");
-    let o = run(&[
+    ok(run(&[
         "dedup",
         dir.path().join("fixed.parquet").to_str().unwrap(),
         "--vector-field",
@@ -1312,8 +1297,7 @@ fn vectors_from_npy_and_json_lines_fingerprint_alike() {
         "--keep",
         kept.to_str().unwrap(),
         "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let dropped: std::collections::HashSet<&str> = truth.iter().map(|p| p.1.as_str()).collect();
     let want: Vec<String> = (0..rows.len())
         .map(|i| format!("r{i}"))
@@ -1526,7 +1510,7 @@ fn dedup_is_the_same_from_every_format_and_thread_count_and_verified_exactly() {
     for (input, threads) in [(&plain, "1"), (&plain, "2"), (&gz, "2"), (&zst, "1")] {
         let out = |n: &str| dir.path().join(format!("{n}-{threads}-{}", results.len()));
         let (pairs, clusters, keep) = (out("pairs"), out("clusters"), out("keep"));
-        let o = run(&[
+        let o = ok(run(&[
             "dedup",
             input.to_str().unwrap(),
             "--threads",
@@ -1539,8 +1523,7 @@ fn dedup_is_the_same_from_every_format_and_thread_count_and_verified_exactly() {
             keep.to_str().unwrap(),
             "--tmp-dir",
             dir.path().to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        ]));
         assert!(
             stderr(&o).contains("4 documents have no words"),
             "{}",
@@ -1616,7 +1599,7 @@ fn keep_by_picks_each_clusters_survivor() {
     ] {
         let clusters = dir.path().join("clusters.jsonl");
         let keep = dir.path().join("keep.jsonl");
-        let o = run(&[
+        ok(run(&[
             "dedup",
             input.to_str().unwrap(),
             "--keep-by",
@@ -1628,8 +1611,7 @@ fn keep_by_picks_each_clusters_survivor() {
             "--keep",
             keep.to_str().unwrap(),
             "-q",
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        ]));
         let value = |id: &Value| -> i64 {
             let r = by_id[id.as_str().unwrap()];
             match rule {
@@ -1731,7 +1713,7 @@ fn against_drops_only_new_documents() {
     let old = write(dir.path(), "old.jsonl", old_body.as_bytes());
     let new = write(dir.path(), "new.jsonl", new_body.as_bytes());
     let p = |n: &str| dir.path().join(n);
-    let o = run(&[
+    ok(run(&[
         "dedup",
         new.to_str().unwrap(),
         "--against",
@@ -1744,8 +1726,7 @@ fn against_drops_only_new_documents() {
         p("drop").to_str().unwrap(),
         "--keep-by",
         "longest",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let ids = |f: &str| -> Vec<String> {
         json_lines(&std::fs::read_to_string(p(f)).unwrap())
             .iter()
@@ -1866,7 +1847,7 @@ fn parquet_input_gives_the_json_lines_answers_and_parquet_records() {
     write_parquet(&pq, &with_null, 5);
     let p = |n: &str| dir.path().join(n);
     let run_on = |input: &Path, tag: &str, keep: &str, drop: &str| {
-        let o = run(&[
+        ok(run(&[
             "dedup",
             input.to_str().unwrap(),
             "--clusters",
@@ -1877,8 +1858,7 @@ fn parquet_input_gives_the_json_lines_answers_and_parquet_records() {
             p(drop).to_str().unwrap(),
             "--skip-invalid",
             "-q",
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        ]));
         std::fs::read_to_string(p(&format!("clusters-{tag}"))).unwrap()
     };
     let from_jsonl = run_on(&jsonl, "jsonl", "keep.jsonl", "drop.jsonl");
@@ -1951,14 +1931,13 @@ fn a_quadratic_pair_listing_is_announced() {
         .collect();
     let input = write(dir.path(), "fps.jsonl", fps.as_bytes());
     let pairs = dir.path().join("pairs.jsonl");
-    let o = run(&[
+    let o = ok(run(&[
         "dedup",
         "--fingerprints",
         input.to_str().unwrap(),
         "--pairs",
         pairs.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     assert!(
         stderr(&o).contains("writing 1124250 pairs") && stderr(&o).contains("--clusters"),
         "{}",
@@ -1974,14 +1953,13 @@ fn a_quadratic_pair_listing_is_announced() {
             .join("\n")
             .as_bytes(),
     );
-    let o = run(&[
+    let o = ok(run(&[
         "dedup",
         "--fingerprints",
         small.to_str().unwrap(),
         "--pairs",
         pairs.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
 }
 
@@ -2006,13 +1984,12 @@ fn outputs_write_through_special_files_and_keep_modes() {
         std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
     };
     let sample = sample();
-    let o = run(&[
+    ok(run(&[
         "fingerprint",
         sample.to_str().unwrap(),
         "-o",
         fifo.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let through = reader.join().unwrap();
     let direct = stdout(&run(&["fingerprint", sample.to_str().unwrap()]));
     assert_eq!(through, direct);
@@ -2082,8 +2059,7 @@ fn index_add_locks_and_refuses_damage() {
         })
         .collect();
     for a in adders {
-        let o = a.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
+        ok(a.wait_with_output().unwrap());
     }
     let info = stdout(&run(&["index", "info", &idx_s]));
     assert!(
@@ -2146,7 +2122,7 @@ fn serve_refuses_an_empty_token() {
 #[test]
 fn saved_configuration_names_the_idf_table_absolutely() {
     let dir = tempfile::tempdir().unwrap();
-    let o = bin()
+    ok(bin()
         .current_dir(dir.path())
         .args([
             "idf",
@@ -2161,9 +2137,8 @@ fn saved_configuration_names_the_idf_table_absolutely() {
             "-q",
         ])
         .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = bin()
+        .unwrap());
+    ok(bin()
         .current_dir(dir.path())
         .args([
             "fingerprint",
@@ -2177,8 +2152,7 @@ fn saved_configuration_names_the_idf_table_absolutely() {
             "-q",
         ])
         .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+        .unwrap());
     let config: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("fps.jsonl.config.json")).unwrap(),
     )
@@ -2207,8 +2181,7 @@ fn folders_with_ordinary_json_files_are_fingerprinted() {
         "c.json",
         b"{\"id\":\"c1\",\"text\":\"one record\"}\n{\"id\":\"c2\",\"text\":\"another record\"}\n",
     );
-    let o = run(&["fingerprint", dir.path().to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ok(run(&["fingerprint", dir.path().to_str().unwrap()]));
     let lines = json_lines(&stdout(&o));
     assert_eq!(lines.len(), 4, "{}", stdout(&o));
     let ids: Vec<&str> = lines.iter().filter_map(|v| v["id"].as_str()).collect();
@@ -2277,8 +2250,7 @@ fn pairs_and_clusters_as_parquet_hold_the_json_lines_rows() {
         let run_with = |more: &[String]| {
             let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
             a.extend(more.iter().map(String::as_str));
-            let o = run(&a);
-            assert!(o.status.success(), "{}", stderr(&o));
+            ok(run(&a));
         };
         run_with(&[
             "--pairs".into(),
@@ -2322,14 +2294,13 @@ fn pairs_and_clusters_as_parquet_hold_the_json_lines_rows() {
         "ints.jsonl",
         b"{\"id\": 7, \"text\": \"one two three four five six seven eight\"}\n{\"id\": 9, \"text\": \"one two three four five six seven eight\"}\n",
     );
-    let o = run(&[
+    ok(run(&[
         "dedup",
         ints.to_str().unwrap(),
         "-q",
         "--pairs",
         &s("i.parquet"),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let rows = parquet_rows(&p("i.parquet"));
     assert_eq!(rows.len(), 1);
     assert_eq!((&rows[0]["a"], &rows[0]["b"]), (&json!(7), &json!(9)));
@@ -2433,8 +2404,7 @@ fn keep_and_drop_split_the_input_records_whichever_way_they_are_read_again() {
             "-q",
         ]);
         args.extend_from_slice(extra);
-        let o = run(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
+        ok(run(&args));
         let kept = std::fs::read_to_string(&keep).unwrap();
         let dropped = std::fs::read_to_string(&drop).unwrap();
         let ids = |s: &str| -> Vec<String> {
@@ -2560,13 +2530,12 @@ fn centred_candidates_are_found_exactly_and_verified() {
     };
     let plain = write(dir.path(), "c.jsonl", text.as_bytes());
     let out = dir.path().join("pairs.jsonl");
-    let o = run(&[
+    ok(run(&[
         "dedup",
         plain.to_str().unwrap(),
         "--pairs",
         out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     assert_eq!(found(&out), expected);
     // With --against, centred on old and new documents alike: the pairs
     // that are not both old.
@@ -2582,15 +2551,14 @@ fn centred_candidates_are_found_exactly_and_verified() {
         "new.jsonl",
         (lines[half..].join("\n") + "\n").as_bytes(),
     );
-    let o = run(&[
+    ok(run(&[
         "dedup",
         new.to_str().unwrap(),
         "--against",
         old.to_str().unwrap(),
         "--pairs",
         out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ]));
     let across: BTreeSet<_> = expected
         .iter()
         .filter(|(_, b, _)| b[1..].parse::<usize>().unwrap() >= half)
