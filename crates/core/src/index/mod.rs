@@ -12,6 +12,7 @@ mod file;
 pub mod ids;
 mod join;
 pub mod mem;
+mod multi;
 mod near;
 mod plan;
 pub mod radius;
@@ -32,6 +33,7 @@ pub use join::{
     Collapsed, JoinKeys, JoinScratch, join_sorted_unique, join_sorted_unique_each,
     join_sorted_unique_with, self_join,
 };
+pub use multi::{MultiIndex, QueryWork};
 pub use plan::{Plan, PlanOption, join_max_k, plan, plan_join, plan_join_for, plan_join_sampled};
 pub use radius::{Block, RadiusDesign};
 pub use self_join::{JoinDesign, SelfJoin};
