@@ -61,7 +61,7 @@ struct BlockTable {
 
 /// Directory bits for `n` fingerprints on a block of `len` bits: about two
 /// fingerprints per bucket until the block's own length caps it.
-fn dir_bits_for(n: usize, len: u32) -> u32 {
+pub(crate) fn dir_bits_for(n: usize, len: u32) -> u32 {
     let log = usize::BITS - n.max(2).leading_zeros() - 1;
     log.saturating_sub(1).clamp(1, len)
 }
@@ -94,7 +94,8 @@ impl BlockTable {
     fn build<B: Bits>(block: Block, fps: &[B]) -> BlockTable {
         let dir_bits = dir_bits_for(fps.len(), block.len);
         let buckets = 1usize << dir_bits;
-        let mut dir = vec![0u32; buckets + 1];
+        let mut dir = super::mem::with_huge_capacity(buckets + 1);
+        dir.resize(buckets + 1, 0u32);
         for &f in fps {
             dir[Self::bucket(&block, dir_bits, f) + 1] += 1;
         }
@@ -102,7 +103,8 @@ impl BlockTable {
             dir[b + 1] += dir[b];
         }
         let mut fill = dir[..buckets].to_vec();
-        let mut slots = vec![0u32; fps.len()];
+        let mut slots = super::mem::with_huge_capacity(fps.len());
+        slots.resize(fps.len(), 0u32);
         for (i, &f) in fps.iter().enumerate() {
             let at = &mut fill[Self::bucket(&block, dir_bits, f)];
             slots[*at as usize] = i as u32;
@@ -141,8 +143,8 @@ impl BlockTable {
             grouped[*at as usize] = i as u32;
             *at += 1;
         }
-        let mut slots = Vec::with_capacity(n);
-        let mut dir = Vec::with_capacity(buckets + 1);
+        let mut slots = super::mem::with_huge_capacity(n);
+        let mut dir = super::mem::with_huge_capacity(buckets + 1);
         for b in 0..buckets {
             dir.push(slots.len() as u32);
             slots.extend_from_slice(&self.slots[self.dir[b] as usize..self.dir[b + 1] as usize]);
@@ -213,7 +215,17 @@ impl<B: Bits> MultiIndex<B> {
                 got: B::BITS,
             });
         }
-        let (ids, fps): (Vec<u64>, Vec<B>) = entries.into_iter().unzip();
+        let entries = entries.into_iter();
+        let (mut ids, mut fps) = (Vec::new(), Vec::new());
+        if let (_, Some(n)) = entries.size_hint() {
+            // Huge pages: queries read the fingerprints at random.
+            fps = super::mem::with_huge_capacity(n);
+            ids.reserve(n);
+        }
+        for (id, fp) in entries {
+            ids.push(id);
+            fps.push(fp);
+        }
         if fps.len() > MAX_SLOTS {
             return Err(full());
         }
@@ -356,7 +368,7 @@ impl<B: Bits> MultiIndex<B> {
     /// included: [`Self::finish`] drops them).
     fn query_into(&self, query: B, k: u32, candidates: &mut Vec<u32>, found: &mut Vec<(u32, u32)>) {
         /// Fingerprints fetched ahead of the one being measured.
-        const AHEAD: usize = 8;
+        const AHEAD: usize = 16;
         for (t, table) in self.blocks.iter().enumerate() {
             let v = BlockTable::bucket(&table.block, table.dir_bits, query);
             // Every bucket's directory slot first, so that the misses overlap.
@@ -451,16 +463,22 @@ impl<B: Bits> MultiIndex<B> {
         self.finish_delete(n)
     }
 
-    /// Deletes the entry in `slot` (its position among [`Self::slots`], in
-    /// the order entries were built and added, until a rebuild renumbers
-    /// them); returns whether it was live.
+    /// Deletes the entry in `slot` (its position in the order entries were
+    /// built and added); returns whether it was live. Slots keep their
+    /// numbers: the space is reclaimed by [`Self::compact`], which renumbers
+    /// them, or by a [`Self::delete`] that finds a quarter of the slots dead.
     pub fn delete_slot(&mut self, slot: usize) -> bool {
         if slot >= self.fps.len() || self.is_deleted(slot) {
             return false;
         }
         self.deleted[slot / 64] |= 1 << (slot % 64);
-        self.finish_delete(1);
+        self.deleted_count += 1;
         true
+    }
+
+    /// Deleted slots, awaiting [`Self::compact`].
+    pub fn deleted(&self) -> usize {
+        self.deleted_count
     }
 
     fn finish_delete(&mut self, n: usize) -> usize {
@@ -471,7 +489,9 @@ impl<B: Bits> MultiIndex<B> {
         n
     }
 
-    fn compact(&mut self) {
+    /// Drops the deleted entries and rebuilds the blocks: the live entries
+    /// keep their order and take slots `0..len`.
+    pub fn compact(&mut self) {
         let (ids, fps): (Vec<u64>, Vec<B>) = self.entries().unzip();
         self.ids = ids;
         self.fps = fps;
@@ -585,14 +605,19 @@ mod tests {
         assert_eq!(removed, live.iter().filter(|(id, _)| gone(*id)).count());
         live.retain(|(id, _)| !gone(*id));
         check(&index, &live, &mut rng);
-        // By slot (no compaction has renumbered them while fewer than a
-        // quarter are deleted): the first live slot.
+        // By slot: the first live one.
         if let Some(slot) = (0..index.slots()).find(|&s| !index.is_deleted(s)) {
             let (id, fp) = (index.ids[slot], index.fps[slot]);
+            let before = index.deleted();
             assert!(index.delete_slot(slot));
             assert!(!index.delete_slot(slot));
             let at = live.iter().position(|&e| e == (id, fp)).unwrap();
             live.remove(at);
+            assert_eq!(index.deleted(), before + 1);
+            check(&index, &live, &mut rng);
+            index.compact();
+            assert_eq!(index.deleted(), 0);
+            assert_eq!(index.slots(), live.len());
             check(&index, &live, &mut rng);
         }
         // Enough deletions to compact.
