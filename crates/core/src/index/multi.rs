@@ -165,6 +165,13 @@ impl BlockTable {
     }
 }
 
+/// A query's buffers: the non-empty buckets of a block and their slots.
+#[derive(Default)]
+struct Scratch {
+    ranges: Vec<(u32, u32)>,
+    candidates: Vec<u32>,
+}
+
 /// What one query looked at: for the planner's cost model and the benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueryWork {
@@ -312,8 +319,8 @@ impl<B: Bits> MultiIndex<B> {
     /// Every live entry within `k` of `query`, each once, nearest first (ties by id).
     pub fn query(&self, query: B, k: u32) -> Result<Vec<Match>, Error> {
         self.check_k(k)?;
-        let (mut found, mut candidates) = (Vec::new(), Vec::new());
-        self.query_into(query, k, &mut candidates, &mut found);
+        let (mut found, mut scratch) = (Vec::new(), Scratch::default());
+        self.query_into(query, k, &mut scratch, &mut found);
         Ok(self.finish(found))
     }
 
@@ -323,10 +330,10 @@ impl<B: Bits> MultiIndex<B> {
         Ok(queries
             .par_iter()
             .map_init(
-                || (Vec::new(), Vec::new()),
-                |(found, candidates), &q| {
+                || (Vec::new(), Scratch::default()),
+                |(found, scratch), &q| {
                     found.clear();
-                    self.query_into(q, k, candidates, found);
+                    self.query_into(q, k, scratch, found);
                     self.finish(std::mem::take(found))
                 },
             )
@@ -366,7 +373,8 @@ impl<B: Bits> MultiIndex<B> {
 
     /// Pushes `(slot, distance)` of every slot within `k` (deleted ones
     /// included: [`Self::finish`] drops them).
-    fn query_into(&self, query: B, k: u32, candidates: &mut Vec<u32>, found: &mut Vec<(u32, u32)>) {
+    fn query_into(&self, query: B, k: u32, scratch: &mut Scratch, found: &mut Vec<(u32, u32)>) {
+        let Scratch { ranges, candidates } = scratch;
         /// Fingerprints fetched ahead of the one being measured.
         const AHEAD: usize = 16;
         for (t, table) in self.blocks.iter().enumerate() {
@@ -375,11 +383,19 @@ impl<B: Bits> MultiIndex<B> {
             for &e in &table.flips {
                 prefetch(&table.dir[v ^ e as usize]);
             }
-            candidates.clear();
+            // Then the non-empty buckets' first slots, then the slots.
+            ranges.clear();
             for &e in &table.flips {
                 let u = v ^ e as usize;
-                let (lo, hi) = (table.dir[u] as usize, table.dir[u + 1] as usize);
-                candidates.extend_from_slice(&table.slots[lo..hi]);
+                let (lo, hi) = (table.dir[u], table.dir[u + 1]);
+                if lo < hi {
+                    prefetch(&table.slots[lo as usize]);
+                    ranges.push((lo, hi));
+                }
+            }
+            candidates.clear();
+            for &(lo, hi) in ranges.iter() {
+                candidates.extend_from_slice(&table.slots[lo as usize..hi as usize]);
             }
             for &s in candidates.iter().take(AHEAD) {
                 prefetch(&self.fps[s as usize]);
