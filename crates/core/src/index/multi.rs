@@ -19,7 +19,7 @@
 //! block's length, or one bit less than log2(n) while the index is smaller
 //! (at most 2 bytes per fingerprint per block). At 128 bits and k = 19 the
 //! planner's seven blocks of 18-19 bits take 16 + 8 + 7 × 4 = 52 bytes per
-//! fingerprint, plus the directories (14 MB in all once n passes 2^20) —
+//! fingerprint, plus the directories (9 MB in all once n passes 2^20) —
 //! where permuted tables for the same k need 210 tables of 20 bytes each.
 //!
 //! **Cost of a query.** On block i, Σ_{j<=r_i} C(d_i, j) bucket look-ups

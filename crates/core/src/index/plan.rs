@@ -4,6 +4,7 @@
 //! fingerprints ([`plan_join_for`]: permuted tables or multi-index blocks).
 
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 
 use super::bits::Bits;
 use super::design::{MAX_TABLES, Table, TableDesign, directory_bits};
@@ -280,8 +281,10 @@ pub fn plan_join_sampled<B: Bits>(
 }
 
 /// A design an online index is built on: permuted tables ([`super::Index`])
-/// or multi-index blocks ([`super::MultiIndex`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// or multi-index blocks ([`super::MultiIndex`]). Stored with a collection
+/// as JSON: `{"tables": {...}}` or `{"blocks": {...}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OnlineDesign {
     /// Permuted tables, for a small k.
     Tables(TableDesign),
@@ -646,5 +649,30 @@ mod tests {
         }));
         assert!(plan_online::<u64>(17, 1e6, &[], 1e5).is_err());
         assert!(plan_online::<u64>(16, 1e6, &[], 1e5).is_ok());
+    }
+
+    #[test]
+    fn online_designs_round_trip_through_json() {
+        for (k, bits) in [(19u32, 128u32), (3, 64)] {
+            let d = if bits == 128 {
+                plan_online::<u128>(k, 1e6, &[], ONLINE_BYTES_PER_DOCUMENT)
+            } else {
+                plan_online::<u64>(k, 1e6, &[], ONLINE_BYTES_PER_DOCUMENT)
+            }
+            .unwrap()
+            .design()
+            .clone();
+            let json = serde_json::to_string(&d).unwrap();
+            assert!(
+                json.starts_with(if bits == 128 {
+                    "{\"blocks\""
+                } else {
+                    "{\"tables\""
+                }),
+                "{json}"
+            );
+            let back: OnlineDesign = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, d);
+        }
     }
 }
