@@ -12,7 +12,9 @@ mod file;
 pub mod ids;
 mod join;
 pub mod mem;
+mod multi;
 mod near;
+mod online;
 mod plan;
 pub mod radius;
 pub(crate) mod radix;
@@ -32,7 +34,12 @@ pub use join::{
     Collapsed, JoinKeys, JoinScratch, join_sorted_unique, join_sorted_unique_each,
     join_sorted_unique_with, self_join,
 };
-pub use plan::{Plan, PlanOption, join_max_k, plan, plan_join, plan_join_for, plan_join_sampled};
+pub use multi::{MultiIndex, QueryWork};
+pub use online::OnlineIndex;
+pub use plan::{
+    ONLINE_BYTES_PER_DOCUMENT, OnlineDesign, OnlineOption, OnlinePlan, Plan, PlanOption,
+    join_max_k, plan, plan_join, plan_join_for, plan_join_sampled, plan_online,
+};
 pub use radius::{Block, RadiusDesign};
 pub use self_join::{JoinDesign, SelfJoin};
 pub use slab::{SharedBytes, Slab};

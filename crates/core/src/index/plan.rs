@@ -4,6 +4,7 @@
 //! fingerprints ([`plan_join_for`]: permuted tables or multi-index blocks).
 
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 
 use super::bits::Bits;
 use super::design::{MAX_TABLES, Table, TableDesign, directory_bits};
@@ -273,6 +274,257 @@ pub fn plan_join_sampled<B: Bits>(
     })
 }
 
+/// A design an online index is built on: permuted tables ([`super::Index`])
+/// or multi-index blocks ([`super::MultiIndex`]). Stored with a collection
+/// as JSON: `{"tables": {...}}` or `{"blocks": {...}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnlineDesign {
+    /// Permuted tables, for a small k.
+    Tables(TableDesign),
+    /// Multi-index blocks searched within radii, for a large k.
+    Blocks(RadiusDesign),
+}
+
+impl OnlineDesign {
+    /// Fingerprint width.
+    pub fn bits(&self) -> u32 {
+        match self {
+            OnlineDesign::Tables(d) => d.bits,
+            OnlineDesign::Blocks(d) => d.bits,
+        }
+    }
+
+    /// The largest distance the design finds exactly.
+    pub fn k(&self) -> u32 {
+        match self {
+            OnlineDesign::Tables(d) => d.k,
+            OnlineDesign::Blocks(d) => d.k,
+        }
+    }
+
+    /// A one-line description.
+    pub fn describe(&self) -> String {
+        match self {
+            OnlineDesign::Tables(d) => format!("permuted tables: {}", d.describe()),
+            OnlineDesign::Blocks(d) => d.describe(),
+        }
+    }
+}
+
+/// One online design the planner weighed, with its estimates at the
+/// expected size.
+#[derive(Clone, Debug)]
+pub struct OnlineOption {
+    /// The design.
+    pub design: OnlineDesign,
+    /// Buckets a query looks up.
+    pub probes: f64,
+    /// Stored fingerprints a query measures.
+    pub candidates: f64,
+    /// Bytes of index memory per stored fingerprint: the fingerprint, its
+    /// 8-byte id and deletion mark, and every table's or block's share.
+    pub bytes_per_document: f64,
+    /// Estimated nanoseconds of one core per query.
+    pub query_ns: f64,
+}
+
+/// The online planner's answer: the chosen design and every design weighed.
+#[derive(Clone, Debug)]
+pub struct OnlinePlan {
+    /// Index of the chosen option in `options`.
+    pub chosen: usize,
+    /// Why: a sentence.
+    pub reason: String,
+    /// Every design weighed: permuted tables, then blocks.
+    pub options: Vec<OnlineOption>,
+}
+
+impl OnlinePlan {
+    /// The chosen design.
+    pub fn design(&self) -> &OnlineDesign {
+        &self.options[self.chosen].design
+    }
+
+    /// The chosen design's estimates.
+    pub fn option(&self) -> &OnlineOption {
+        &self.options[self.chosen]
+    }
+}
+
+/// Index memory per stored fingerprint an online design may take by
+/// default: the service's whole budget is about 300 bytes per document,
+/// which its ids, store and verification data share.
+pub const ONLINE_BYTES_PER_DOCUMENT: f64 = 128.0;
+
+/// Costs of an online query in nanoseconds of one core: per bucket of a
+/// block looked up (a block's look-ups are prefetched together, so their
+/// misses overlap) and per stored fingerprint measured from a block (a
+/// random read of the fingerprint array, prefetched a few ahead), of the
+/// order measured on a million clustered 128-bit fingerprints
+/// (`examples/online_index.rs`). Permuted tables cost [`PROBE_NS`] per
+/// table and [`CANDIDATE_NS`] per candidate (their keys are read in
+/// sequence, which makes them the faster design where few tables find k).
+const BLOCK_PROBE_NS: f64 = 15.0;
+const BLOCK_CANDIDATE_NS: f64 = 20.0;
+
+/// The design for an online index of about `n` fingerprints of `B`'s width
+/// searched within `k`: the least estimated query time among the permuted
+/// tables of [`plan`] and the multi-index blocks of
+/// [`radius_options`](radius::radius_options) whose memory fits in
+/// `bytes_per_document` (see [`ONLINE_BYTES_PER_DOCUMENT`]). Candidates per
+/// query are estimated from random pairs of `sample` (fingerprints like
+/// those to be stored, e.g. the first documents, centred as they will be)
+/// when it holds at least 1,000, else for uniformly random bits; text
+/// crowds, so a sample is the better guide. Refused, with the fix, when k
+/// exceeds a quarter of the bits or no design fits in the memory given.
+/// Deterministic: a fixed seed.
+pub fn plan_online<B: Bits>(
+    k: u32,
+    n: f64,
+    sample: &[B],
+    bytes_per_document: f64,
+) -> Result<OnlinePlan, Error> {
+    let bits = B::BITS;
+    if k > bits / 4 {
+        return Err(Error::InvalidConfig(format!(
+            "k = {k} is too large for an online index of {bits}-bit fingerprints: use k <= {} \
+             (beyond it a query measures a large share of the index)",
+            bits / 4
+        )));
+    }
+    let n = n.max(1.0);
+    let diffs: Vec<B> = if sample.len() >= 1000 {
+        let mut rng = crate::rng::SplitMix64(0x6f6e_6c69);
+        let len = sample.len() as u64;
+        (0..SAMPLED_PAIRS)
+            .map(|_| {
+                let a = (rng.next() % len) as usize;
+                let b = (rng.next() % len) as usize;
+                (a, b)
+            })
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| sample[a].xor(sample[b]))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let share = |count: usize| count as f64 / diffs.len().max(1) as f64;
+    let entry = bits as f64 / 8.0 + 8.0;
+    let mut options = Vec::new();
+    // Permuted tables, where any design finds k.
+    if let Ok(p) = plan_up_to(bits, k, join_max_k(bits), n, None) {
+        for o in p.options {
+            let tables = o.design.tables.len() as f64;
+            let candidates = if diffs.is_empty() {
+                o.candidates
+            } else {
+                let masks: Vec<B> = o
+                    .design
+                    .tables
+                    .iter()
+                    .map(Table::prefix_mask::<B>)
+                    .collect();
+                let shared = diffs
+                    .iter()
+                    .map(|&x| masks.iter().filter(|&&m| x.and(m) == B::zero()).count())
+                    .sum();
+                share(shared) * n
+            };
+            options.push(OnlineOption {
+                probes: tables,
+                candidates,
+                bytes_per_document: o.bytes_per_fingerprint + entry + 1.0,
+                query_ns: tables * PROBE_NS + candidates * CANDIDATE_NS,
+                design: OnlineDesign::Tables(o.design),
+            });
+        }
+    }
+    // Multi-index blocks, with the directories they would have at n.
+    for d in radius::radius_options(bits, k) {
+        let widths: Vec<u32> = d
+            .blocks
+            .iter()
+            .map(|b| super::multi::dir_bits_for(n as usize, b.len))
+            .collect();
+        let probes_of = |b: &radius::Block, w: u32| {
+            let narrowed = radius::Block { len: w, ..*b };
+            RadiusDesign::neighbours(&narrowed) as f64 + 1.0
+        };
+        let probes: f64 = d
+            .blocks
+            .iter()
+            .zip(&widths)
+            .map(|(b, &w)| probes_of(b, w))
+            .sum();
+        let candidates = if diffs.is_empty() {
+            d.blocks
+                .iter()
+                .zip(&widths)
+                .map(|(b, &w)| probes_of(b, w) * n / 2f64.powi(w as i32))
+                .sum()
+        } else {
+            // A stored fingerprint is measured by a block when its
+            // difference on the directory's bits is within the radius.
+            let within = d
+                .blocks
+                .iter()
+                .zip(&widths)
+                .map(|(b, &w)| {
+                    let m = B::mask(b.start + b.len - w, w);
+                    diffs
+                        .iter()
+                        .filter(|&&x| x.and(m).distance(B::zero()) <= b.radius)
+                        .count()
+                })
+                .sum();
+            share(within) * n
+        };
+        let directories: f64 = widths
+            .iter()
+            .map(|&w| 4.0 * (2f64.powi(w as i32) + 1.0))
+            .sum();
+        options.push(OnlineOption {
+            probes,
+            candidates,
+            bytes_per_document: entry + 0.125 + 4.0 * d.blocks.len() as f64 + directories / n,
+            query_ns: probes * BLOCK_PROBE_NS + candidates * BLOCK_CANDIDATE_NS,
+            design: OnlineDesign::Blocks(d),
+        });
+    }
+    if options.is_empty() {
+        return Err(Error::InvalidConfig(format!(
+            "no online design finds distance {k} at {bits} bits"
+        )));
+    }
+    let fits = |o: &OnlineOption| o.bytes_per_document <= bytes_per_document;
+    let Some(chosen) = (0..options.len())
+        .filter(|&i| fits(&options[i]))
+        .min_by(|&a, &b| options[a].query_ns.total_cmp(&options[b].query_ns))
+    else {
+        let least = options
+            .iter()
+            .map(|o| o.bytes_per_document)
+            .fold(f64::INFINITY, f64::min);
+        return Err(Error::InvalidConfig(format!(
+            "every online design for k = {k} at {bits} bits needs more than {bytes_per_document:.0} \
+             bytes per document (the smallest needs {least:.0}): allow that much memory, or \
+             lower k"
+        )));
+    };
+    let reason = format!(
+        "the fastest estimated query ({:.1} µs, {:.0} candidates) among the designs within \
+         {bytes_per_document:.0} bytes per document",
+        options[chosen].query_ns / 1000.0,
+        options[chosen].candidates
+    );
+    Ok(OnlinePlan {
+        chosen,
+        reason,
+        options,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,5 +566,107 @@ mod tests {
     fn impossible_plans_are_refused() {
         assert!(plan(64, 9, 1e6, None).is_err());
         assert!(plan(128, 16, 1e6, None).is_ok());
+    }
+
+    #[test]
+    fn online_plans_blocks_for_a_large_k_and_tables_for_a_small_one() {
+        for n in [1e5, 1e6, 1e7] {
+            let p = plan_online::<u128>(19, n, &[], ONLINE_BYTES_PER_DOCUMENT).unwrap();
+            assert!(
+                matches!(p.design(), OnlineDesign::Blocks(_)),
+                "{n}: {}",
+                p.design().describe()
+            );
+            assert!(
+                p.option().bytes_per_document < 100.0,
+                "{n}: {}",
+                p.design().describe()
+            );
+            let p = plan_online::<u128>(15, n, &[], ONLINE_BYTES_PER_DOCUMENT).unwrap();
+            assert!(
+                matches!(p.design(), OnlineDesign::Blocks(_)),
+                "{n}: {}",
+                p.design().describe()
+            );
+        }
+        // The paper's regime: four tables beat four blocks of 16 bits from a
+        // million on (below, both answer in well under a microsecond).
+        for n in [1e6, 1e7, 1e9] {
+            let p = plan_online::<u64>(3, n, &[], ONLINE_BYTES_PER_DOCUMENT).unwrap();
+            assert!(
+                matches!(p.design(), OnlineDesign::Tables(_)),
+                "{n}: {}",
+                p.design().describe()
+            );
+        }
+        // From a sample of crowded fingerprints (clusters around a few
+        // centres): still blocks at k = 19.
+        let mut rng = crate::rng::SplitMix64(5);
+        let centres: Vec<u128> = (0..50)
+            .map(|_| u128::from(rng.next()) << 64 | u128::from(rng.next()))
+            .collect();
+        let sample: Vec<u128> = (0..5000)
+            .map(|i| {
+                let mut x = centres[i % centres.len()];
+                for _ in 0..30 {
+                    x ^= 1 << (rng.next() % 128);
+                }
+                x
+            })
+            .collect();
+        let p = plan_online(19, 1e6, &sample, ONLINE_BYTES_PER_DOCUMENT).unwrap();
+        assert!(
+            matches!(p.design(), OnlineDesign::Blocks(_)),
+            "{}",
+            p.design().describe()
+        );
+        let uniform = plan_online::<u128>(19, 1e6, &[], ONLINE_BYTES_PER_DOCUMENT).unwrap();
+        assert!(p.option().candidates > uniform.option().candidates);
+    }
+
+    #[test]
+    fn online_plans_within_the_memory_given_or_refused() {
+        for budget in [40.0, 60.0, 128.0, 1e4] {
+            if let Ok(p) = plan_online::<u128>(19, 1e6, &[], budget) {
+                assert!(p.option().bytes_per_document <= budget);
+            }
+        }
+        // 16 + 8 bytes of entry alone exceed 20.
+        let e = plan_online::<u128>(19, 1e6, &[], 20.0).unwrap_err();
+        assert!(e.to_string().contains("allow that much memory"), "{e}");
+        // Permuted tables for k = 19 at 128 bits take 210 tables: refused at
+        // the default, weighed when memory is plentiful.
+        let roomy = plan_online::<u128>(19, 1e6, &[], 1e5).unwrap();
+        assert!(roomy.options.iter().any(|o| {
+            matches!(&o.design, OnlineDesign::Tables(d) if d.tables.len() == 210)
+                && o.bytes_per_document > ONLINE_BYTES_PER_DOCUMENT
+        }));
+        assert!(plan_online::<u64>(17, 1e6, &[], 1e5).is_err());
+        assert!(plan_online::<u64>(16, 1e6, &[], 1e5).is_ok());
+    }
+
+    #[test]
+    fn online_designs_round_trip_through_json() {
+        for (k, bits) in [(19u32, 128u32), (3, 64)] {
+            let d = if bits == 128 {
+                plan_online::<u128>(k, 1e6, &[], ONLINE_BYTES_PER_DOCUMENT)
+            } else {
+                plan_online::<u64>(k, 1e6, &[], ONLINE_BYTES_PER_DOCUMENT)
+            }
+            .unwrap()
+            .design()
+            .clone();
+            let json = serde_json::to_string(&d).unwrap();
+            assert!(
+                json.starts_with(if bits == 128 {
+                    "{\"blocks\""
+                } else {
+                    "{\"tables\""
+                }),
+                "{json}"
+            );
+            let back: OnlineDesign = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, d);
+        }
     }
 }

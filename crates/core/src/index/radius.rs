@@ -16,6 +16,7 @@
 //! found by a few tables rather than dozens (docs/dedup.md).
 
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 
 use super::bits::Bits;
 use super::join::{JoinScratch, check_join_of, join_beside_sink};
@@ -23,7 +24,7 @@ use super::mem;
 use crate::error::Error;
 
 /// One block: bits `[start, start + len)` searched within `radius`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Block {
     /// First bit (bit 0 is the least significant).
     pub start: u32,
@@ -38,7 +39,7 @@ pub const MAX_BLOCK_BITS: u32 = 22;
 
 /// A multi-index design for the self-join: its blocks, in the order whose
 /// first match reports a pair.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RadiusDesign {
     /// Fingerprint width.
     pub bits: u32,
