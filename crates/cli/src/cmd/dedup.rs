@@ -210,8 +210,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Verification starts from the candidate configuration, unless the
     // pipeline is given whole (--config, --profile); single flags adjust it.
     let mut source = args.source.clone();
-    let preset =
-        verify.is_some() && source.pipeline.config.is_none() && source.pipeline.profile.is_none();
+    let preset = source
+        .pipeline
+        .overrides()
+        .starts_from_candidates(verify.is_some(), source.pipeline.config.is_some());
     if preset {
         source.pipeline.preset = Some(FingerprintConfig::candidates());
     }
