@@ -19,7 +19,7 @@ use neardup_core::{FingerprintConfig, InputKind, Width};
 use crate::fpfile::{IdList, Values};
 use crate::gather::{Gathered, Keep, SourceArgs, centre_fingerprints, gather};
 use crate::input::{DocReader, Record};
-use crate::output::Output;
+use crate::output::NamedOutput;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
 use crate::table_out::{ClustersWriter, Format, PairsWriter};
 use crate::vector_store::VectorStore;
@@ -808,7 +808,7 @@ fn write_outputs(
             })?;
             w.finish()?;
         } else {
-            let mut out = Output::create(Some(path))?;
+            let mut out = NamedOutput::create(path)?;
             dedup.for_each_scored_pair(|a, b, d, j| {
                 if (b as usize) < first {
                     return Ok(()); // two old documents
@@ -841,7 +841,7 @@ fn write_outputs(
         }
         w.finish()?;
     } else if let Some(path) = &args.clusters {
-        let mut out = Output::create(Some(path))?;
+        let mut out = NamedOutput::create(path)?;
         for (rep, members) in clusters(reps) {
             if members.last().is_some_and(|&m| (m as usize) < first) {
                 continue; // old documents only
@@ -899,16 +899,8 @@ fn write_outputs(
         }
         return Ok(());
     }
-    let mut keep = args
-        .keep
-        .as_deref()
-        .map(|p| Output::create(Some(p)))
-        .transpose()?;
-    let mut drop = args
-        .drop
-        .as_deref()
-        .map(|p| Output::create(Some(p)))
-        .transpose()?;
+    let mut keep = args.keep.as_deref().map(NamedOutput::create).transpose()?;
+    let mut drop = args.drop.as_deref().map(NamedOutput::create).transpose()?;
     // `doc` counts the new documents, which follow the old ones.
     let mut emit = |doc: usize, bytes: &[u8]| -> Result<()> {
         let doc = first + doc;
