@@ -300,3 +300,58 @@ fn verify_takes_a_bare_threshold() {
     let o = run(dir.path(), &["dedup", c, "--verify", "1.5", "-q"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `--annotate` keeps every record, in input order, with `cluster`,
+/// `duplicate_of` and `similarity` added; a record that already has one of
+/// those fields is refused by name, and nothing is written.
+#[test]
+fn annotate_keeps_every_record_with_its_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path());
+    ok(&run(
+        dir.path(),
+        &["dedup", c.to_str().unwrap(), "--annotate", "a.jsonl", "-q"],
+    ));
+    let input: Vec<Value> = std::fs::read_to_string(&c)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let out: Vec<Value> = std::fs::read_to_string(dir.path().join("a.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(out.len(), input.len());
+    let mut copies = 0;
+    for (o, i) in out.iter().zip(&input) {
+        assert_eq!(o["id"], i["id"]);
+        assert_eq!(o["text"], i["text"]);
+        if o["id"].as_str().unwrap().starts_with("copy-") {
+            copies += 1;
+            assert!(o["duplicate_of"].is_string(), "{o}");
+        }
+        if o["duplicate_of"].is_null() {
+            assert!(o["cluster"].is_string(), "{o}");
+        } else {
+            assert_eq!(o["cluster"], o["duplicate_of"]);
+            assert!(o["similarity"].as_f64().unwrap() >= 0.8, "{o}");
+        }
+    }
+    assert_eq!(copies, 5);
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"id\": 1, \"text\": \"a b c\", \"cluster\": 4}\n").unwrap();
+    let o = run(
+        dir.path(),
+        &[
+            "dedup",
+            bad.to_str().unwrap(),
+            "--annotate",
+            "b.jsonl",
+            "-q",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("\"cluster\""));
+    assert!(!dir.path().join("b.jsonl").exists());
+}

@@ -46,7 +46,7 @@ pub struct BuildArgs {
     pub source: SourceArgs,
     /// The largest distance queries may ask for (up to 8 for 64-bit
     /// fingerprints, 16 for 128-bit).
-    #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=16))]
+    #[arg(short, long, visible_alias = "max-k", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub k: u32,
     /// Memory budget for the tables (e.g. 8G); without it, the fastest design.
     #[arg(long, value_parser = crate::units::parse_bytes)]
