@@ -253,8 +253,10 @@ impl PyIndex {
     }
 
     fn add(&mut self, id: &Bound<'_, PyAny>, fp: u128) -> PyResult<()> {
-        let entry = self.bundle.ids.len() as u64;
+        // An id already in the index is replaced, as the service replaces it.
         let fp = self.fingerprint(fp)?;
+        self.delete(&PyList::new(id.py(), [id])?)?;
+        let entry = self.bundle.ids.len() as u64;
         self.bundle.index.add(entry, fp).map_err(err)?;
         push_py_id(&mut self.bundle.ids, id)
     }
