@@ -342,6 +342,9 @@ class Index:
         vectors: Any = None,
         seed: int = 0,
         texts: Any = None,
+        compressed: bool = False,
+        coding: str = "elias-fano",
+        block_bytes: int = 1024,
     ) -> "Index":
         """Builds an index of ``fingerprints`` (ints, or an array from
         :func:`fingerprints`) with their ``ids`` (ints or strs; default
@@ -356,7 +359,12 @@ class Index:
 
         ``vectors``: dense vectors instead (a 2-D array or an Arrow
         fixed-size-list column), fingerprinted with ``bits`` (default 64) and
-        ``seed``; the index then answers queries by vector."""
+        ``seed``; the index then answers queries by vector.
+
+        ``compressed=True``: compressed tables, as ``neardup index build
+        --compressed`` (``coding`` "elias-fano" or "gaps", blocks of about
+        ``block_bytes`` bytes of keys): smaller, read-only, saved and loaded
+        like plain ones."""
         if texts is not None:
             if fingerprints is not None or vectors is not None:
                 raise TypeError("give one of fingerprints, texts= and vectors=")
@@ -383,7 +391,8 @@ class Index:
         if bits is None:
             bits = config.bits if config is not None else (128 if isinstance(fingerprints, np.ndarray) and fingerprints.ndim == 2 else 64)
         data = _words(fingerprints, bits)
-        built = cls(_rs._Index.build(data, bits, k, list(ids) if ids is not None else None, config))
+        built = cls(_rs._Index.build(data, bits, k, list(ids) if ids is not None else None, config, None,
+                                     compressed, coding, block_bytes))
         if texts is not None:
             built._inner.set_sketches(texts)
         return built

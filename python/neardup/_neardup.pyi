@@ -66,6 +66,9 @@ class _Index:
         ids: Optional[List[Id]] = ...,
         config: Optional[FingerprintConfig] = ...,
         design: Optional[str] = ...,
+        compressed: bool = ...,
+        coding: str = ...,
+        block_bytes: int = ...,
     ) -> _Index: ...
     @staticmethod
     def load(path: str) -> _Index: ...

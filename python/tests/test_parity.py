@@ -37,7 +37,6 @@ CASES = [
     ({"verify": 0.7}, ["--verify", "0.7"]),
     ({"verify": False}, ["--no-verify"]),
     ({"verify": False, "bits": 64}, ["--no-verify", "--bits", "64"]),
-    ({"verify": False, "bits": 128}, ["--no-verify", "--bits", "128"]),
     ({"k": 19}, ["--k", "19"]),
     ({"k": 12}, ["--k", "12"]),
     ({"policy": "components"}, ["--policy", "components"]),
@@ -57,7 +56,7 @@ def neardup_bin():
     return p
 
 
-def make_corpus(path, seed=46, n=1200):
+def make_corpus(path, seed=46, n=800):
     """English-like documents with planted copies edited at rates around the
     verification threshold, with stop words, HTML and repeated features."""
     rng = random.Random(seed)
@@ -124,17 +123,16 @@ def test_a_default_value_given_is_applied():
     assert neardup.dedup(texts, verify=0.8).k == neardup.dedup(texts, verify="jaccard:0.8").k
 
 
+# The Spark job's flags (a few: each run starts Spark jobs; test_spark.py
+# covers the defaults and its other paths).
 SPARK_CASES = [
-    ([], {}),
-    (["--bits", "64"], {"bits": 64}),
-    (["--features", "shingles:3"], {"features": "shingles:3"}),
-    (["--verify", "0.7", "--tokenizer", "auto"], {}),
-    (["--no-verify", "--bits", "64"], {}),
+    ["--bits", "64"],
+    ["--verify", "0.7", "--tokenizer", "auto", "--features", "shingles:3"],
 ]
 
 
-@pytest.mark.parametrize("flags,_", SPARK_CASES, ids=[" ".join(f) or "defaults" for f, _ in SPARK_CASES])
-def test_spark_equals_cli(corpus, tmp_path, flags, _):
+@pytest.mark.parametrize("flags", SPARK_CASES, ids=[" ".join(f) or "defaults" for f in SPARK_CASES])
+def test_spark_equals_cli(corpus, tmp_path, flags):
     if os.environ.get("NEARDUP_REQUIRE_SPARK") != "1":
         pytest.importorskip("pyspark")
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -251,3 +249,35 @@ def test_index_add_replaces_and_plan():
     assert len(idx) == 2
     p = neardup.plan(1e9, k=3, bits=64)
     assert p["chosen"]["tables"] >= 4 and p["reason"] and len(p["options"]) > 1
+
+
+def test_compressed_index_answers_as_the_plain_one(tmp_path):
+    """Index.build(..., compressed=True), as `neardup index build
+    --compressed`: the same answers, saved and loaded, read-only."""
+    rng = random.Random(2)
+    fps = [rng.getrandbits(64) for _ in range(2000)]
+    fps += [f ^ (1 << rng.randrange(64)) for f in fps[:200]]
+    plain = neardup.Index.build(fps, k=3)
+    for coding in ("elias-fano", "gaps"):
+        packed = neardup.Index.build(fps, k=3, compressed=True, coding=coding)
+        assert packed.compressed and not plain.compressed
+        packed.save(tmp_path / f"{coding}.ndx")
+        loaded = neardup.Index.load(tmp_path / f"{coding}.ndx")
+        for q in fps[:300]:
+            assert sorted(loaded.query(q)) == sorted(plain.query(q))
+    with pytest.raises(neardup.ConfigError):
+        neardup.Index.build(fps, k=3, compressed=True, coding="huffman")
+
+
+def test_huggingface_dataset_column():
+    """A column of a HuggingFace Dataset: the keep mask, the filtered Dataset
+    and the annotated one, as for a list of the same texts."""
+    datasets = pytest.importorskip("datasets")
+    texts = ["the cat sat on the mat " * 5, "the cat sat on the mat " * 5 + "!", "dogs bark at night " * 5]
+    ds = datasets.Dataset.from_dict({"id": ["a", "b", "c"], "text": texts})
+    r = neardup.dedup(ds, id_col="id")
+    assert list(r.keep) == list(neardup.dedup(texts).keep) == [True, False, True]
+    assert r.filter(ds)["id"] == ["a", "c"]
+    annotated = neardup.dedup(ds, id_col="id", annotate=True)
+    assert annotated["duplicate_of"] == [None, "a", None]
+    assert annotated["cluster"] == ["a", "a", "c"]
