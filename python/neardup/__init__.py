@@ -47,6 +47,8 @@ __all__ = [
     "dedup",
     "to_hex",
     "plan",
+    "read",
+    "Documents",
 ]
 
 __version__ = "0.1.0"
@@ -290,6 +292,134 @@ def _words(fps: Any, bits: int) -> bytes:
             raise NeardupError(f"fingerprint {x} does not fit in 128 bits")
         flat += [x >> 64, x & 0xFFFFFFFFFFFFFFFF]
     return np.array(flat, dtype=np.uint64).astype("<u8").tobytes()
+
+
+@dataclass
+class Documents:
+    """Documents read from files by :func:`read`: their ids, and their
+    texts (``kind == "text"``), vectors (a 2-D float array, ``"vector"``)
+    or weighted features (dicts, ``"features"``)."""
+
+    ids: List[Id]
+    docs: Any
+    kind: str = "text"
+
+
+def _files(paths: Any) -> List[str]:
+    """Files of ``paths`` (files or folders, folders read recursively in name
+    order), as the command line lists its inputs."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = []
+    for p in map(os.fspath, paths):
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                out += [os.path.join(root, f) for f in sorted(files)]
+        elif os.path.exists(p):
+            out.append(p)
+        else:
+            raise InputError(f"{p}: no such file or folder")
+    return out
+
+
+def _open_text(path: str) -> Any:
+    if path.endswith((".gz", ".gzip")):
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8")
+    if path.endswith((".zst", ".zstd")):
+        try:
+            import zstandard
+        except ImportError:
+            raise InputError(f"{path}: reading zstd needs the zstandard package (pip install zstandard)") from None
+        import io
+
+        return io.TextIOWrapper(zstandard.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def read(
+    paths: Any,
+    *,
+    text_field: str = "text",
+    id_field: str = "id",
+    vector_field: Optional[str] = None,
+    features_field: Optional[str] = None,
+    skip_invalid: bool = False,
+) -> Documents:
+    """Documents from files as ``neardup dedup`` and ``fingerprint`` read
+    them: JSON Lines (``.jsonl``, ``.json``, also ``.gz``; ``.zst`` with the
+    zstandard package), Parquet (``.parquet``, with pyarrow) and NumPy
+    ``.npy`` (one vector per row); folders recursively in name order. Ids
+    are the records' ``id_field``, else the line number (from 1, blank lines
+    counted), the Parquet row (from 1) or the ``.npy`` row (from 0), and
+    ``FILE:N`` when several files are read. ``vector_field`` or
+    ``features_field`` read dense vectors or weighted features instead of
+    texts. A malformed record is an :class:`InputError` naming the file and
+    line, unless ``skip_invalid``. Give the result's ``docs`` and ``ids`` to
+    :func:`dedup` (``vectors=`` or ``weighted=`` by ``kind``)."""
+    import json
+
+    files = _files(paths)
+    several = len(files) > 1
+    kind = "vector" if vector_field else "features" if features_field else "text"
+    field_name = vector_field or features_field or text_field
+    ids: List[Id] = []
+    docs: list = []
+
+    def default(path: str, n: int) -> Id:
+        return f"{path}:{n}" if several else n
+
+    for path in files:
+        name = path[: -len(os.path.splitext(path)[1])] if path.endswith((".gz", ".gzip", ".zst", ".zstd")) else path
+        if name.endswith(".npy"):
+            rows = np.load(path)
+            if rows.ndim != 2:
+                raise InputError(f"{path}: a .npy file of vectors is 2-D (rows of one dimension), not {rows.ndim}-D")
+            ids += [default(path, i) for i in range(len(rows))]
+            docs += list(rows)
+            kind = "vector"
+            continue
+        if name.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+            if field_name not in table.column_names:
+                raise InputError(f"{path}: no column {field_name!r} (columns: {table.column_names}); name it with text_field=")
+            values = table.column(field_name).to_pylist()
+            got = table.column(id_field).to_pylist() if id_field in table.column_names else [None] * len(values)
+            for row, (v, i) in enumerate(zip(values, got), start=1):
+                if v is None:
+                    if skip_invalid:
+                        continue
+                    raise InputError(f"{path}: row {row}: the text (column {field_name!r}) is null; drop or fill such rows, or pass skip_invalid=True")
+                ids.append(i if i is not None else default(path, row))
+                docs.append(v)
+            continue
+        with _open_text(path) as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    if not isinstance(record, dict):
+                        raise ValueError("not a JSON object")
+                    value = record.get(field_name)
+                    if value is None:
+                        raise ValueError(f"no {field_name!r} field")
+                    if kind == "text" and not isinstance(value, str):
+                        raise ValueError(f"the {field_name!r} field is not a string")
+                except ValueError as e:
+                    if skip_invalid:
+                        continue
+                    raise InputError(f"{path}: line {line_no}: {e}; fix the record, or pass skip_invalid=True") from None
+                i = record.get(id_field)
+                ids.append(i if isinstance(i, (int, str)) and not isinstance(i, bool) else default(path, line_no))
+                docs.append(value)
+    if kind == "vector":
+        docs = np.asarray(docs, dtype=np.float32).reshape(len(docs), -1) if docs else np.zeros((0, 0), np.float32)
+    return Documents(ids=ids, docs=docs, kind=kind)
 
 
 def plan(n: float, k: int = 3, bits: int = 64, memory: Optional[float] = None) -> dict:

@@ -281,3 +281,35 @@ def test_huggingface_dataset_column():
     annotated = neardup.dedup(ds, id_col="id", annotate=True)
     assert annotated["duplicate_of"] == [None, "a", None]
     assert annotated["cluster"] == ["a", "a", "c"]
+
+
+def test_read_files_as_the_cli(tmp_path):
+    """neardup.read: JSON Lines (also gzip), Parquet and .npy with the
+    command line's ids, and the fingerprints `neardup fingerprint` gives."""
+    import gzip
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    import numpy as np
+
+    lines = '\n{"text": "the harbour at dawn"}\n\n{"id": "x", "text": "bread and butter"}\n'
+    (tmp_path / "a.jsonl").write_text(lines)
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
+    pq.write_table(pa.table({"text": ["one text here", "another text there"]}), tmp_path / "c.parquet")
+    np.save(tmp_path / "v.npy", np.eye(3, 8, dtype=np.float32))
+
+    def cli_fps(*args):
+        out = subprocess.run([neardup_bin(), "fingerprint", *map(str, args), "-q"], capture_output=True, text=True, check=True).stdout
+        return [(d["id"], d["simhash"]) for d in map(json.loads, out.splitlines())]
+
+    for paths in ([tmp_path / "a.jsonl"], [tmp_path / "c.parquet"], [tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz"]):
+        docs = neardup.read([str(p) for p in paths])
+        assert docs.kind == "text"
+        mine = [(i, neardup.to_hex(neardup.fingerprint(t))) for i, t in zip(docs.ids, docs.docs)]
+        assert mine == cli_fps(*paths)
+    v = neardup.read(tmp_path / "v.npy")
+    assert v.kind == "vector" and v.ids == [0, 1, 2] and v.docs.shape == (3, 8)
+    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"text": 3}\n')
+    with pytest.raises(neardup.InputError, match="bad.jsonl: line 2"):
+        neardup.read(tmp_path / "bad.jsonl")
+    assert neardup.read(tmp_path / "bad.jsonl", skip_invalid=True).ids == [1]
