@@ -949,7 +949,7 @@ def dedup(
     stages["fingerprint"] = time.time() - t0
     _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
     if n > driver_documents:
-        if against is not None or policy != "components" or keep_by != "first" or idf is not None:
+        if against is not None or policy != "components" or keep_by != "first" or cfg.idf is not None:
             raise neardup.NeardupError(
                 f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path "
                 "takes policy components, keep_by first, no against and no IDF table (or raise driver_documents, "

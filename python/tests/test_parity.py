@@ -313,3 +313,36 @@ def test_read_files_as_the_cli(tmp_path):
     with pytest.raises(neardup.InputError, match="bad.jsonl: line 2"):
         neardup.read(tmp_path / "bad.jsonl")
     assert neardup.read(tmp_path / "bad.jsonl", skip_invalid=True).ids == [1]
+
+
+def test_idf_tables_and_saved_configurations_equal_the_cli(corpus, tmp_path):
+    """idf= (a table from `neardup idf build`) gives the command line's
+    --idf answers, and a configuration saved with its table loads (the table
+    found beside it) and gives them too, also after the pair moved."""
+    path, docs = corpus
+    subprocess.run([neardup_bin(), "idf", "build", str(path), "--tokenizer", "words", "--features", "tokens",
+                    "-o", str(tmp_path / "t.idf"), "-q"], check=True)
+    flags = ["--tokenizer", "words", "--features", "tokens", "--idf", str(tmp_path / "t.idf"), "--k", "19"]
+    want = cli_dedup(path, tmp_path, flags)
+    texts, ids = [t for _, t in docs], [d for d, _ in docs]
+    r = neardup.dedup(texts, ids=ids, tokenizer="words", features="tokens", idf=tmp_path / "t.idf", k=19)
+    assert sorted((a, b, d) for a, b, d, _ in r.pairs) == want[0]
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    (tmp_path / "t.idf").rename(folder / "t.idf")
+    subprocess.run([neardup_bin(), "config", "--tokenizer", "words", "--features", "tokens", "--bits", "128",
+                    "--idf", str(folder / "t.idf"), "-o", str(folder / "c.json")], check=True)
+    moved = tmp_path / "moved"
+    folder.rename(moved)
+    cfg = neardup.FingerprintConfig.load(moved / "c.json")
+    assert cfg.idf == str(moved / "t.idf")
+    r2 = neardup.dedup(texts, ids=ids, config=cfg, k=12)
+    want2 = cli_dedup(path, tmp_path, ["--config", str(moved / "c.json"), "--k", "12"])
+    assert len(want2[0]) > 50
+    assert sorted((a, b, d) for a, b, d, _ in r2.pairs) == want2[0]
+    # A configuration that names a table by digest only needs idf=.
+    bare = json.loads(cfg.to_json())
+    bare["idf"]["path"] = None
+    with pytest.raises(neardup.ConfigError, match="idf=PATH"):
+        neardup.FingerprintConfig.from_json(json.dumps(bare))
+    assert neardup.FingerprintConfig.from_json(json.dumps(bare), idf=moved / "t.idf") == cfg
