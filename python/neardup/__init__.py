@@ -28,11 +28,13 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _neardup as _rs
-from ._neardup import FingerprintConfig, NeardupError
+from ._neardup import ConfigError, FingerprintConfig, InputError, NeardupError
 
 __all__ = [
     "FingerprintConfig",
     "NeardupError",
+    "ConfigError",
+    "InputError",
     "Index",
     "DedupResult",
     "fingerprint",
@@ -44,6 +46,9 @@ __all__ = [
     "similarity",
     "dedup",
     "to_hex",
+    "plan",
+    "read",
+    "Documents",
 ]
 
 __version__ = "0.1.0"
@@ -57,13 +62,13 @@ def _cached_config(items: Tuple[Tuple[str, Any], ...]) -> FingerprintConfig:
 
 
 def _config(config: Optional[FingerprintConfig], kwargs: dict) -> FingerprintConfig:
+    """``config`` with the pipeline keywords given applied over it (as the
+    command line's flags over ``--config``), or the keywords alone."""
     if config is not None:
-        if kwargs:
-            raise TypeError("give either config= or pipeline keywords, not both")
         if not isinstance(config, FingerprintConfig):
             raise TypeError("config must be a neardup.FingerprintConfig")
-        return config
-    return _cached_config(tuple(sorted(kwargs.items())))
+        return _dedup_config(False, config, kwargs)[0] if kwargs else config
+    return _cached_config(tuple(sorted((key, os.fspath(v) if key == "idf" else v) for key, v in kwargs.items())))
 
 
 def fingerprint(text: str, config: Optional[FingerprintConfig] = None, **kwargs: Any) -> int:
@@ -289,6 +294,143 @@ def _words(fps: Any, bits: int) -> bytes:
     return np.array(flat, dtype=np.uint64).astype("<u8").tobytes()
 
 
+@dataclass
+class Documents:
+    """Documents read from files by :func:`read`: their ids, and their
+    texts (``kind == "text"``), vectors (a 2-D float array, ``"vector"``)
+    or weighted features (dicts, ``"features"``)."""
+
+    ids: List[Id]
+    docs: Any
+    kind: str = "text"
+
+
+def _files(paths: Any) -> List[str]:
+    """Files of ``paths`` (files or folders, folders read recursively in name
+    order), as the command line lists its inputs."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = []
+    for p in map(os.fspath, paths):
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                out += [os.path.join(root, f) for f in sorted(files)]
+        elif os.path.exists(p):
+            out.append(p)
+        else:
+            raise InputError(f"{p}: no such file or folder")
+    return out
+
+
+def _open_text(path: str) -> Any:
+    if path.endswith((".gz", ".gzip")):
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8")
+    if path.endswith((".zst", ".zstd")):
+        try:
+            import zstandard
+        except ImportError:
+            raise InputError(f"{path}: reading zstd needs the zstandard package (pip install zstandard)") from None
+        import io
+
+        return io.TextIOWrapper(zstandard.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def read(
+    paths: Any,
+    *,
+    text_field: str = "text",
+    id_field: str = "id",
+    vector_field: Optional[str] = None,
+    features_field: Optional[str] = None,
+    skip_invalid: bool = False,
+) -> Documents:
+    """Documents from files as ``neardup dedup`` and ``fingerprint`` read
+    them: JSON Lines (``.jsonl``, ``.json``, also ``.gz``; ``.zst`` with the
+    zstandard package), Parquet (``.parquet``, with pyarrow) and NumPy
+    ``.npy`` (one vector per row); folders recursively in name order. Ids
+    are the records' ``id_field``, else the line number (from 1, blank lines
+    counted), the Parquet row (from 1) or the ``.npy`` row (from 0), and
+    ``FILE:N`` when several files are read. ``vector_field`` or
+    ``features_field`` read dense vectors or weighted features instead of
+    texts. A malformed record is an :class:`InputError` naming the file and
+    line, unless ``skip_invalid``. Give the result's ``docs`` and ``ids`` to
+    :func:`dedup` (``vectors=`` or ``weighted=`` by ``kind``)."""
+    import json
+
+    files = _files(paths)
+    several = len(files) > 1
+    kind = "vector" if vector_field else "features" if features_field else "text"
+    field_name = vector_field or features_field or text_field
+    ids: List[Id] = []
+    docs: list = []
+
+    def default(path: str, n: int) -> Id:
+        return f"{path}:{n}" if several else n
+
+    for path in files:
+        name = path[: -len(os.path.splitext(path)[1])] if path.endswith((".gz", ".gzip", ".zst", ".zstd")) else path
+        if name.endswith(".npy"):
+            rows = np.load(path)
+            if rows.ndim != 2:
+                raise InputError(f"{path}: a .npy file of vectors is 2-D (rows of one dimension), not {rows.ndim}-D")
+            ids += [default(path, i) for i in range(len(rows))]
+            docs += list(rows)
+            kind = "vector"
+            continue
+        if name.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+            if field_name not in table.column_names:
+                raise InputError(f"{path}: no column {field_name!r} (columns: {table.column_names}); name it with text_field=")
+            values = table.column(field_name).to_pylist()
+            got = table.column(id_field).to_pylist() if id_field in table.column_names else [None] * len(values)
+            for row, (v, i) in enumerate(zip(values, got), start=1):
+                if v is None:
+                    if skip_invalid:
+                        continue
+                    raise InputError(f"{path}: row {row}: the text (column {field_name!r}) is null; drop or fill such rows, or pass skip_invalid=True")
+                ids.append(i if i is not None else default(path, row))
+                docs.append(v)
+            continue
+        with _open_text(path) as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    if not isinstance(record, dict):
+                        raise ValueError("not a JSON object")
+                    value = record.get(field_name)
+                    if value is None:
+                        raise ValueError(f"no {field_name!r} field")
+                    if kind == "text" and not isinstance(value, str):
+                        raise ValueError(f"the {field_name!r} field is not a string")
+                except ValueError as e:
+                    if skip_invalid:
+                        continue
+                    raise InputError(f"{path}: line {line_no}: {e}; fix the record, or pass skip_invalid=True") from None
+                i = record.get(id_field)
+                ids.append(i if isinstance(i, (int, str)) and not isinstance(i, bool) else default(path, line_no))
+                docs.append(value)
+    if kind == "vector":
+        docs = np.asarray(docs, dtype=np.float32).reshape(len(docs), -1) if docs else np.zeros((0, 0), np.float32)
+    return Documents(ids=ids, docs=docs, kind=kind)
+
+
+def plan(n: float, k: int = 3, bits: int = 64, memory: Optional[float] = None) -> dict:
+    """The table design ``neardup plan`` chooses for ``n`` fingerprints of
+    ``bits`` bits searched within ``k`` (within ``memory`` bytes of tables,
+    if given): ``{"chosen": {...}, "reason": str, "options": [...]}``, each
+    design with its tables, expected candidates per query, estimated query
+    time and memory."""
+    return _rs.plan(float(n), k, bits, memory)
+
+
 def distance(a: int, b: int, bits: int = 64) -> int:
     """Hamming distance between two fingerprints of ``bits`` bits."""
     return _rs.distance(a, b, bits)
@@ -330,6 +472,9 @@ class Index:
         vectors: Any = None,
         seed: int = 0,
         texts: Any = None,
+        compressed: bool = False,
+        coding: str = "elias-fano",
+        block_bytes: int = 1024,
     ) -> "Index":
         """Builds an index of ``fingerprints`` (ints, or an array from
         :func:`fingerprints`) with their ``ids`` (ints or strs; default
@@ -344,7 +489,12 @@ class Index:
 
         ``vectors``: dense vectors instead (a 2-D array or an Arrow
         fixed-size-list column), fingerprinted with ``bits`` (default 64) and
-        ``seed``; the index then answers queries by vector."""
+        ``seed``; the index then answers queries by vector.
+
+        ``compressed=True``: compressed tables, as ``neardup index build
+        --compressed`` (``coding`` "elias-fano" or "gaps", blocks of about
+        ``block_bytes`` bytes of keys): smaller, read-only, saved and loaded
+        like plain ones."""
         if texts is not None:
             if fingerprints is not None or vectors is not None:
                 raise TypeError("give one of fingerprints, texts= and vectors=")
@@ -371,7 +521,8 @@ class Index:
         if bits is None:
             bits = config.bits if config is not None else (128 if isinstance(fingerprints, np.ndarray) and fingerprints.ndim == 2 else 64)
         data = _words(fingerprints, bits)
-        built = cls(_rs._Index.build(data, bits, k, list(ids) if ids is not None else None, config))
+        built = cls(_rs._Index.build(data, bits, k, list(ids) if ids is not None else None, config, None,
+                                     compressed, coding, block_bytes))
         if texts is not None:
             built._inner.set_sketches(texts)
         return built
@@ -476,18 +627,152 @@ class Index:
 class DedupResult:
     """The outcome of :func:`dedup`.
 
-    ``pairs``: ``(id_a, id_b, distance, jaccard)`` for every near-duplicate pair
-    (``jaccard`` is None without verification); ``clusters``: ``(representative,
-    members)`` for every cluster of two or more; ``keep``: for each input, whether
-    it survives; ``representatives``: each input's representative id.
+    ``pairs``: ``(id_a, id_b, distance, similarity)`` for every near-duplicate
+    pair (the Jaccard or cosine similarity; None without verification);
+    ``clusters``: ``(representative, members)`` for every cluster of two or
+    more; ``keep``: for each input, whether it survives; ``representatives``:
+    each input's representative id (None for a row left out by
+    ``skip_invalid``).
+
+    The annotation of each input (``neardup dedup --annotate``):
+    ``cluster``, its cluster's representative id (its own id when it has no
+    near-duplicate); ``duplicate_of``, the representative it is a copy of
+    (None when kept); ``similarity``, the highest similarity of its pairs
+    (verified, else estimated from the distance as cos(pi d / bits); None
+    without pairs).
     """
 
     pairs: List[Tuple[Id, Id, int, Optional[float]]]
     clusters: List[Tuple[Id, List[Id]]]
     keep: np.ndarray
-    representatives: List[Id] = field(repr=False)
+    representatives: List[Optional[Id]] = field(repr=False)
     k: int = 0
     verified: bool = False
+    cluster: List[Optional[Id]] = field(default_factory=list, repr=False)
+    duplicate_of: List[Optional[Id]] = field(default_factory=list, repr=False)
+    similarity: List[Optional[float]] = field(default_factory=list, repr=False)
+
+    def annotations(self) -> List[dict]:
+        """``{"cluster", "duplicate_of", "similarity"}`` for each input, as
+        ``neardup dedup --annotate`` adds them to the records."""
+        return [
+            {"cluster": c, "duplicate_of": d, "similarity": s}
+            for c, d, s in zip(self.cluster, self.duplicate_of, self.similarity)
+        ]
+
+    def filter(self, data: Any) -> Any:
+        """The rows of ``data`` (what was deduplicated: a list, a numpy or
+        pyarrow array, a pandas Series or DataFrame, a HuggingFace Dataset)
+        that survive, in order."""
+        return _take(data, self.keep)
+
+    def annotate(self, data: Any) -> Any:
+        """``data`` (a pandas DataFrame or a HuggingFace Dataset) with the
+        columns ``cluster``, ``duplicate_of`` and ``similarity`` added; a list
+        of dicts for anything else."""
+        kind = _kind(data)
+        if kind == "pandas-frame":
+            return data.assign(cluster=self.cluster, duplicate_of=self.duplicate_of, similarity=self.similarity)
+        if kind == "dataset":
+            out = data
+            for name in ("cluster", "duplicate_of", "similarity"):
+                out = out.add_column(name, getattr(self, name))
+            return out
+        return self.annotations()
+
+
+def _kind(x: Any) -> str:
+    """What a collection of documents is, by its type's module."""
+    mod = type(x).__module__
+    name = type(x).__name__
+    if mod.startswith("pandas"):
+        return "pandas-frame" if name == "DataFrame" else "pandas-series"
+    if mod.startswith("datasets"):
+        return "dataset"
+    if mod.startswith("pyarrow"):
+        return "arrow-table" if name in ("Table", "RecordBatch") else "arrow"
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    return "sequence"
+
+
+def _take(data: Any, keep: np.ndarray) -> Any:
+    kind = _kind(data)
+    if kind in ("pandas-frame", "pandas-series"):
+        return data[keep]
+    if kind == "dataset":
+        return data.select(np.flatnonzero(keep).tolist())
+    if kind in ("arrow", "arrow-table"):
+        import pyarrow as pa
+
+        return data.filter(pa.array(keep))
+    if kind == "numpy":
+        return data[keep]
+    return [x for x, k in zip(data, keep) if k]
+
+
+def _column(data: Any, name: Optional[str], what: str) -> Optional[list]:
+    """Column ``name`` of a DataFrame, Dataset or Arrow table as a list."""
+    kind = _kind(data)
+    if kind not in ("pandas-frame", "dataset", "arrow-table"):
+        return None
+    columns = list(data.column_names) if kind != "pandas-frame" else [str(c) for c in data.columns]
+    if name is None:
+        raise TypeError(f"give {what}= to say which column holds the texts (columns: {columns})")
+    if name not in columns:
+        raise InputError(f"there is no column {name!r} (columns: {columns}): pass {what}= another")
+    if kind == "pandas-frame":
+        return data[name].tolist()
+    if kind == "dataset":
+        return list(data[name])
+    return data.column(name).to_pylist()
+
+
+def _null(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and x != x)
+
+
+def _read_texts(data: Any, text_col: Optional[str], what: str = "text_col") -> list:
+    """The texts of ``data``: a list or iterable of str, a numpy array, a
+    pyarrow string array, a pandas Series, or column ``text_col`` of a
+    pandas DataFrame, a HuggingFace Dataset or an Arrow table. Nulls (None,
+    NaN) stay None here, and are refused or skipped by the caller."""
+    col = _column(data, text_col if text_col is not None else ("text" if _kind(data) == "dataset" else None), what)
+    if col is not None:
+        return col
+    kind = _kind(data)
+    if kind == "arrow":
+        import pyarrow as pa
+
+        chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
+        return [t for c in chunks for t in c.to_pylist()]
+    if kind in ("pandas-series", "numpy"):
+        return data.tolist()
+    if isinstance(data, (str, bytes)):
+        raise TypeError("texts must be a sequence of str, not one str")
+    return list(data)
+
+
+def _valid_texts(texts: list, skip_invalid: bool, first_row: int = 0) -> Tuple[list, Optional[list]]:
+    """The texts that are str, and their rows if some were skipped. A null or
+    a non-str is an error naming its row, as the command line refuses a null
+    text, unless ``skip_invalid`` leaves it out (as ``--skip-invalid``)."""
+    rows = []
+    for i, t in enumerate(texts):
+        if isinstance(t, str):
+            continue
+        if not skip_invalid:
+            what = "null" if _null(t) else f"a {type(t).__name__}, not a str"
+            raise InputError(
+                f"row {first_row + i}: the text is {what}; drop or fill such rows, "
+                "or pass skip_invalid=True to leave them out"
+            )
+        rows.append(i)
+    if not rows:
+        return texts, None
+    skipped = set(rows)
+    kept_rows = [i for i in range(len(texts)) if i not in skipped]
+    return [texts[i] for i in kept_rows], kept_rows
 
 
 def _verify_threshold(verify: Union[bool, str, None, float]) -> Optional[float]:
@@ -496,83 +781,202 @@ def _verify_threshold(verify: Union[bool, str, None, float]) -> Optional[float]:
     if verify is True:
         return 0.8
     if isinstance(verify, (int, float)):
-        return float(verify)
+        # A bare threshold is Jaccard's, as the command line's --verify 0.8.
+        return _rs.verify_threshold(repr(float(verify)))
     if isinstance(verify, str):
         return _rs.verify_threshold(verify)
     raise NeardupError(f"verify={verify!r}: use 'jaccard:T' with T in [0, 1], e.g. 'jaccard:0.8', or False")
 
 
 def dedup(
-    texts: Optional[Sequence[str]] = None,
+    texts: Any = None,
     *,
     fingerprints: Any = None,
     ids: Optional[Sequence[Id]] = None,
     k: Optional[int] = None,
-    verify: Union[bool, str, None] = True,
+    verify: Union[bool, str, float, None] = True,
     policy: str = "components",
     config: Optional[FingerprintConfig] = None,
     vectors: Any = None,
+    weighted: Any = None,
     min_similarity: Optional[float] = None,
     centre: bool = True,
+    keep_by: str = "first",
+    against: Any = None,
+    against_ids: Optional[Sequence[Id]] = None,
+    text_col: Optional[str] = None,
+    id_col: Optional[str] = None,
+    skip_invalid: bool = False,
+    annotate: bool = False,
     **kwargs: Any,
-) -> DedupResult:
+) -> Any:
     """Near-duplicate pairs and clusters of a corpus, as ``neardup dedup`` finds
     them (same defaults, same answers).
 
     Give ``texts`` (verified by exact Jaccard similarity of word 3-shingles,
-    ``verify="jaccard:0.8"`` by default; candidates from 128-bit fingerprints
-    of single tokens centred on the corpus, within k = 19, unless ``config``
-    or pipeline keywords say otherwise; ``centre=False`` for plain
-    fingerprints within k = 15, as ``--no-centre``) or ready ``fingerprints``
-    (no verification; k = 3 for 64 bits).
+    ``verify="jaccard:0.8"`` (or ``0.8``) by default; candidates from 128-bit
+    fingerprints of single tokens centred on the corpus, within k = 19,
+    unless ``config`` or pipeline keywords say otherwise; ``centre=False``
+    for plain fingerprints within k = 15, as ``--no-centre``) or ready
+    ``fingerprints`` (no verification; k = 3 for 64 bits), ``vectors=`` or
+    ``weighted=`` (weighted features, dicts of feature -> weight, as the
+    command line's ``--features-field``).
+
+    ``texts``: a list (or iterable) of str, a numpy or pyarrow array, a
+    pandas Series, or a pandas DataFrame, HuggingFace ``datasets.Dataset`` or
+    Arrow table with the texts in column ``text_col`` (a Dataset's default
+    ``"text"``) and the ids in ``id_col`` (default: positions). A null text is
+    an error naming its row, as on the command line; ``skip_invalid=True``
+    leaves such rows out (never kept).
+
+    ``keep_by``: which document of a cluster survives: ``first``,
+    ``longest`` or ``field:NAME[:asc|desc]`` (a column of the DataFrame or
+    Dataset). ``against``: documents already clean (the same kinds as
+    ``texts``, ids ``against_ids``): pairs with them are reported, they are
+    preferred to every new document and never dropped; the result describes
+    the new documents. Pipeline keywords (``bits``, ``tokenizer``,
+    ``features``, ``weights``, ``idf`` ...) and ``config`` combine as the
+    command line's flags and ``--config`` do. ``annotate=True`` returns the
+    DataFrame or Dataset with ``cluster``, ``duplicate_of`` and
+    ``similarity`` columns (see :class:`DedupResult`); otherwise a
+    :class:`DedupResult` (``result.filter(data)`` gives the rows kept).
 
     >>> r = neardup.dedup(["the cat sat on the mat " * 5, "the cat sat on the mat " * 5 + "!", "dogs bark loudly at night " * 5], ids=["a", "b", "c"])
     >>> [(a, b) for a, b, *_ in r.pairs], r.clusters
     ([('a', 'b')], [('a', ['a', 'b'])])
     """
+    given = [x is not None for x in (texts, fingerprints, vectors, weighted)]
+    if sum(given) != 1:
+        raise TypeError("give one of texts, fingerprints=, vectors= and weighted=")
     if vectors is not None:
-        if texts is not None or fingerprints is not None:
-            raise TypeError("give texts, fingerprints= or vectors=, one of them")
-        return _dedup_vectors(vectors, ids, k, verify, policy, min_similarity, kwargs)
+        result = _dedup_vectors(vectors, ids, k, verify, policy, min_similarity, kwargs)
+        return result.annotate(vectors) if annotate else result
+    if weighted is not None:
+        result = _dedup_features(weighted, ids, k, verify, policy, min_similarity, kwargs)
+        return result.annotate(weighted) if annotate else result
     threshold = _verify_threshold(verify) if texts is not None else None
-    if texts is None and fingerprints is None:
-        raise TypeError("give texts or fingerprints=")
-    if texts is not None and fingerprints is not None:
-        raise TypeError("give texts or fingerprints=, not both")
+    if min_similarity is not None and not -1.0 <= float(min_similarity) <= 1.0:
+        raise ConfigError(f"min_similarity={min_similarity} is out of range: use a similarity in [-1, 1], e.g. 0.9")
+    data = texts
+    rows = None
+    preference = None
+    first = 0
+    old_ids: list = []
     sets = None
     centred = False
     if texts is not None:
-        texts = list(texts)
-        cfg = _dedup_config(threshold is not None, config, kwargs)
+        texts, rows = _valid_texts(_read_texts(texts, text_col), skip_invalid)
+        if ids is None and id_col is not None:
+            ids = _column(data, id_col, "id_col")
+        if rows is not None:
+            # Ids stay those of the input's rows (positions by default).
+            ids = [list(ids)[i] for i in rows] if ids is not None else rows
+        old: list = []
+        if against is not None:
+            old, _ = _valid_texts(_read_texts(against, text_col), False)
+            if against_ids is None and id_col is not None and _kind(against) in ("pandas-frame", "dataset", "arrow-table"):
+                against_ids = _column(against, id_col, "id_col")
+            old_ids = list(against_ids) if against_ids is not None else [f"against:{i}" for i in range(len(old))]
+            if len(old_ids) != len(old):
+                raise InputError(f"{len(old_ids)} against_ids for {len(old)} documents")
+            first = len(old)
+        all_texts = old + texts
+        cfg, candidates = _dedup_config(threshold is not None, config, kwargs)
         bits = cfg.bits
-        centred = threshold is not None and config is None and centre
+        centred = threshold is not None and candidates and centre
         if centred:
-            shares = _rs.bit_shares(cfg, texts)
-            data = _rs.centred_words(shares, _rs.centre_of(shares, bits))
+            shares = _rs.bit_shares(cfg, all_texts)
+            words = _rs.centred_words(shares, _rs.centre_of(shares, bits))
         else:
-            data = _words(_fingerprints(texts, cfg), bits)
+            words = _words(_fingerprints(all_texts, cfg), bits)
         if threshold is not None:
-            sets = _rs.shingle_sets(cfg, texts)
+            sets = _rs.shingle_sets(cfg, all_texts)
         n = len(texts)
+        records = None
+        if keep_by.startswith("field:"):
+            import json as _json
+
+            name = keep_by.split(":")[1]
+            values = _column(data, name, "keep_by") if _kind(data) in ("pandas-frame", "dataset", "arrow-table") else None
+            if values is None:
+                raise ConfigError(f"keep_by={keep_by!r} reads a field: deduplicate a DataFrame or Dataset with a column {name!r}")
+            if rows is not None:
+                values = [values[i] for i in rows]
+            records = [_json.dumps({name: None if _null(v) else v}, default=str) for v in values]
+        mine = _rs.keep_by_preference(keep_by, texts if keep_by == "longest" else None, records)
+        if first or mine is not None:
+            preference = list(range(first)) + [first + p for p in (mine if mine is not None else range(n))]
     else:
+        if keep_by != "first":
+            raise ConfigError(f"keep_by={keep_by!r} reads the documents, and fingerprints= has none: give the texts")
+        if against is not None:
+            raise ConfigError("against= needs the documents' texts, and fingerprints= has none: give the texts")
         arr = fingerprints
         bits = 128 if (isinstance(arr, np.ndarray) and arr.ndim == 2) or (config is not None and config.bits == 128) else 64
-        data = _words(arr, bits)
-        n = len(data) // (bits // 8)
+        words = _words(arr, bits)
+        n = len(words) // (bits // 8)
+    k_given = k is not None
     if k is None:
         k = _rs.centred_k(bits) if centred else _rs.default_k(bits, threshold is not None)
+    if min_similarity is not None:
+        # As --min-similarity: the largest distance whose estimate qualifies.
+        import math
+
+        most = int(math.floor(bits * math.acos(float(min_similarity)) / math.pi + 1e-9))
+        k = min(k, most) if k_given else min(most, (bits * 3 // 16) if centred else bits // 8)
     ids = list(ids) if ids is not None else list(range(n))
     if len(ids) != n:
-        raise NeardupError(f"{len(ids)} ids for {n} documents")
-    pairs, reps = _rs.dedup_positions(data, bits, k, policy, threshold, sets)
-    return DedupResult(
-        pairs=[(ids[a], ids[b], d, (None if j < 0 else j)) for a, b, d, j in pairs],
-        clusters=[(ids[r], [ids[m] for m in members]) for r, members in _rs.clusters_of(reps)],
-        keep=np.array([r == i for i, r in enumerate(reps)], dtype=bool),
-        representatives=[ids[r] for r in reps],
+        raise InputError(f"{len(ids)} ids for {n} documents")
+    pairs, reps = _rs.dedup_positions(words, bits, k, policy, threshold, sets, preference)
+    return _result(old_ids + ids, pairs, reps, k, threshold is not None, bits, first, rows, len(_read_texts(data, text_col)) if rows is not None else None, data if annotate else None)
+
+
+def _result(ids: list, pairs: list, reps: list, k: int, verified: bool, bits: int, first: int = 0,
+            rows: Optional[list] = None, total: Optional[int] = None, annotate: Any = None) -> Any:
+    """A :class:`DedupResult` over the new documents (after ``first`` old
+    ones), spread back over ``total`` input rows when ``rows`` were kept of
+    them; annotated ``annotate`` if given."""
+    import math
+
+    best: dict = {}
+    for a, b, d, j in pairs:
+        score = j if j >= 0 else math.cos(math.pi * d / bits)
+        for x in (a, b):
+            if x not in best or score > best[x]:
+                best[x] = score
+    n = len(reps)
+    out_pairs = [(ids[a], ids[b], d, (None if j < 0 else j)) for a, b, d, j in pairs if b >= first]
+    clusters = [(ids[r], [ids[m] for m in members]) for r, members in _rs.clusters_of(reps) if members[-1] >= first]
+    new = range(first, n)
+    keep = [reps[i] == i for i in new]
+    representative = [ids[reps[i]] for i in new]
+    duplicate_of = [None if reps[i] == i else ids[reps[i]] for i in new]
+    similarity = [best.get(i) for i in new]
+    if rows is not None:
+        spread = lambda values, fill: [fill] * total if not rows else _spread(values, rows, total, fill)
+        keep = spread(keep, False)
+        representative = spread(representative, None)
+        duplicate_of = spread(duplicate_of, None)
+        similarity = spread(similarity, None)
+    result = DedupResult(
+        pairs=out_pairs,
+        clusters=clusters,
+        keep=np.array(keep, dtype=bool),
+        representatives=representative,
         k=k,
-        verified=threshold is not None,
+        verified=verified,
+        cluster=representative,
+        duplicate_of=duplicate_of,
+        similarity=similarity,
     )
+    return result.annotate(annotate) if annotate is not None else result
+
+
+def _spread(values: list, rows: list, total: int, fill: Any) -> list:
+    out = [fill] * total
+    for v, r in zip(values, rows):
+        out[r] = v
+    return out
 
 
 #: Cosine similarity that dense vectors must reach by default (as the CLI).
@@ -612,34 +1016,63 @@ def _dedup_vectors(
         pairs, reps = _rs.dedup_vectors(data, bits, k, policy, cos, rows, dim)
     else:
         pairs, reps = _rs.dedup_positions(data, bits, k, policy, None, None)
-    return DedupResult(
-        pairs=[(ids[a], ids[b], d, (None if c < 0 else c)) for a, b, d, c in pairs],
-        clusters=[(ids[r], [ids[m] for m in members]) for r, members in _rs.clusters_of(reps)],
-        keep=np.array([r == i for i, r in enumerate(reps)], dtype=bool),
-        representatives=[ids[r] for r in reps],
-        k=k,
-        verified=checked,
-    )
+    return _result(ids, pairs, reps, k, checked, bits)
 
 
-def _dedup_config(verified: bool, config: Optional[FingerprintConfig], kwargs: dict) -> FingerprintConfig:
-    """The configuration a dedup fingerprints with, as ``neardup dedup`` picks it:
-    with verification and no ``config``, the candidate configuration adjusted
-    by the keywords; otherwise ``config`` or the keywords."""
-    if verified and config is None:
-        base = _rs.candidate_config()
-        return FingerprintConfig.from_json(_merge_json(base.to_json(), kwargs)) if kwargs else base
-    return _config(config, kwargs)
+def _dedup_features(
+    features: Any, ids: Optional[Sequence[Id]], k: Optional[int], verify: Any, policy: str,
+    min_similarity: Optional[float], kwargs: dict,
+) -> DedupResult:
+    """Dedup of weighted features (dicts of feature -> weight, or lists of
+    pairs) as ``neardup dedup`` does it: 128-bit fingerprints (``bits=``,
+    ``hash=``, ``seed=``), pairs within the largest k whose estimated cosine
+    similarity reaches ``min_similarity`` (default 0.95), not verified."""
+    import math
+
+    unknown = set(kwargs) - {"bits", "seed", "hash"}
+    if unknown:
+        raise TypeError(f"weighted features take bits=, seed= and hash=, not {sorted(unknown)}")
+    if isinstance(verify, str) or (verify is not True and verify not in (None, False)):
+        raise ConfigError("verify compares texts; weighted features are paired by estimated cosine similarity: set min_similarity=")
+    cos = DEFAULT_COSINE if min_similarity is None else float(min_similarity)
+    if not -1.0 <= cos <= 1.0:
+        raise ConfigError(f"min_similarity={cos}: use a similarity in [-1, 1]")
+    bits = int(kwargs.get("bits", 128))
+    cfg = _rs.features_config(bits, kwargs.get("hash", "xxh3"), int(kwargs.get("seed", 0)))
+    if _kind(features) in ("pandas-series", "numpy", "arrow"):
+        features = _read_texts(features, None)
+    fps = []
+    for row, f in enumerate(features):
+        if _null(f):
+            raise InputError(f"row {row}: the features are null; drop or fill such rows")
+        items = list(f.items()) if isinstance(f, dict) else list(f)
+        try:
+            fps.append(_rs.fingerprint_input(cfg, [(str(a), float(w)) for a, w in items]))
+        except NeardupError as e:
+            raise InputError(f"row {row}: {e}") from None
+    data = _words(fps, bits)
+    n = len(fps)
+    max_k = bits // 8
+    if k is None:
+        k = min(max_k, int(math.floor(bits * math.acos(cos) / math.pi + 1e-9)))
+    ids = list(ids) if ids is not None else list(range(n))
+    if len(ids) != n:
+        raise InputError(f"{len(ids)} ids for {n} documents")
+    pairs, reps = _rs.dedup_positions(data, bits, k, policy, None, None)
+    return _result(ids, pairs, reps, k, False, bits)
 
 
-def _merge_json(base_json: str, kwargs: dict) -> str:
-    """Pipeline keywords applied on top of a configuration (as JSON)."""
+def _dedup_config(verified: bool, config: Optional[FingerprintConfig], kwargs: dict) -> Tuple[FingerprintConfig, bool]:
+    """The configuration a dedup fingerprints with, and whether it is the
+    candidate configuration (centred on the corpus), as ``neardup dedup``
+    picks them: the Rust core's one rule, over ``config`` (or, with
+    verification and no profile, the candidate configuration) with every
+    keyword given applied, also one equal to a default. ``idf``: the IDF
+    table's file. A keyword set to None is not given."""
     import json
 
-    base = json.loads(base_json)
-    override = json.loads(FingerprintConfig(**kwargs).to_json())
-    default = json.loads(FingerprintConfig().to_json())
-    for key, value in override.items():
-        if value != default.get(key):
-            base[key] = value
-    return json.dumps(base)
+    if config is not None and not isinstance(config, FingerprintConfig):
+        raise TypeError("config must be a neardup.FingerprintConfig")
+    given = {key: value for key, value in kwargs.items() if value is not None}
+    idf = given.pop("idf", None)
+    return _rs.dedup_config(verified, config, json.dumps(given), os.fspath(idf) if idf is not None else None)

@@ -82,12 +82,12 @@ class SparkDedupResult:
     write_local: Any = None
 
 
-def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict, centre: bool = True):
+def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict, centre: bool = True, idf: Any = None):
     """The configuration, k, the verification threshold, and whether the
     candidates are centred on the corpus, as ``neardup dedup`` picks them."""
     threshold = neardup._verify_threshold(verify)
-    cfg = neardup._dedup_config(threshold is not None, config, kwargs)
-    centred = threshold is not None and config is None and centre
+    cfg, candidates = neardup._dedup_config(threshold is not None, config, dict(kwargs, idf=idf))
+    centred = candidates and centre
     if k is None:
         k = _rs.centred_k(cfg.bits) if centred else _rs.default_k(cfg.bits, threshold is not None)
     return cfg, k, threshold, centred
@@ -377,13 +377,13 @@ _POS_SHIFT = 40  # _pos = file rank << 40 | byte offset (or row) in the file
 _CONFIGS: dict = {}
 
 
-def _worker_config(key: str, base_json: str, idf: Any) -> Any:
+def _worker_config(key: str, idf: Any) -> Any:
     """The job's configuration in a Python worker, made once per worker
     process (an IDF table is parsed once, not per batch); ``key`` is the full
-    configuration's JSON, which names the table by its digest."""
+    configuration's JSON, which names the table by its digest, and ``idf``
+    the broadcast bytes of the table."""
     if key not in _CONFIGS:
-        c = neardup.FingerprintConfig.from_json(base_json)
-        _CONFIGS[key] = _rs.config_with_idf(c, idf.value) if idf is not None else c
+        _CONFIGS[key] = _rs.config_from_parts(key, idf.value if idf is not None else None)
     return _CONFIGS[key]
 
 
@@ -805,17 +805,12 @@ def dedup(
                                   max_group=max_group, vector_col=vector_col, min_similarity=min_similarity, **kwargs)
     if policy not in ("components", "incremental"):
         raise neardup.NeardupError(f"policy {policy!r}: use components or incremental")
-    if idf is not None:
-        # The table sets weights tfidf once the rest of the configuration is made.
-        if kwargs.pop("weights", "tfidf") != "tfidf":
-            raise neardup.NeardupError("an IDF table goes with weights='tfidf' (or leave weights out)")
-    cfg, k, threshold, centred = _settings(verify, k, config, kwargs, centre)
+    cfg, k, threshold, centred = _settings(verify, k, config, kwargs, centre, idf)
     idf_bytes = None
-    base_json = cfg.to_json()  # what executors rebuild (with the table, if any)
-    if idf is not None:
-        with open(idf, "rb") as f:
+    if cfg.idf is not None:
+        # Read on the driver, shipped to the executors.
+        with open(cfg.idf, "rb") as f:
             idf_bytes = f.read()
-        cfg = _rs.config_with_idf(cfg, idf_bytes)
     if keep_by != "first" and json_col is None and keep_by != "longest":
         field = keep_by.split(":")[1] if keep_by.startswith("field:") else None
         if field is None or field not in df.columns:
@@ -852,7 +847,7 @@ def dedup(
     skip = skip_invalid
 
     def rows_of(b, p, summaries, features, fingerprints=True):
-        c = _worker_config(cfg_json, base_json, idf_b)
+        c = _worker_config(cfg_json, idf_b)
         r = _rs.spark_rows(c, *_text_buffers(b.column(body)), json_col is not None, text_col, id_col,
                            keep_by=rule if (json_col is not None or keep_by == "longest") else None,
                            summaries=summaries, features=features, fingerprints=fingerprints,
@@ -950,7 +945,7 @@ def dedup(
     stages["fingerprint"] = time.time() - t0
     _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
     if n > driver_documents:
-        if against is not None or policy != "components" or keep_by != "first" or idf is not None:
+        if against is not None or policy != "components" or keep_by != "first" or cfg.idf is not None:
             raise neardup.NeardupError(
                 f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path "
                 "takes policy components, keep_by first, no against and no IDF table (or raise driver_documents, "
@@ -1625,7 +1620,8 @@ def main(argv: Optional[list] = None) -> int:
     d.add_argument("--input", required=True, nargs="+", help="JSON Lines (.gz too) or Parquet files or folders")
     d.add_argument("--output", required=True, help="output folder: pairs/, clusters/, deduped/")
     d.add_argument("--input-format", choices=["auto", "jsonl", "parquet"], default="auto")
-    d.add_argument("--format", choices=["parquet", "jsonl"], default="parquet", help="output format")
+    d.add_argument("--output-format", "--format", dest="format", choices=["parquet", "jsonl"], default="parquet",
+                   help="format of the outputs (as neardup dedup --output-format; --format is its older spelling)")
     d.add_argument("--id-field", default="id")
     d.add_argument("--text-field", default="text")
     d.add_argument("--k", type=int)
@@ -1687,13 +1683,11 @@ def main(argv: Optional[list] = None) -> int:
     }
     config = None
     if args.config:
+        # Flags given as well override its settings, as with `neardup dedup`.
         try:
-            with open(args.config) as f:
-                config = neardup.FingerprintConfig.from_json(f.read())
+            config = neardup.FingerprintConfig.load(args.config, idf=args.idf)
         except (OSError, ValueError) as e:
             return fail(f"{args.config}: {e}")
-        if kwargs:
-            return fail("--config fixes the pipeline: give no other pipeline flag with it")
     spark = _session(args.master, args.driver_memory)
     started = time.time()
     try:

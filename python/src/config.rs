@@ -2,26 +2,175 @@
 //! and the configurations the package builds for vectors, weighted features and
 //! dedup's candidates.
 
+use std::path::{Path, PathBuf};
+
 use pyo3::prelude::*;
 
 use neardup_core::{
-    Features, FingerprintConfig, HashFunction, Profile, SimHasher, Tokenizer, Weights, Width,
+    FingerprintConfig, HashFunction, IdfRef, IdfTable, Overrides, Profile, SimHasher, Weights,
+    Width,
 };
 
-use crate::err;
+use neardup_core::config::relative_to;
+
+use crate::{config_err, err, input_err};
 
 /// A fingerprint configuration and its ready hasher.
 #[pyclass(name = "FingerprintConfig", module = "neardup", frozen)]
 pub(crate) struct PyConfig {
     pub(crate) config: FingerprintConfig,
     pub(crate) hasher: SimHasher,
+    /// Where the IDF table was read from, if the configuration has one.
+    pub(crate) idf_path: Option<PathBuf>,
 }
 
 impl PyConfig {
     pub(crate) fn from_config(config: FingerprintConfig) -> PyResult<Self> {
-        let hasher = SimHasher::new(config.clone()).map_err(err)?;
-        Ok(PyConfig { config, hasher })
+        let hasher = SimHasher::new(config.clone()).map_err(config_err)?;
+        Ok(PyConfig {
+            config,
+            hasher,
+            idf_path: None,
+        })
     }
+
+    fn copy(&self) -> PyConfig {
+        PyConfig {
+            config: self.config.clone(),
+            hasher: self.hasher.clone(),
+            idf_path: self.idf_path.clone(),
+        }
+    }
+}
+
+/// `base` with the settings `o` gives, and the IDF table `idf` (or, if the
+/// configuration names one, the table at the path it names, relative to
+/// `folder`), as the command line's `--config`, flags and `--idf` make it.
+pub(crate) fn with_overrides(
+    base: FingerprintConfig,
+    o: &Overrides,
+    idf: Option<&Path>,
+    folder: Option<&Path>,
+) -> PyResult<PyConfig> {
+    let mut c = o.apply(base).map_err(config_err)?;
+    let named = c
+        .idf
+        .as_ref()
+        .and_then(|r| r.path.as_ref())
+        .map(PathBuf::from)
+        .map(|p| match folder {
+            Some(f) if p.is_relative() => f.join(p),
+            _ => p,
+        });
+    let Some(path) = idf.map(Path::to_path_buf).or(named) else {
+        if c.idf.is_some() {
+            return Err(config_err(
+                "the configuration uses a learned IDF table: pass its file with idf=PATH",
+            ));
+        }
+        c.validate().map_err(config_err)?;
+        return PyConfig::from_config(c);
+    };
+    if o.weights.is_some_and(|w| w != Weights::TfIdf) {
+        return Err(config_err(
+            "an IDF table goes with weights='tfidf' (or leave weights out)",
+        ));
+    }
+    let file = std::fs::File::open(&path)
+        .map_err(|e| input_err(format!("cannot open the IDF table {}: {e}", path.display())))?;
+    let table = IdfTable::read(std::io::BufReader::new(file))
+        .map_err(|e| input_err(format!("{}: {e}", path.display())))?;
+    if let Some(r) = &c.idf
+        && r.digest != table.digest()
+    {
+        return Err(config_err(format!(
+            "{}: this IDF table ({}) is not the one the configuration names ({}); pass the \
+             table the configuration was made with",
+            path.display(),
+            table.digest(),
+            r.digest
+        )));
+    }
+    c.weights = Weights::TfIdf;
+    if table.config_digest() != c.features_digest() {
+        return Err(config_err(format!(
+            "{}: the IDF table was learned from features made with another configuration \
+             ({} here, {} in the table): use the same tokenizer, features, stopwords and \
+             normalisation as `neardup idf build` did",
+            path.display(),
+            c.features_digest(),
+            table.config_digest()
+        )));
+    }
+    let absolute = std::path::absolute(&path).unwrap_or(path);
+    c.idf = Some(IdfRef {
+        path: Some(absolute.display().to_string()),
+        digest: table.digest().to_owned(),
+    });
+    c.validate().map_err(config_err)?;
+    let hasher = SimHasher::with_idf(c.clone(), table).map_err(config_err)?;
+    Ok(PyConfig {
+        config: c,
+        hasher,
+        idf_path: Some(absolute),
+    })
+}
+
+/// The configuration a dedup fingerprints with, and whether it is the
+/// candidate configuration (centred on the corpus): core's
+/// [`Overrides::dedup_config`], the settings given as JSON (`None` or absent
+/// is "not given"), with the IDF table `idf` if any.
+#[pyfunction]
+#[pyo3(signature = (verified, config, overrides, idf=None))]
+pub(crate) fn dedup_config(
+    verified: bool,
+    config: Option<&PyConfig>,
+    overrides: &str,
+    idf: Option<PathBuf>,
+) -> PyResult<(PyConfig, bool)> {
+    let o = parse_overrides(overrides)?;
+    let candidates = o.starts_from_candidates(verified, config.is_some());
+    if let Some(c) = config
+        && o.is_empty()
+        && idf.is_none()
+    {
+        return Ok((c.copy(), false));
+    }
+    let base = match config {
+        Some(c) => c.config.clone(),
+        None if candidates => FingerprintConfig::candidates(),
+        None => FingerprintConfig::default(),
+    };
+    let idf = idf.or_else(|| config.and_then(|c| c.idf_path.clone()));
+    Ok((with_overrides(base, &o, idf.as_deref(), None)?, candidates))
+}
+
+/// A configuration from its JSON and the bytes of the IDF table it names,
+/// if any (the Spark job's executors rebuild the driver's this way).
+#[pyfunction]
+#[pyo3(signature = (json, idf=None))]
+pub(crate) fn config_from_parts(json: &str, idf: Option<&[u8]>) -> PyResult<PyConfig> {
+    let c: FingerprintConfig = serde_json::from_str(json).map_err(config_err)?;
+    let Some(bytes) = idf else {
+        return PyConfig::from_config(c);
+    };
+    let table = IdfTable::read(bytes).map_err(input_err)?;
+    let hasher = SimHasher::with_idf(c.clone(), table).map_err(config_err)?;
+    Ok(PyConfig {
+        config: c,
+        hasher,
+        idf_path: None,
+    })
+}
+
+/// Pipeline settings from JSON (the Python keywords, or the Spark job's flags).
+fn parse_overrides(json: &str) -> PyResult<Overrides> {
+    serde_json::from_str(json).map_err(|e| {
+        config_err(format!(
+            "{e}: the pipeline settings are profile, bits, tokenizer, features, weights, top, \
+             hash, seed, stopwords, html, nfkc, casefold and whitespace"
+        ))
+    })
 }
 
 #[pymethods]
@@ -29,7 +178,7 @@ impl PyConfig {
     #[new]
     #[pyo3(signature = (*, profile=None, bits=None, tokenizer=None, features=None, weights=None,
                         top=None, hash=None, seed=None, stopwords=None, html=None, nfkc=None,
-                        casefold=None, whitespace=None))]
+                        casefold=None, whitespace=None, idf=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         profile: Option<&str>,
@@ -45,62 +194,41 @@ impl PyConfig {
         nfkc: Option<bool>,
         casefold: Option<bool>,
         whitespace: Option<bool>,
+        idf: Option<PathBuf>,
     ) -> PyResult<Self> {
-        let mut c = match profile {
-            None | Some("native") => FingerprintConfig::default(),
-            Some("python-simhash") => {
-                if bits.is_some() || tokenizer.is_some() || features.is_some() || weights.is_some()
-                {
-                    return Err(err(
-                        "profile='python-simhash' fixes every pipeline setting: give no other option",
-                    ));
-                }
-                FingerprintConfig::python_simhash()
-            }
-            Some(p) => {
-                return Err(err(format!(
-                    "unknown profile {p:?}: use 'native' or 'python-simhash'"
-                )));
-            }
+        let o = Overrides {
+            profile: profile.map(str::parse).transpose().map_err(config_err)?,
+            bits: bits.map(Width::from_bits).transpose().map_err(config_err)?,
+            tokenizer: tokenizer.map(str::parse).transpose().map_err(config_err)?,
+            features: features.map(str::parse).transpose().map_err(config_err)?,
+            weights: weights.map(str::parse).transpose().map_err(config_err)?,
+            top,
+            hash: hash.map(str::parse).transpose().map_err(config_err)?,
+            seed,
+            stopwords,
+            html,
+            nfkc,
+            casefold,
+            whitespace,
         };
-        if let Some(b) = bits {
-            c.bits = Width::from_bits(b).map_err(err)?;
-        }
-        if let Some(t) = tokenizer {
-            c.tokenizer = t.parse::<Tokenizer>().map_err(err)?;
-        }
-        if let Some(f) = features {
-            c.features = f.parse::<Features>().map_err(err)?;
-        }
-        if let Some(w) = weights {
-            c.weights = w.parse::<Weights>().map_err(err)?;
-        }
-        if top.is_some() {
-            c.top = top;
-        }
-        if let Some(h) = hash {
-            c.hash = h.parse::<HashFunction>().map_err(err)?;
-        }
-        if let Some(s) = seed {
-            c.seed = s;
-        }
-        if let Some(s) = stopwords {
-            c.stopwords = s;
-        }
-        if let Some(v) = html {
-            c.normalize.html = v;
-        }
-        if let Some(v) = nfkc {
-            c.normalize.nfkc = v;
-        }
-        if let Some(v) = casefold {
-            c.normalize.casefold = v;
-        }
-        if let Some(v) = whitespace {
-            c.normalize.whitespace = v;
-        }
-        c.validate().map_err(err)?;
-        PyConfig::from_config(c)
+        with_overrides(FingerprintConfig::default(), &o, idf.as_deref(), None)
+    }
+
+    /// A configuration saved by `neardup config` (or `save`): an IDF table
+    /// it names is read from the path it gives, relative to the file's
+    /// folder, unless ``idf`` gives the table.
+    #[staticmethod]
+    #[pyo3(signature = (path, idf=None))]
+    fn load(path: PathBuf, idf: Option<PathBuf>) -> PyResult<Self> {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| input_err(format!("cannot read {}: {e}", path.display())))?;
+        let c: FingerprintConfig = serde_json::from_str(&text).map_err(|e| {
+            config_err(format!(
+                "{}: not a valid neardup configuration ({e}); see `neardup config` for the format",
+                path.display()
+            ))
+        })?;
+        with_overrides(c, &Overrides::default(), idf.as_deref(), path.parent())
     }
 
     /// The configuration as JSON (the same text `neardup config` prints).
@@ -108,12 +236,36 @@ impl PyConfig {
         serde_json::to_string(&self.config).expect("configuration serialises")
     }
 
-    /// A configuration from JSON (e.g. `neardup config` output or an index's).
+    /// A configuration from JSON (e.g. `neardup config` output or an
+    /// index's); ``idf``: the IDF table file, if the configuration names one
+    /// (else the path it names is read).
     #[staticmethod]
-    fn from_json(text: &str) -> PyResult<Self> {
-        let c: FingerprintConfig = serde_json::from_str(text).map_err(err)?;
-        c.validate().map_err(err)?;
-        PyConfig::from_config(c)
+    #[pyo3(signature = (text, idf=None))]
+    fn from_json(text: &str, idf: Option<PathBuf>) -> PyResult<Self> {
+        let c: FingerprintConfig = serde_json::from_str(text).map_err(config_err)?;
+        with_overrides(c, &Overrides::default(), idf.as_deref(), None)
+    }
+
+    /// The IDF table's file, if the configuration uses one.
+    #[getter]
+    fn idf(&self) -> Option<String> {
+        self.idf_path.as_ref().map(|p| p.display().to_string())
+    }
+
+    /// Saves the configuration as JSON (atomically), naming its IDF table,
+    /// if any, relative to the file's folder: the two move together.
+    fn save(&self, path: PathBuf) -> PyResult<()> {
+        let mut c = self.config.clone();
+        if let (Some(r), Some(table)) = (c.idf.as_mut(), &self.idf_path) {
+            let folder = path
+                .parent()
+                .filter(|f| !f.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            r.path = Some(relative_to(table, folder).display().to_string());
+        }
+        let mut json = serde_json::to_string_pretty(&c).expect("configuration serialises");
+        json.push('\n');
+        neardup_core::output::write_atomic(&path, json.as_bytes()).map_err(err)
     }
 
     /// A short digest identifying the configuration.

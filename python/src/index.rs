@@ -9,7 +9,9 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyList, PyTuple};
 use rayon::prelude::*;
 
-use neardup_core::index::{AnyIndex, Bits, Bundle, IdRef, IdTable, TableDesign, plan};
+use neardup_core::index::{
+    AnyIndex, Bits, Bundle, Coding, CompressedIndex, IdRef, IdTable, TableDesign, plan,
+};
 use neardup_core::jaccard::shingles_for;
 use neardup_core::sketch::Sketch;
 use neardup_core::{Fingerprint, Width, with_bits};
@@ -123,7 +125,8 @@ impl PyIndex {
     /// Builds an index of `data` (fingerprint words as bytes) with `ids`
     /// (a list of ints or strs, or None for 0..n).
     #[staticmethod]
-    #[pyo3(signature = (data, bits, k, ids=None, config=None, design=None))]
+    #[pyo3(signature = (data, bits, k, ids=None, config=None, design=None, compressed=false, coding="elias-fano", block_bytes=1024))]
+    #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
         data: &[u8],
@@ -132,7 +135,19 @@ impl PyIndex {
         ids: Option<&Bound<'_, PyList>>,
         config: Option<&PyConfig>,
         design: Option<&str>,
+        compressed: bool,
+        coding: &str,
+        block_bytes: usize,
     ) -> PyResult<Self> {
+        let coding = match coding {
+            "elias-fano" => Coding::EliasFano,
+            "gaps" => Coding::Gaps,
+            c => {
+                return Err(crate::config_err(format!(
+                    "coding={c:?}: use 'elias-fano' or 'gaps'"
+                )));
+            }
+        };
         let n = data.len() / (bits as usize / 8);
         let design: TableDesign = match design {
             Some(json) => serde_json::from_str(json).map_err(err)?,
@@ -155,12 +170,24 @@ impl PyIndex {
         }
         let width = Width::from_bits(bits).map_err(err)?;
         let fps = fingerprints_of(data, width)?;
+        let entries = fps.into_iter().enumerate().map(|(i, f)| (i as u64, f));
         let index = py
-            .detach(|| {
-                AnyIndex::build(
+            .detach(|| match (compressed, width) {
+                (false, _) => AnyIndex::build(design, entries),
+                // Compressed tables (`neardup index build --compressed`):
+                // read-only, queried in place.
+                (true, Width::W64) => Ok(AnyIndex::Compressed64(CompressedIndex::build(
                     design,
-                    fps.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
-                )
+                    entries.map(|(i, f)| (i, f.value() as u64)),
+                    block_bytes,
+                    coding,
+                )?)),
+                (true, Width::W128) => Ok(AnyIndex::Compressed128(CompressedIndex::build(
+                    design,
+                    entries.map(|(i, f)| (i, f.value())),
+                    block_bytes,
+                    coding,
+                )?)),
             })
             .map_err(err)?;
         Ok(PyIndex {
@@ -247,8 +274,10 @@ impl PyIndex {
     }
 
     fn add(&mut self, id: &Bound<'_, PyAny>, fp: u128) -> PyResult<()> {
-        let entry = self.bundle.ids.len() as u64;
+        // An id already in the index is replaced, as the service replaces it.
         let fp = self.fingerprint(fp)?;
+        self.delete(&PyList::new(id.py(), [id])?)?;
+        let entry = self.bundle.ids.len() as u64;
         self.bundle.index.add(entry, fp).map_err(err)?;
         push_py_id(&mut self.bundle.ids, id)
     }

@@ -27,6 +27,28 @@ pyo3::create_exception!(
     "An error from neardup's Rust core; the message says what to do."
 );
 
+pyo3::create_exception!(
+    neardup,
+    ConfigError,
+    NeardupError,
+    "A pipeline or dedup setting that is unknown, out of range or contradicts another."
+);
+
+pyo3::create_exception!(
+    neardup,
+    InputError,
+    NeardupError,
+    "Input that cannot be read: a missing or malformed file, record or value."
+);
+
+fn config_err(e: impl std::fmt::Display) -> PyErr {
+    ConfigError::new_err(e.to_string())
+}
+
+fn input_err(e: impl std::fmt::Display) -> PyErr {
+    InputError::new_err(e.to_string())
+}
+
 fn err(e: impl std::fmt::Display) -> PyErr {
     NeardupError::new_err(e.to_string())
 }
@@ -94,6 +116,12 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyConfig>()?;
     m.add_class::<PyIndex>()?;
     m.add("NeardupError", m.py().get_type::<NeardupError>())?;
+    m.add("ConfigError", m.py().get_type::<ConfigError>())?;
+    m.add("InputError", m.py().get_type::<InputError>())?;
+    m.add_function(wrap_pyfunction!(dedup_config, m)?)?;
+    m.add_function(wrap_pyfunction!(config_from_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(keep_by_preference, m)?)?;
+    m.add_function(wrap_pyfunction!(dedup::plan, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(distance, m)?)?;
     m.add_function(wrap_pyfunction!(similarity, m)?)?;

@@ -407,7 +407,11 @@ pub fn config_with_idf(config: &PyConfig, table: &[u8]) -> PyResult<PyConfig> {
     });
     c.validate().map_err(err)?;
     let hasher = SimHasher::with_idf(c.clone(), table).map_err(err)?;
-    Ok(PyConfig { config: c, hasher })
+    Ok(PyConfig {
+        config: c,
+        hasher,
+        idf_path: config.idf_path.clone(),
+    })
 }
 
 /// Candidate pairs of documents `0..n` (fingerprint words as `fp`: two u64

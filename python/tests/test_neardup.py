@@ -91,8 +91,10 @@ def test_config_round_trips_and_errors_carry_the_rust_message():
         neardup.FingerprintConfig(profile="python-simhash", bits=128)
     with pytest.raises(TypeError):
         neardup.fingerprint(b"bytes")
-    with pytest.raises(TypeError):
-        neardup.fingerprint("x", config=c, bits=64)
+    # Keywords given with a configuration override its settings, as flags
+    # override --config.
+    wide = neardup.FingerprintConfig(bits=128)
+    assert neardup.fingerprint("x y z", config=wide, bits=64) == neardup.fingerprint("x y z", bits=64)
     assert isinstance(neardup.NeardupError("x"), ValueError)
 
 
@@ -261,6 +263,8 @@ def test_distance_and_similarity_match_their_definitions(bits):
 
 def test_verify_rules_are_the_command_lines():
     assert neardup.dedup(["a b c d", "a b c d"], verify="jaccard:0.5").pairs
-    for bad in ["jaccard:1.5", "jaccard:x", "cosine:0.5", "0.8"]:
+    # A bare threshold is Jaccard's, as the command line's --verify 0.8.
+    assert neardup.dedup(["a b c d", "a b c d"], verify="0.5").pairs
+    for bad in ["jaccard:1.5", "jaccard:x", "cosine:0.5", "1.5"]:
         with pytest.raises(neardup.NeardupError, match="jaccard:T"):
             neardup.dedup(["a b c d", "a b c d"], verify=bad)

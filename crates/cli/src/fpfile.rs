@@ -12,7 +12,6 @@ use neardup_core::{Fingerprint, FingerprintConfig, Width};
 use rayon::prelude::*;
 use serde::Deserialize;
 
-use crate::output::write_atomic;
 use neardup_core::record::Id;
 
 /// Each record's line (byte range) and the file's bytes.
@@ -596,9 +595,7 @@ pub fn save_config_beside(path: &Path, config: &FingerprintConfig) -> Result<()>
     if path.as_os_str() == "-" {
         return Ok(());
     }
-    let mut json = serde_json::to_vec_pretty(config)?;
-    json.push(b'\n');
-    Ok(write_atomic(&config_path_for(path), &json)?)
+    crate::pipeline_args::save_config(&config_path_for(path), config)
 }
 
 fn write_tsv_id(id: &Id, out: &mut Vec<u8>) {

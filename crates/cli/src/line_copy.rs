@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 
 use crate::input::{Format, InputArgs, advise};
-use crate::output::Output;
+use crate::output::NamedOutput;
 
 /// Bytes read at a time.
 const BLOCK: usize = 4 << 20;
@@ -73,8 +73,8 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 pub fn split_records(
     files: &[PlainFile],
     kept: impl Fn(usize) -> bool,
-    keep: Option<&mut Output>,
-    drop: Option<&mut Output>,
+    keep: Option<&mut NamedOutput>,
+    drop: Option<&mut NamedOutput>,
 ) -> Result<usize> {
     split_records_in(BLOCK, files, kept, keep, drop)
 }
@@ -84,8 +84,8 @@ fn split_records_in(
     block: usize,
     files: &[PlainFile],
     kept: impl Fn(usize) -> bool,
-    keep: Option<&mut Output>,
-    drop: Option<&mut Output>,
+    keep: Option<&mut NamedOutput>,
+    drop: Option<&mut NamedOutput>,
 ) -> Result<usize> {
     std::thread::scope(|s| {
         let (full_tx, full_rx) = crossbeam_channel::bounded::<io::Result<Block>>(2);
@@ -214,7 +214,7 @@ impl<K: Fn(usize) -> bool> Splitter<'_, K> {
         &mut self,
         file: &PlainFile,
         block: &Block,
-        outs: &mut [Option<&mut Output>; 2],
+        outs: &mut [Option<&mut NamedOutput>; 2],
     ) -> Result<()> {
         let bytes = &block.bytes[..];
         let mut start = 0;
@@ -250,7 +250,11 @@ impl<K: Fn(usize) -> bool> Splitter<'_, K> {
     }
 
     /// A file's last line, if it has no line end.
-    fn end_of_file(&mut self, file: &PlainFile, outs: &mut [Option<&mut Output>; 2]) -> Result<()> {
+    fn end_of_file(
+        &mut self,
+        file: &PlainFile,
+        outs: &mut [Option<&mut NamedOutput>; 2],
+    ) -> Result<()> {
         if !self.carry.is_empty() {
             let line = std::mem::take(&mut self.carry);
             self.record(file, &line, false, self.carry_at, None, outs)?;
@@ -271,7 +275,7 @@ impl<K: Fn(usize) -> bool> Splitter<'_, K> {
         ended: bool,
         at: u64,
         in_block: Option<(&[u8], usize)>,
-        outs: &mut [Option<&mut Output>; 2],
+        outs: &mut [Option<&mut NamedOutput>; 2],
     ) -> Result<()> {
         let mut text = line;
         if at == 0 {
@@ -313,7 +317,7 @@ impl<K: Fn(usize) -> bool> Splitter<'_, K> {
         Ok(())
     }
 
-    fn flush_run(&mut self, bytes: &[u8], outs: &mut [Option<&mut Output>; 2]) -> Result<()> {
+    fn flush_run(&mut self, bytes: &[u8], outs: &mut [Option<&mut NamedOutput>; 2]) -> Result<()> {
         if let Some((t, s, e)) = self.run.take()
             && let Some(out) = outs[t].as_deref_mut()
         {
@@ -407,8 +411,8 @@ mod tests {
 
             let files = plain_line_files(&args).unwrap().expect("plain line files");
             let (kp, dp) = (dir.path().join("keep"), dir.path().join("drop"));
-            let mut keep = Output::create(Some(&kp)).unwrap();
-            let mut drop = Output::create(Some(&dp)).unwrap();
+            let mut keep = NamedOutput::create(&kp).unwrap();
+            let mut drop = NamedOutput::create(&dp).unwrap();
             let block = 1 + (rng.next() % 64) as usize;
             let docs =
                 split_records_in(block, &files, kept, Some(&mut keep), Some(&mut drop)).unwrap();
@@ -433,7 +437,7 @@ mod tests {
         std::fs::write(&path, line.repeat(2000)).unwrap();
         let args = parse_input_args([path.to_str().unwrap()]);
         let files = plain_line_files(&args).unwrap().expect("a plain file");
-        let mut full = Output::create(Some(std::path::Path::new("/dev/full"))).unwrap();
+        let mut full = NamedOutput::create(std::path::Path::new("/dev/full")).unwrap();
         let result = split_records_in(4096, &files, |_| true, Some(&mut full), None);
         let err = result.expect_err("the writes fail");
         assert!(format!("{err:#}").contains("No space"), "{err:#}");

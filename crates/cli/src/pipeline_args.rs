@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use neardup_core::config::relative_to;
 use neardup_core::{
-    Features, FingerprintConfig, HashFunction, IdfRef, IdfTable, InputKind, Profile, SimHasher,
-    Tokenizer, Weights, Width,
+    Features, FingerprintConfig, HashFunction, IdfRef, IdfTable, InputKind, Overrides, Profile,
+    SimHasher, Tokenizer, Weights, Width,
 };
 
 use crate::input::InputArgs;
@@ -128,7 +129,6 @@ fn parse_features(s: &str) -> Result<Features, String> {
 }
 
 impl PipelineArgs {
-    /// The configuration the flags describe, and the IDF table if one is used.
     /// Whether any pipeline flag was given (not counting what commands set).
     pub fn any_given(&self) -> bool {
         let PipelineArgs {
@@ -165,6 +165,25 @@ impl PipelineArgs {
             || kind.is_some()
     }
 
+    /// The pipeline settings the flags give, as every entry point fills
+    /// them (a switch given is `Some(true)`, one left out `None`).
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            profile: self.profile,
+            bits: self.bits,
+            tokenizer: self.tokenizer,
+            features: self.features,
+            weights: self.weights,
+            top: self.top.map(|n| n as usize),
+            hash: self.hash,
+            seed: self.seed,
+            stopwords: self.stopwords.then_some(true),
+            html: self.html.then_some(true),
+            ..Overrides::default()
+        }
+    }
+
+    /// The configuration the flags describe, and the IDF table if one is used.
     pub fn resolve(&self) -> Result<(FingerprintConfig, Option<IdfTable>)> {
         let mut config = match (&self.config, &self.preset) {
             (Some(path), _) => read_config(path)?,
@@ -206,38 +225,16 @@ impl PipelineArgs {
         if let Some(d) = self.dim {
             config.dim = Some(d as usize);
         }
-        if self.profile == Some(Profile::Native) {
-            config.profile = Profile::Native;
-        }
-        if let Some(b) = self.bits {
-            config.bits = b;
-        }
-        if let Some(t) = self.tokenizer {
-            config.tokenizer = t;
-        }
-        if let Some(f) = self.features {
-            config.features = f;
-        }
-        if let Some(w) = self.weights {
-            config.weights = w;
-        }
-        if let Some(n) = self.top {
-            config.top = Some(n as usize);
-        }
-        if let Some(h) = self.hash {
-            config.hash = h;
-        }
-        if let Some(s) = self.seed {
-            config.seed = s;
-        }
-        config.stopwords |= self.stopwords;
-        config.normalize.html |= self.html;
+        config = self.overrides().apply(config)?;
 
+        // A saved configuration names its table relative to its own folder
+        // (an absolute path is read as it is).
         let idf_path = self.idf.clone().or_else(|| {
-            config
-                .idf
-                .as_ref()
-                .and_then(|r| r.path.as_ref().map(PathBuf::from))
+            let named = PathBuf::from(config.idf.as_ref()?.path.as_ref()?);
+            Some(match self.config.as_deref().and_then(Path::parent) {
+                Some(folder) if named.is_relative() => folder.join(named),
+                _ => named,
+            })
         });
         let idf = match idf_path {
             Some(path) => {
@@ -258,8 +255,8 @@ impl PipelineArgs {
                     );
                 }
                 config.idf = Some(IdfRef {
-                    // Absolute, so that a saved configuration finds its table
-                    // from any working directory.
+                    // Absolute here; `neardup config` saves it relative to
+                    // the file it writes.
                     path: Some(
                         std::path::absolute(&path)
                             .unwrap_or_else(|_| path.clone())
@@ -335,6 +332,24 @@ impl PipelineArgs {
             None => SimHasher::new(config)?,
         })
     }
+}
+
+/// Saves `config` to `path` (atomically) as JSON, its IDF table named
+/// relative to `path`'s folder, so that the two can move together.
+pub fn save_config(path: &Path, config: &FingerprintConfig) -> Result<()> {
+    let mut config = config.clone();
+    if let Some(table) = config.idf.as_mut().and_then(|r| r.path.as_mut()) {
+        let folder = match path.parent() {
+            Some(f) if !f.as_os_str().is_empty() => f,
+            _ => Path::new("."),
+        };
+        *table = relative_to(Path::new(table.as_str()), folder)
+            .display()
+            .to_string();
+    }
+    let mut json = serde_json::to_vec_pretty(&config)?;
+    json.push(b'\n');
+    Ok(crate::output::write_atomic(path, &json)?)
 }
 
 pub fn read_config(path: &Path) -> Result<FingerprintConfig> {

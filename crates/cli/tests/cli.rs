@@ -2117,10 +2117,10 @@ fn serve_refuses_an_empty_token() {
     );
 }
 
-/// A configuration saved beside fingerprints names its IDF table by an
-/// absolute path, so that it works from any working directory.
+/// A configuration saved beside fingerprints names its IDF table relative to
+/// its own folder, so that the two move together.
 #[test]
-fn saved_configuration_names_the_idf_table_absolutely() {
+fn saved_configuration_names_the_idf_table_beside_it() {
     let dir = tempfile::tempdir().unwrap();
     ok(bin()
         .current_dir(dir.path())
@@ -2158,9 +2158,9 @@ fn saved_configuration_names_the_idf_table_absolutely() {
     )
     .unwrap();
     let path = PathBuf::from(config["idf"]["path"].as_str().unwrap());
-    assert!(path.is_absolute(), "{path:?}");
+    assert!(path.is_relative(), "{path:?}");
     assert_eq!(
-        std::fs::canonicalize(path).unwrap(),
+        std::fs::canonicalize(dir.path().join(path)).unwrap(),
         std::fs::canonicalize(dir.path().join("t.idf")).unwrap()
     );
 }

@@ -523,6 +523,25 @@ impl From<Features> for String {
     }
 }
 
+/// `path` relative to the folder `from` (both made absolute first), with
+/// `..` where needed, or `path` made absolute if the two share no root: how
+/// a saved configuration names its IDF table, so that the two move together.
+pub fn relative_to(path: &std::path::Path, from: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let (Ok(path), Ok(from)) = (std::path::absolute(path), std::path::absolute(from)) else {
+        return path.to_path_buf();
+    };
+    let a: Vec<Component> = path.components().collect();
+    let b: Vec<Component> = from.components().collect();
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    if common == 0 {
+        return path.clone();
+    }
+    let mut out: std::path::PathBuf = b[common..].iter().map(|_| Component::ParentDir).collect();
+    out.extend(&a[common..]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,6 +582,15 @@ mod tests {
         assert_ne!(a.digest(), b.digest());
         assert!(a.check_compatible(&b).is_err());
         assert!(a.check_compatible(&a.clone()).is_ok());
+    }
+
+    #[test]
+    fn relative_paths() {
+        use std::path::Path;
+        let r = |p: &str, f: &str| relative_to(Path::new(p), Path::new(f));
+        assert_eq!(r("/a/b/t.idf", "/a/b"), Path::new("t.idf"));
+        assert_eq!(r("/a/b/t.idf", "/a/c/d"), Path::new("../../b/t.idf"));
+        assert_eq!(r("/a/t.idf", "/"), Path::new("a/t.idf"));
     }
 
     #[test]

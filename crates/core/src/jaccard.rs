@@ -95,7 +95,8 @@ impl FromStr for Verify {
                 "invalid verification {s:?}: expected jaccard:T with T between 0 and 1, e.g. jaccard:0.8"
             ))
         };
-        let t = s.strip_prefix("jaccard:").ok_or_else(bad)?;
+        // A bare threshold is Jaccard's, as the Python package takes it.
+        let t = s.strip_prefix("jaccard:").unwrap_or(s);
         let threshold: f64 = t.parse().map_err(|_| bad())?;
         if !(0.0..=1.0).contains(&threshold) {
             return Err(bad());

@@ -250,6 +250,7 @@ impl Store {
         create: impl FnOnce() -> Result<Settings, ServiceError>,
         opener: Opener,
     ) -> Result<(Store, Settings), ServiceError> {
+        let new_dir = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|e| {
             ServiceError::Storage(format!(
                 "cannot create the data folder {}: {e}",
@@ -257,7 +258,12 @@ impl Store {
             ))
         })?;
         let path = dir.join(DB_FILE);
-        guarded(&path.clone(), || Self::open_at(path, create, opener))
+        let opened = guarded(&path.clone(), || Self::open_at(path, create, opener));
+        if opened.is_err() && new_dir {
+            // A refused creation leaves no folder behind (one still empty).
+            let _ = std::fs::remove_dir(dir);
+        }
+        opened
     }
 
     fn open_at(
@@ -266,6 +272,11 @@ impl Store {
         opener: Opener,
     ) -> Result<(Store, Settings), ServiceError> {
         let exists = path.exists();
+        // The settings of a new collection first: refused, they leave no file.
+        let new_settings = match exists {
+            true => None,
+            false => Some(create()?),
+        };
         let db = Db(Some((opener.0)(&path).map_err(|e| {
             let text = e.to_string();
             let hint = if text.contains("lock") || text.contains("already open") {
@@ -314,20 +325,28 @@ impl Store {
                 s
             }
         } else {
-            let mut s = create()?;
+            let mut s = new_settings.expect("made above for a new collection");
             s.version = STORE_VERSION;
-            let tx = db.begin_write().map_err(storage)?;
-            {
-                let mut table = tx.open_table(META).map_err(storage)?;
-                let text = serde_json::to_string(&s).expect("settings serialise");
-                table.insert(SETTINGS_KEY, text.as_str()).map_err(storage)?;
-                table
-                    .insert(DIGEST_KEY, Digest::default().text().as_str())
-                    .map_err(storage)?;
-                tx.open_table(DOCS).map_err(storage)?;
-                tx.open_table(SKETCHES).map_err(storage)?;
+            let created = (|| {
+                let tx = db.begin_write().map_err(storage)?;
+                {
+                    let mut table = tx.open_table(META).map_err(storage)?;
+                    let text = serde_json::to_string(&s).expect("settings serialise");
+                    table.insert(SETTINGS_KEY, text.as_str()).map_err(storage)?;
+                    table
+                        .insert(DIGEST_KEY, Digest::default().text().as_str())
+                        .map_err(storage)?;
+                    tx.open_table(DOCS).map_err(storage)?;
+                    tx.open_table(SKETCHES).map_err(storage)?;
+                }
+                tx.commit().map_err(storage)
+            })();
+            if let Err(e) = created {
+                // Half made, it would not open: no file rather than that one.
+                drop(db);
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
             }
-            tx.commit().map_err(storage)?;
             s
         };
         let fp_bytes = settings.config.bits.bits() as usize / 8;

@@ -1,13 +1,13 @@
 //! `neardup config`: the configuration the pipeline flags describe.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::output::write_atomic;
-use crate::pipeline_args::PipelineArgs;
+use crate::pipeline_args::{PipelineArgs, save_config};
+use neardup_core::config::relative_to;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Example:
@@ -23,13 +23,21 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
     let (config, _) = args.pipeline.resolve()?;
-    let mut json = serde_json::to_string_pretty(&config)?;
-    json.push('\n');
     match &args.output {
-        Some(path) => write_atomic(path, json.as_bytes())?,
-        None => write!(out, "{json}")?,
+        Some(path) => save_config(path, &config)?,
+        None => {
+            // Named relative to the current folder, where `> FILE` puts it.
+            let mut config = config;
+            if let Some(table) = config.idf.as_mut().and_then(|r| r.path.as_mut()) {
+                *table = relative_to(Path::new(table.as_str()), Path::new("."))
+                    .display()
+                    .to_string();
+            }
+            let mut json = serde_json::to_string_pretty(&config)?;
+            json.push('\n');
+            write!(std::io::stdout().lock(), "{json}")?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

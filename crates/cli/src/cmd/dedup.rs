@@ -19,7 +19,7 @@ use neardup_core::{Fingerprint, FingerprintConfig, InputKind, Width, with_bits};
 use crate::fpfile::{IdList, Values};
 use crate::gather::{Gathered, Keep, centre_fingerprints, gather};
 use crate::input::{DocReader, Record};
-use crate::output::Output;
+use crate::output::NamedOutput;
 use crate::run::{RunArgs, for_each_batch, init_threads, with_spinner};
 use crate::source::SourceArgs;
 use crate::table_out::{ClustersWriter, Format, PairsWriter};
@@ -132,6 +132,16 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub drop: Option<PathBuf>,
 
+    /// Write every input record, kept or not, with three fields added, for
+    /// review before removing: "cluster" (the id of its cluster's
+    /// representative; its own id when it has no near-duplicate),
+    /// "duplicate_of" (the representative it is a copy of; null when kept)
+    /// and "similarity" (the highest similarity of its pairs: verified, else
+    /// estimated from the distance as cos(pi d / f); null without pairs).
+    /// JSON Lines records only.
+    #[arg(long, value_name = "FILE")]
+    pub annotate: Option<PathBuf>,
+
     /// Where verification spills each document's features (about 0.45 bytes
     /// per byte of English text and 1.1 of Chinese, a repeated set once;
     /// removed at exit); default: the system's temporary folder ($TMPDIR,
@@ -179,7 +189,7 @@ impl Check {
 pub fn run(args: Args) -> Result<ExitCode> {
     init_threads(args.run.threads)?;
     let started = Instant::now();
-    let wants_records = args.keep.is_some() || args.drop.is_some();
+    let wants_records = args.keep.is_some() || args.drop.is_some() || args.annotate.is_some();
     let inputs = &args.source.input.inputs;
     let from_stdin = inputs.is_empty() || inputs.iter().any(|p| p.as_os_str() == "-");
     let keep_raw = wants_records && from_stdin;
@@ -211,8 +221,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Verification starts from the candidate configuration, unless the
     // pipeline is given whole (--config, --profile); single flags adjust it.
     let mut source = args.source.clone();
-    let preset =
-        verify.is_some() && source.pipeline.config.is_none() && source.pipeline.profile.is_none();
+    let preset = source
+        .pipeline
+        .overrides()
+        .starts_from_candidates(verify.is_some(), source.pipeline.config.is_some());
     if preset {
         source.pipeline.preset = Some(FingerprintConfig::candidates());
     }
@@ -314,7 +326,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ""
         }
     );
-    let spanning = args.pairs.is_none() && policy == Policy::Components;
+    // --annotate gives each record its best similarity: every pair verified.
+    let spanning = args.pairs.is_none() && args.annotate.is_none() && policy == Policy::Components;
     let check = verify.map(|v| {
         (
             v.threshold,
@@ -469,7 +482,7 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
         // 128 bits: candidates within a wider k relative to the angle's spread.
         source.pipeline.preset = Some(FingerprintConfig::vectors(Width::W128, None, 0));
     }
-    let wants_records = args.keep.is_some() || args.drop.is_some();
+    let wants_records = args.keep.is_some() || args.drop.is_some() || args.annotate.is_some();
     if wants_records
         && args
             .source
@@ -789,7 +802,7 @@ fn write_outputs(
             })?;
             w.finish()?;
         } else {
-            let mut out = Output::create(Some(path))?;
+            let mut out = NamedOutput::create(path)?;
             dedup.for_each_scored_pair(|a, b, d, j| {
                 if (b as usize) < first {
                     return Ok(()); // two old documents
@@ -822,7 +835,7 @@ fn write_outputs(
         }
         w.finish()?;
     } else if let Some(path) = &args.clusters {
-        let mut out = Output::create(Some(path))?;
+        let mut out = NamedOutput::create(path)?;
         for (rep, members) in clusters(reps) {
             if members.last().is_some_and(|&m| (m as usize) < first) {
                 continue; // old documents only
@@ -842,13 +855,37 @@ fn write_outputs(
         }
         out.finish()?;
     }
-    if args.keep.is_none() && args.drop.is_none() {
+    if args.keep.is_none() && args.drop.is_none() && args.annotate.is_none() {
         return Ok(());
     }
+    // Each document's best similarity, for --annotate.
+    let best: Vec<f64> = match &args.annotate {
+        None => Vec::new(),
+        Some(_) => {
+            let mut best = vec![f64::NAN; reps.len()];
+            let bits = f64::from(g.width.bits());
+            dedup.for_each_scored_pair(|a, b, d, j| {
+                let s = j.unwrap_or_else(|| (std::f64::consts::PI * f64::from(d) / bits).cos());
+                for x in [a as usize, b as usize] {
+                    if best[x].is_nan() || s > best[x] {
+                        best[x] = s;
+                    }
+                }
+                Ok::<(), anyhow::Error>(())
+            })?;
+            best
+        }
+    };
     if g.file.is_none()
         && g.raw.is_none()
         && let Some(files) = crate::input::parquet_files(&args.source.input)?
     {
+        if args.annotate.is_some() {
+            bail!(
+                "--annotate adds fields to JSON Lines records, and the inputs are Parquet: \
+                 write --clusters (or --pairs) and join them to the rows by id"
+            );
+        }
         // Parquet rows, every column, into Parquet files.
         for path in [&args.keep, &args.drop].into_iter().flatten() {
             if !crate::parquet_io::is_parquet(path) {
@@ -880,20 +917,23 @@ fn write_outputs(
         }
         return Ok(());
     }
-    let mut keep = args
-        .keep
+    let mut keep = args.keep.as_deref().map(NamedOutput::create).transpose()?;
+    let mut drop = args.drop.as_deref().map(NamedOutput::create).transpose()?;
+    let mut annotate = args
+        .annotate
         .as_deref()
-        .map(|p| Output::create(Some(p)))
+        .map(NamedOutput::create)
         .transpose()?;
-    let mut drop = args
-        .drop
-        .as_deref()
-        .map(|p| Output::create(Some(p)))
-        .transpose()?;
+    let mut annotated = Vec::with_capacity(256);
     // `doc` counts the new documents, which follow the old ones.
     let mut emit = |doc: usize, bytes: &[u8]| -> Result<()> {
         let doc = first + doc;
         let kept = reps[doc] as usize == doc;
+        if let Some(out) = annotate.as_mut() {
+            annotated.clear();
+            annotate_record(bytes, doc, reps, &g.ids, best[doc], &mut annotated)?;
+            out.write_all(&annotated)?;
+        }
         let target = if kept { keep.as_mut() } else { drop.as_mut() };
         if let Some(out) = target {
             out.write_all(bytes)?;
@@ -918,7 +958,7 @@ fn write_outputs(
             input.read_as(config);
         }
         let mut doc = 0usize;
-        let plain = match input.skip_invalid {
+        let plain = match input.skip_invalid || args.annotate.is_some() {
             false => crate::line_copy::plain_line_files(&input)?,
             true => None,
         };
@@ -971,5 +1011,65 @@ fn write_outputs(
     if let Some(o) = drop {
         o.finish()?;
     }
+    if let Some(o) = annotate {
+        o.finish()?;
+    }
+    Ok(())
+}
+
+/// The fields --annotate adds to a record.
+const ANNOTATIONS: [&str; 3] = ["cluster", "duplicate_of", "similarity"];
+
+/// `record` (a JSON object) with document `doc`'s annotations added, and a
+/// newline, into `out`.
+fn annotate_record(
+    record: &[u8],
+    doc: usize,
+    reps: &[u32],
+    ids: &IdList,
+    best: f64,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let body = record.trim_ascii();
+    let (Some(b'{'), Some(b'}')) = (body.first(), body.last()) else {
+        bail!(
+            "--annotate adds fields to JSON records, and document {} is not a JSON object \
+             (plain text lines or files): write --clusters and join them by id",
+            ids.get(doc)
+        );
+    };
+    // A field of the same name would be given twice: refused, by name.
+    for name in ANNOTATIONS {
+        let quoted = format!("\"{name}\"");
+        if memchr::memmem::find(body, quoted.as_bytes()).is_some() {
+            let v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)?;
+            if v.contains_key(name) {
+                bail!(
+                    "document {} already has a field {name:?}, which --annotate adds: rename \
+                     it in the input, or write --clusters and join them by id",
+                    ids.get(doc)
+                );
+            }
+        }
+    }
+    let inner = body[1..body.len() - 1].trim_ascii();
+    out.push(b'{');
+    out.extend_from_slice(inner);
+    if !inner.is_empty() {
+        out.push(b',');
+    }
+    let rep = reps[doc] as usize;
+    out.extend_from_slice(b"\"cluster\":");
+    ids.write_json(rep, out);
+    out.extend_from_slice(b",\"duplicate_of\":");
+    match rep == doc {
+        true => out.extend_from_slice(b"null"),
+        false => ids.write_json(rep, out),
+    }
+    match best.is_nan() {
+        true => out.extend_from_slice(b",\"similarity\":null"),
+        false => write!(out, ",\"similarity\":{best:.4}")?,
+    }
+    out.extend_from_slice(b"}\n");
     Ok(())
 }

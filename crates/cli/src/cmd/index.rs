@@ -1,6 +1,6 @@
 //! `neardup index build|add|delete|info|verify`: the on-disk index.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,6 +16,7 @@ use crate::index_file::{IdTableExt, Opened, open};
 use crate::output::Output;
 use crate::run::{RunArgs, init_threads, with_spinner};
 use crate::source::SourceArgs;
+use neardup_core::record::Id;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
@@ -46,7 +47,7 @@ pub struct BuildArgs {
     pub source: SourceArgs,
     /// The largest distance queries may ask for (up to 8 for 64-bit
     /// fingerprints, 16 for 128-bit).
-    #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=16))]
+    #[arg(short, long, visible_alias = "max-k", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub k: u32,
     /// Memory budget for the tables (e.g. 8G); without it, the fastest design.
     #[arg(long, value_parser = crate::units::parse_bytes)]
@@ -312,17 +313,37 @@ fn add(mut a: AddArgs) -> Result<ExitCode> {
             b.index.width().bits()
         );
     }
-    let start = b.ids.len() as u64;
+    // An id already in the index is replaced, as the service replaces it,
+    // and of one id added twice the last stays: every id once.
+    let json_of = |id: Id| {
+        let mut b = Vec::new();
+        id.write_json(&mut b);
+        b
+    };
+    let mut last: HashMap<Vec<u8>, usize> = HashMap::with_capacity(g.values.len());
     for i in 0..g.values.len() {
+        last.insert(json_of(g.ids.get(i)), i);
+    }
+    let ids = &b.ids;
+    let replaced = b.index.delete(|entry| {
+        ids.get_id(entry)
+            .is_some_and(|id| last.contains_key(&json_of(id)))
+    })?;
+    let mut start = b.ids.len() as u64;
+    for i in 0..g.values.len() {
+        if last.get(&json_of(g.ids.get(i))) != Some(&i) {
+            continue;
+        }
         b.ids.push_id(g.ids.get(i));
         b.index
-            .add(start + i as u64, Fingerprint::new(g.values.get(i), g.width))?;
+            .add(start, Fingerprint::new(g.values.get(i), g.width))?;
+        start += 1;
     }
     b.save(&a.index)?;
     if !a.run.quiet {
         eprintln!(
-            "neardup: added {} entries to {}",
-            g.values.len(),
+            "neardup: added {} entries to {} ({replaced} replaced an entry of the same id)",
+            last.len(),
             a.index.display()
         );
     }

@@ -37,7 +37,7 @@ pub struct Args {
     pub addr: SocketAddr,
 
     /// At creation: the largest k a request may ask for.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=16))]
+    #[arg(long, visible_alias = "k", value_parser = clap::value_parser!(u32).range(0..=16))]
     pub max_k: Option<u32>,
 
     /// At creation: verify matches of texts by default, keeping those whose

@@ -113,7 +113,7 @@ impl<B: Bits> Service<B> {
 /// Fingerprints of documents' contents, with a text's verification sketch,
 /// off the async threads when there is real work; a content the collection
 /// cannot fingerprint (a vector of another dimension, a text for a collection
-/// of vectors, a NaN) is a 400 naming it.
+/// of vectors, a NaN) is a 422 (`invalid_document`) naming it.
 pub(super) async fn fingerprint_contents<B: Bits>(
     s: &Arc<Service<B>>,
     contents: Vec<(usize, Content)>,
