@@ -268,7 +268,9 @@ proptest! {
 #[test]
 fn verify_parses_and_rejects() {
     assert_eq!("jaccard:0.8".parse::<Verify>().unwrap().threshold, 0.8);
-    for bad in ["jaccard:1.5", "cosine:0.8", "jaccard:", "0.8"] {
+    // A bare threshold is Jaccard's, as every door takes it.
+    assert_eq!("0.8".parse::<Verify>().unwrap().threshold, 0.8);
+    for bad in ["jaccard:1.5", "cosine:0.8", "jaccard:", "1.5", "jaccard:x"] {
         let err = bad.parse::<Verify>().unwrap_err().to_string();
         assert!(err.contains("jaccard:0.8"), "{err}");
     }
