@@ -59,6 +59,16 @@ pub(super) async fn read_body(
     next: Next,
 ) -> Result<Response, ApiError> {
     use http_body_util::BodyExt;
+    // A declared length over the limit is refused before the body is asked
+    // for (so a client waiting on `Expect: 100-continue` gets 413, not 100).
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return Err(too_large(max_body));
+    }
     let (parts, body) = req.into_parts();
     let limited = http_body_util::Limited::new(body, max_body);
     let bytes = match tokio::time::timeout(timeout, limited.collect()).await {
@@ -73,14 +83,7 @@ pub(super) async fn read_body(
             ));
         }
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!(
-                    "the body is larger than {max_body} bytes: split the documents over \
-                     several requests"
-                ),
-            ));
+            return Err(too_large(max_body));
         }
         Ok(Err(e)) => {
             return Err(ApiError::new(
@@ -91,9 +94,24 @@ pub(super) async fn read_body(
         }
         Ok(Ok(collected)) => collected.to_bytes(),
     };
+    // A byte-order mark before the JSON is not part of it.
+    let bytes = match bytes.strip_prefix(b"\xef\xbb\xbf") {
+        Some(_) => bytes.slice(3..),
+        None => bytes,
+    };
     Ok(next
         .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
         .await)
+}
+
+fn too_large(max_body: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!(
+            "the body is larger than {max_body} bytes: split the documents over several requests"
+        ),
+    )
 }
 
 pub(super) async fn authorise<B: Bits>(

@@ -22,6 +22,10 @@ pub const OPENAPI: &str = include_str!("../../openapi.json");
 
 /// Most documents in one request.
 pub const MAX_DOCUMENTS: usize = 10_000;
+/// Most dimensions of a vector in a collection whose dimension is not yet
+/// fixed (by `--dim` or its first vector).
+pub const MAX_DIMENSION: usize = 65_536;
+
 /// Longest document id, in bytes.
 pub const MAX_ID_BYTES: usize = 1024;
 
@@ -54,6 +58,10 @@ pub struct Service<B: Bits> {
     pub token: Option<String>,
     pub protect: Protect,
     pub started: Instant,
+    /// The writer's state (closing, stopped).
+    pub control: Arc<crate::writer::Control>,
+    /// Largest request body, and largest reply, in bytes.
+    pub max_body: usize,
 }
 
 impl<B: Bits> std::fmt::Debug for Service<B> {
