@@ -127,3 +127,18 @@ fn a_bad_keep_name_is_refused_before_any_work() {
     // No summary line: the refusal came before the work.
     assert!(!err.contains("documents ("), "{err}");
 }
+
+/// A full disk is reported with the file it happened to.
+#[test]
+fn a_full_disk_names_the_file() {
+    if !Path::new("/dev/full").exists() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    corpus(&input);
+    let out = dedup(&[input.to_str().unwrap(), "--clusters", "/dev/full"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("/dev/full"), "{err}");
+}
