@@ -186,6 +186,9 @@ fn start<B: Bits>(
         started: Instant::now(),
         control: Arc::clone(&control),
         max_body: options.max_body,
+        replies: Arc::new(tokio::sync::Semaphore::new(
+            api::reply_memory_kib(options.max_body) as usize,
+        )),
     });
     let router = api::router(Arc::clone(&service), options.max_body, options.body_timeout);
     let closer = move || {

@@ -129,8 +129,10 @@ pub fn run<B: Bits>(
     rx: Receiver<Job<B>>,
     control: Arc<Control>,
 ) {
-    let _watch = Watch(&control);
     let mut jobs: Vec<Job<B>> = Vec::new();
+    // Dropped before `jobs` on a panic: the writer is marked dead before
+    // the requests it held learn that it failed.
+    let _watch = Watch(&control);
     while let Ok(first) = rx.recv() {
         let mut size = first.size();
         jobs.push(first);

@@ -422,3 +422,87 @@ fn connections_over_the_limit_are_answered_503() {
     stop.send(()).unwrap();
     runtime.block_on(server).unwrap().unwrap();
 }
+
+/// Replies waiting for their clients are bounded in memory as a whole:
+/// while eight replies of the largest size are held unread, the next large
+/// one is answered 503 `busy` with Retry-After; once they are read (or
+/// dropped), it is served.
+#[tokio::test]
+async fn unread_replies_are_bounded_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let max_body = 256 << 10;
+    let app = App::open(
+        dir.path(),
+        || Ok(texts()),
+        Options {
+            max_body,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let r = &app.router;
+    let big = "m".repeat(20_000);
+    for part in 0..3 {
+        let docs: Vec<Value> = (0..10)
+            .map(|i| json!({"id": format!("d{part}-{i}"), "simhash": "00000000000000ff", "meta": {"blob": big}}))
+            .collect();
+        let (s, b) = call(
+            r,
+            "POST",
+            "/v1/documents",
+            Some(json!({"documents": docs, "mode": "insert"})),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    let query = || {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/query")
+            .header("content-type", "application/json")
+            .body(Body::from(
+                r#"{"simhash": "00000000000000ff", "limit": 1000}"#,
+            ))
+            .unwrap()
+    };
+    // Each answer is cut at --max-body (30 metas of 20 KB would be 600 KB):
+    // the 2 MiB of reply memory (8 x 256 KiB) holds eight.
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..12 {
+        let resp = r.clone().oneshot(query()).await.unwrap();
+        if resp.status() == StatusCode::SERVICE_UNAVAILABLE {
+            refused = Some(resp);
+            break;
+        }
+        assert_eq!(resp.status(), StatusCode::OK);
+        held.push(resp);
+    }
+    assert_eq!(
+        held.len(),
+        8,
+        "{} replies held before a refusal",
+        held.len()
+    );
+    let refused = refused.expect("a ninth large reply was refused");
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let bytes = refused.into_body().collect().await.unwrap().to_bytes();
+    let b: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(b["error"]["code"], "busy", "{b}");
+    // One is read (and let go): its memory is back.
+    let first = held
+        .remove(0)
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    assert!(first.len() > 200_000, "{}", first.len());
+    drop(first);
+    let resp = r.clone().oneshot(query()).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    drop(held);
+    drop(resp);
+    let resp = r.clone().oneshot(query()).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+}

@@ -62,6 +62,20 @@ pub struct Service<B: Bits> {
     pub control: Arc<crate::writer::Control>,
     /// Largest request body, and largest reply, in bytes.
     pub max_body: usize,
+    /// Kilobytes of replies not yet taken by their clients, at most
+    /// [`REPLY_MEMORY_BODIES`] times `max_body`: a reply that would go over
+    /// is answered 503 `busy` with Retry-After.
+    pub replies: Arc<tokio::sync::Semaphore>,
+}
+
+/// Replies of the largest size that may wait for their clients at once.
+pub const REPLY_MEMORY_BODIES: usize = 8;
+
+/// The reply memory of a service taking bodies of `max_body` bytes, in KiB
+/// (at least a MiB).
+pub fn reply_memory_kib(max_body: usize) -> u32 {
+    (max_body.saturating_mul(REPLY_MEMORY_BODIES) >> 10).clamp(1 << 10, u32::MAX as usize >> 4)
+        as u32
 }
 
 impl<B: Bits> std::fmt::Debug for Service<B> {
@@ -108,6 +122,10 @@ pub fn router<B: Bits>(
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&service),
             authorise::<B>,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&service),
+            hold_replies::<B>,
         ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&service),
