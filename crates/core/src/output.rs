@@ -25,6 +25,50 @@ fn context(e: io::Error, what: impl std::fmt::Display) -> io::Error {
 pub struct Output {
     writer: Writer,
     pending: Option<(NamedTempFile, PathBuf)>,
+    /// The path given, named in every error (None: standard output).
+    name: Option<PathBuf>,
+}
+
+/// Files finished while a [`Deferred`] is open: renamed into place together
+/// when it commits, deleted if it is dropped instead.
+static DEFERRED: std::sync::Mutex<Option<Vec<(NamedTempFile, PathBuf)>>> =
+    std::sync::Mutex::new(None);
+
+/// Holds back the renames of every [`Output`] finished while it is open, so
+/// that a command writing several files leaves all of them or none: call
+/// [`Deferred::commit`] once the whole run has succeeded; dropped without it
+/// (an error, a panic), the temporary files are deleted and no target is
+/// touched. One at a time per process.
+#[derive(Debug)]
+#[must_use = "commit it once the run has succeeded"]
+pub struct Deferred(());
+
+impl Deferred {
+    pub fn begin() -> Deferred {
+        *DEFERRED.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+        Deferred(())
+    }
+
+    /// Renames every finished file into place.
+    pub fn commit(self) -> io::Result<()> {
+        let files = DEFERRED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
+        for (temp, path) in files {
+            temp.persist(&path)
+                .map_err(|e| context(e.error, format_args!("cannot write {}", path.display())))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        // Not committed: the temporary files go (NamedTempFile deletes on drop).
+        drop(DEFERRED.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
 }
 
 enum Writer {
@@ -313,6 +357,7 @@ impl Output {
             return Ok(Output {
                 writer: Writer::Through(BufWriter::with_capacity(1 << 16, Box::new(file))),
                 pending: None,
+                name: Some(p.to_path_buf()),
             });
         }
         let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
@@ -349,10 +394,13 @@ impl Output {
                 .set_permissions(m.permissions())
                 .map_err(|e| context(e, format_args!("cannot give {} its mode", p.display())))?;
         }
-        let file = temp.reopen()?;
+        let file = temp
+            .reopen()
+            .map_err(|e| context(e, format_args!("cannot write {}", p.display())))?;
         Ok(Output {
             writer: Writer::Blocks(BlockWriter::new(file, open_direct(temp.path()))),
             pending: Some((temp, target)),
+            name: Some(p.to_path_buf()),
         })
     }
 
@@ -360,20 +408,37 @@ impl Output {
         Output {
             writer: Writer::Through(BufWriter::with_capacity(1 << 16, Box::new(io::stdout()))),
             pending: None,
+            name: None,
         }
     }
 
-    /// Flushes and, for a file, syncs it and renames it into place.
+    /// Flushes and, for a file, syncs it and renames it into place (or,
+    /// while a [`Deferred`] is open, leaves the rename to its commit).
     pub fn finish(mut self) -> io::Result<()> {
+        let name = self.name.take();
+        let named = |e: io::Error| named(e, name.as_deref());
         match self.writer {
-            Writer::Through(mut w) => w.flush()?,
-            Writer::Blocks(w) => w.finish()?,
+            Writer::Through(mut w) => w.flush().map_err(named)?,
+            Writer::Blocks(w) => w.finish().map_err(named)?,
         }
         if let Some((temp, path)) = self.pending.take() {
+            if let Some(later) = DEFERRED.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                later.push((temp, path));
+                return Ok(());
+            }
             temp.persist(&path)
                 .map_err(|e| context(e.error, format_args!("cannot write {}", path.display())))?;
         }
         Ok(())
+    }
+}
+
+/// `e` naming the file it happened to (standard output when `None`).
+#[cold]
+fn named(e: io::Error, path: Option<&Path>) -> io::Error {
+    match path {
+        Some(p) => context(e, format_args!("cannot write {}", p.display())),
+        None => context(e, "cannot write to standard output"),
     }
 }
 
@@ -392,6 +457,7 @@ impl Write for Output {
             Writer::Through(w) => w.write(buf),
             Writer::Blocks(w) => w.write(buf),
         }
+        .map_err(|e| named(e, self.name.as_deref()))
     }
     #[inline]
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
@@ -399,12 +465,14 @@ impl Write for Output {
             Writer::Through(w) => w.write_all(buf),
             Writer::Blocks(w) => w.write_all(buf),
         }
+        .map_err(|e| named(e, self.name.as_deref()))
     }
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.writer {
             Writer::Through(w) => w.flush(),
             Writer::Blocks(w) => w.flush(),
         }
+        .map_err(|e| named(e, self.name.as_deref()))
     }
 }
 

@@ -21,6 +21,26 @@ use neardup_core::index::{Bits, Index};
 /// Recent additions scanned linearly before a merge is asked for.
 const RECENT_MAX: usize = 8192;
 
+/// Most entries of one table bucket a lookup examines: the bound on a lookup's work when many documents share a
+/// fingerprint. Ordinary buckets hold a few entries.
+pub const BUCKET_CAP: usize = 4096;
+
+/// Keeps the `cap` smallest of `items`, sorted; `true` if any were dropped.
+/// Linear in `items` (a selection, then a sort of what is kept).
+pub fn keep_nearest<T: Ord>(items: &mut Vec<T>, cap: usize) -> bool {
+    let more = items.len() > cap;
+    if more {
+        if cap == 0 {
+            items.clear();
+            return true;
+        }
+        items.select_nth_unstable(cap - 1);
+        items.truncate(cap);
+    }
+    items.sort_unstable();
+    more
+}
+
 /// A document found near a query.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Found {
@@ -213,39 +233,73 @@ impl<B: Bits> Collection<B> {
         &self.design
     }
 
-    /// Every live document within `k` of `fp`, nearest first (ties by id).
+    /// Every live document within `k` of `fp`, nearest first (ties by id),
+    /// for collections without large clusters (tests); requests use
+    /// [`Collection::nearest`].
     pub fn query(&self, fp: B, k: u32) -> Vec<Found> {
+        self.nearest(fp, k, usize::MAX / 4, |_| false).0
+    }
+
+    /// The `cap` live documents within `k` of `fp` nearest to it, nearest
+    /// first (ties by id), leaving out those `skip` names; `true` when there
+    /// were more. Work and memory are bounded whatever the stored data: once
+    /// four times `cap` matches (at least 256) are in hand, or a table bucket
+    /// holds more than [`BUCKET_CAP`] entries, the search stops and answers
+    /// the nearest of the matches it examined (with `true`): a cluster of a
+    /// million copies costs what a few hundred do.
+    pub fn nearest(
+        &self,
+        fp: B,
+        k: u32,
+        cap: usize,
+        skip: impl Fn(&str) -> bool,
+    ) -> (Vec<Found>, bool) {
+        // Matches examined for `cap`: beyond these, the nearest of those
+        // examined are answered (and `true` says the list is cut short).
+        let enough = cap.saturating_mul(4).max(256);
         let s = self.state.read().expect("collection lock");
-        let mut found: Vec<Found> = Vec::new();
+        let mut near: Vec<(u32, &str)> = Vec::new();
+        let mut more = false;
         let mut push = |entry: u64, distance: u32| {
             if s.tombstones.contains(&entry) {
                 return;
             }
-            if let Some(id) = s.ids.name(entry) {
-                found.push(Found {
-                    id: Arc::from(id),
-                    distance,
-                    similarity: None,
-                });
+            if let Some(id) = s.ids.name(entry)
+                && !skip(id)
+            {
+                near.push((distance, id));
             }
         };
         for level in [&s.main, &s.mid] {
             if level.is_empty() {
                 continue;
             }
-            for m in level.query(fp, k).expect("k checked by the caller") {
+            let (matches, capped) = level
+                .query_capped(fp, k, BUCKET_CAP, enough)
+                .expect("k checked by the caller");
+            more |= capped;
+            for m in matches {
                 push(m.id, m.distance);
             }
         }
+        // The recent additions are few (a merge is asked for past
+        // RECENT_MAX): scanned whole.
         for &(entry, other) in &s.recent {
             let d = fp.distance(other);
             if d <= k {
                 push(entry, d);
             }
         }
-        drop(s);
-        found.sort_unstable_by(|a, b| a.distance.cmp(&b.distance).then(a.id.cmp(&b.id)));
-        found
+        more |= keep_nearest(&mut near, cap);
+        let found = near
+            .into_iter()
+            .map(|(distance, id)| Found {
+                id: Arc::from(id),
+                distance,
+                similarity: None,
+            })
+            .collect();
+        (found, more)
     }
 
     /// Whether a document with this id is stored.

@@ -14,6 +14,11 @@ pub enum ServiceError {
     Config(String),
     #[error("the service is shutting down")]
     ShuttingDown,
+    /// A request the writer refused (a vector of another dimension).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the service's writer has stopped: writes are refused until it is restarted")]
+    WriterStopped,
 }
 
 /// An error answer: `{"error": {"code", "message"}}` with its HTTP status.
@@ -42,8 +47,12 @@ impl From<ServiceError> for ApiError {
     /// The client is told what kind of failure it met; the details (paths,
     /// the storage engine's own words) go to the log, not over the wire.
     fn from(e: ServiceError) -> Self {
+        if let ServiceError::Invalid(m) = e {
+            return ApiError::bad_request("invalid_document", m);
+        }
         let (code, message) = match e {
             ServiceError::ShuttingDown => ("shutting_down", e.to_string()),
+            ServiceError::WriterStopped => ("writer_stopped", e.to_string()),
             _ => {
                 tracing::error!("request failed: {e}");
                 (

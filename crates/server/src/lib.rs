@@ -49,6 +49,9 @@ pub struct Options {
     /// How the store's database file is opened (and reopened after a failed
     /// commit).
     pub opener: store::Opener,
+    /// Called by the writer with each document's id; tests make it panic.
+    #[doc(hidden)]
+    pub writer_fault: Option<fn(&str)>,
 }
 
 impl Default for Options {
@@ -59,6 +62,7 @@ impl Default for Options {
             max_body: 16 << 20,
             body_timeout: Duration::from_secs(30),
             opener: store::Opener::default(),
+            writer_fault: None,
         }
     }
 }
@@ -139,11 +143,24 @@ fn start<B: Bits>(
     let build_seconds = read_started.elapsed().as_secs_f64() - read_seconds;
     let store = Arc::new(store);
     let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+    let dim = match settings.config.dim {
+        Some(d) => Some(d),
+        None => store.dimension()?,
+    };
+    let control = Arc::new(writer::Control {
+        fault: options.writer_fault,
+        dim: dim.unwrap_or(0).into(),
+        ..Default::default()
+    });
     let writer = {
-        let (s, c) = (Arc::clone(&store), Arc::clone(&collection));
+        let (s, c, w) = (
+            Arc::clone(&store),
+            Arc::clone(&collection),
+            Arc::clone(&control),
+        );
         std::thread::Builder::new()
             .name("neardup-writer".into())
-            .spawn(move || writer::run::<B>(s, c, rx))
+            .spawn(move || writer::run::<B>(s, c, rx, w))
             .map_err(|e| ServiceError::Config(format!("cannot start the writer: {e}")))?
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -164,9 +181,17 @@ fn start<B: Bits>(
         token: options.token,
         protect: options.protect,
         started: Instant::now(),
+        control: Arc::clone(&control),
+        max_body: options.max_body,
+        replies: Arc::new(tokio::sync::Semaphore::new(
+            api::reply_memory_kib(options.max_body) as usize,
+        )),
     });
     let router = api::router(Arc::clone(&service), options.max_body, options.body_timeout);
     let closer = move || {
+        // Whatever the writer has not decided yet is refused: closing waits
+        // for one commit at most, however much was queued.
+        control.closing.store(true, Ordering::SeqCst);
         service.jobs.write().expect("jobs lock").take();
         join(writer);
         stop.store(true, Ordering::Relaxed);
@@ -195,7 +220,12 @@ pub struct Limits {
     /// the server starts waiting for them: an idle keep-alive connection is
     /// closed after it too.
     pub header_timeout: Duration,
-    /// Connections served at once; further ones are closed as accepted.
+    /// Time a reply may wait for a client that does not read it: the
+    /// connection is then closed (and the reply's memory freed).
+    pub write_timeout: Duration,
+    /// Connections served at once. One client address gets at most seven
+    /// eighths of them; a connection over either limit is answered 503 with
+    /// `Retry-After` and closed.
     pub max_connections: usize,
     /// After the shutdown signal: how long in-flight requests have to finish
     /// before their connections are dropped.
@@ -206,6 +236,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             header_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
             max_connections: 4096,
             shutdown_deadline: Duration::from_secs(10),
         }
@@ -218,12 +249,45 @@ impl Default for Limits {
 /// `limits.shutdown_deadline`) and closes the app (every acknowledged write
 /// committed). `on_bound` gets the bound address (useful with port 0).
 pub async fn serve(
-    mut app: App,
+    app: App,
     listener: std::net::TcpListener,
     limits: Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
+    serve_inner(listener, limits, Ok(app), shutdown, on_bound).await
+}
+
+/// An open collection, or how to open it.
+type Opening<E> = Result<App, Box<dyn FnOnce() -> Result<App, E> + Send>>;
+
+/// [`serve`], answering while `open` opens the collection (on a blocking
+/// thread): until it is open every request is answered 503 (`/readyz`:
+/// `{"status": "loading"}`) with `Retry-After`. An error of `open` stops
+/// the server and is returned.
+pub async fn serve_opening<E>(
+    listener: std::net::TcpListener,
+    limits: Limits,
+    open: impl FnOnce() -> Result<App, E> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    on_bound: impl FnOnce(SocketAddr),
+) -> Result<(), E>
+where
+    E: From<std::io::Error> + Send + 'static,
+{
+    serve_inner(listener, limits, Err(Box::new(open)), shutdown, on_bound).await
+}
+
+async fn serve_inner<E>(
+    listener: std::net::TcpListener,
+    limits: Limits,
+    open: Opening<E>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    on_bound: impl FnOnce(SocketAddr),
+) -> Result<(), E>
+where
+    E: From<std::io::Error> + Send + 'static,
+{
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
 
@@ -233,15 +297,44 @@ pub async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let max = limits.max_connections.max(1);
+    let per_client = (max - max / 8).max(1);
+    let slots = Arc::new(tokio::sync::Semaphore::new(max));
+    let clients: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>> =
+        Arc::default();
+    // Refusals being written; beyond these, over-limit connections are
+    // closed without a word.
+    let refusals = Arc::new(tokio::sync::Semaphore::new(256));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut refused_logged = false;
+    let router: Arc<std::sync::OnceLock<Router>> = Arc::default();
+    let (mut app, mut opening) = match open {
+        Ok(a) => {
+            let _ = router.set(a.router.clone());
+            (Some(a), None)
+        }
+        Err(open) => (None, Some(tokio::task::spawn_blocking(open))),
+    };
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
+            opened = async { opening.as_mut().expect("still opening").await },
+                if opening.is_some() =>
+            {
+                opening = None;
+                match opened {
+                    Ok(Ok(a)) => {
+                        let _ = router.set(a.router.clone());
+                        app = Some(a);
+                        continue;
+                    }
+                    Ok(Err(e)) => return Err(e),
+                    Err(join) => return Err(std::io::Error::other(join).into()),
+                }
+            }
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(pair) => pair,
                 Err(e) => {
                     // Out of file descriptors and the like: wait for
                     // connections to close rather than spin.
@@ -251,23 +344,62 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+        let ip = peer.ip();
+        let admitted = {
+            let mut c = clients.lock().expect("clients lock");
+            let n = c.entry(ip).or_insert(0);
+            if *n < per_client {
+                Arc::clone(&slots)
+                    .try_acquire_owned()
+                    .ok()
+                    .inspect(|_| *n += 1)
+            } else {
+                None
+            }
+        };
+        let Some(slot) = admitted else {
             if !refused_logged {
                 tracing::warn!(
-                    "{} connections open: closing new ones until some finish",
-                    limits.max_connections
+                    "{max} connections open (at most {per_client} from one address): \
+                     answering new ones 503 until some finish"
                 );
                 refused_logged = true;
             }
-            continue; // dropped: closed at once
+            if let Ok(permit) = Arc::clone(&refusals).try_acquire_owned() {
+                tokio::spawn(async move {
+                    refuse(stream).await;
+                    drop(permit);
+                });
+            }
+            continue;
         };
         refused_logged = false;
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.router.clone());
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let router = Arc::clone(&router);
+        let service =
+            tower::service_fn(move |req: axum::extract::Request<hyper::body::Incoming>| {
+                let router = router.get().cloned();
+                async move {
+                    use tower::ServiceExt;
+                    match router {
+                        Some(r) => r.oneshot(req.map(axum::body::Body::new)).await,
+                        None => Ok(loading()),
+                    }
+                }
+            });
+        let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
+        let conn = graceful.watch(http.serve_connection(io, TowerToHyperService::new(service)));
+        let clients = Arc::clone(&clients);
         tokio::spawn(async move {
             let _ = conn.await;
             drop(slot);
+            let mut c = clients.lock().expect("clients lock");
+            if let Some(n) = c.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    c.remove(&ip);
+                }
+            }
         });
     }
     drop(listener);
@@ -280,10 +412,163 @@ pub async fn serve(
             limits.shutdown_deadline
         );
     }
-    tokio::task::spawn_blocking(move || app.close())
-        .await
-        .map_err(std::io::Error::other)?;
+    let app = match (app, opening) {
+        (Some(a), _) => Some(a),
+        // Stopped while opening: let the opening finish, then close it.
+        (None, Some(o)) => match o.await {
+            Ok(Ok(a)) => Some(a),
+            Ok(Err(e)) => return Err(e),
+            Err(join) => return Err(std::io::Error::other(join).into()),
+        },
+        (None, None) => None,
+    };
+    if let Some(mut app) = app {
+        tokio::task::spawn_blocking(move || app.close())
+            .await
+            .map_err(std::io::Error::other)?;
+    }
     Ok(())
+}
+
+/// The answer to every request while the collection is opening.
+fn loading() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        [(axum::http::header::RETRY_AFTER, "1")],
+        axum::Json(serde_json::json!({
+            "status": "loading",
+            "error": {"code": "loading", "message": "the collection is being opened: retry shortly"},
+        })),
+    )
+        .into_response()
+}
+
+/// Answers a connection over the limits 503 with `Retry-After`, then closes
+/// it (reading what the client sent, briefly, so that the answer is not lost
+/// to a reset).
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BODY: &str = r#"{"error":{"code":"too_many_connections","message":"too many connections are open: retry shortly"}}"#;
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let answer = async {
+        stream.write_all(reply.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            if stream.read(&mut sink).await? == 0 {
+                break;
+            }
+        }
+        std::io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
+}
+
+/// A connection whose writes fail once one has waited `timeout` for the
+/// client to read: a client that never reads its reply cannot hold the
+/// connection (and the reply's memory) for longer.
+struct WriteTimeout<S> {
+    inner: S,
+    timeout: Duration,
+    waiting: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteTimeout<S> {
+    fn new(inner: S, timeout: Duration) -> Self {
+        WriteTimeout {
+            inner,
+            timeout,
+            waiting: None,
+        }
+    }
+
+    /// After the inner write was pending: Ready(Err) once waited too long.
+    fn expired<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::future::Future;
+        let timeout = self.timeout;
+        let sleep = self
+            .waiting
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match sleep.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client did not read its reply",
+            ))),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteTimeout<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteTimeout<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match std::pin::Pin::new(&mut self.inner).poll_write(cx, buf) {
+            std::task::Poll::Pending => self.expired(cx),
+            done => {
+                self.waiting = None;
+                done
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
+            std::task::Poll::Pending => self.expired(cx),
+            done => {
+                self.waiting = None;
+                done
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match std::pin::Pin::new(&mut self.inner).poll_flush(cx) {
+            std::task::Poll::Pending => self.expired(cx),
+            done => {
+                self.waiting = None;
+                done
+            }
+        }
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Completes on SIGTERM or Ctrl-C.

@@ -37,12 +37,20 @@ const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const SKETCHES: TableDefinition<&str, &[u8]> = TableDefinition::new("sketches");
 
 /// The store format this build writes: 2 keeps a verification sketch per
-/// document stored by text; 3 adds the checksums. Older stores are upgraded
+/// document stored by text; 3 adds the records' checksums; 4 the settings'. Older stores are upgraded
 /// when opened (one transaction: all of it or none). Version 1 documents have
 /// no sketch: they are matched by distance alone until stored again with their
 /// text, which writes the sketch.
-pub const STORE_VERSION: u32 = 3;
+pub const STORE_VERSION: u32 = 4;
 const SETTINGS_KEY: &str = "settings";
+/// The settings' checksum (version 4 on): the settings are checked before
+/// they are used, like every other byte read.
+const SETTINGS_CHECK_KEY: &str = "settings_check";
+const SETTINGS_TAG: u8 = 3;
+/// A collection of vectors without a configured dimension: the dimension of
+/// its first vector, fixed with it ("dim checksum").
+const DIMENSION_KEY: &str = "vector_dim";
+const DIMENSION_TAG: u8 = 4;
 /// `count xor` of the `docs` records' checksums (hexadecimal).
 const DIGEST_KEY: &str = "docs_digest";
 /// Bytes of checksum at the end of every record.
@@ -115,10 +123,40 @@ impl Digest {
     }
 }
 
+thread_local! {
+    /// Set while a storage call runs under [`guarded`]: a panic there is
+    /// turned into an error, so its message is kept for the log, not printed.
+    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static CAUGHT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Installs (once) a panic hook that stays quiet for panics [`guarded`]
+/// catches, and leaves every other panic to the hook before it.
+fn quiet_guarded_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if GUARDED.with(std::cell::Cell::get) {
+                CAUGHT.with(|c| *c.borrow_mut() = Some(info.to_string()));
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// Runs a storage call, turning a panic of the engine (on a damaged page)
-/// into an error.
+/// into an error (the panic's own message goes to the log at debug level).
 fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T, ServiceError>) -> Result<T, ServiceError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+    quiet_guarded_panics();
+    let outer = GUARDED.with(|g| g.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(outer));
+    result.unwrap_or_else(|_| {
+        if let Some(m) = CAUGHT.with(|c| c.borrow_mut().take()) {
+            tracing::debug!("{}: the storage engine panicked: {m}", path.display());
+        }
         Err(ServiceError::Storage(format!(
             "{}: the storage engine failed reading it: the file is damaged; {RESTORE}",
             path.display()
@@ -162,6 +200,8 @@ pub enum Write<'a> {
     Delete {
         id: &'a str,
     },
+    /// Fixes the dimension of a collection of vectors (with its first one).
+    Dimension(usize),
 }
 
 /// A stored document.
@@ -302,9 +342,28 @@ impl Store {
                 })?
                 .value()
                 .to_owned();
+            let check = table
+                .get(SETTINGS_CHECK_KEY)
+                .map_err(storage)?
+                .map(|v| v.value().to_owned());
+            let damaged = || {
+                ServiceError::Storage(format!(
+                    "{}: the collection's settings are damaged (their checksum disagrees); \
+                     {RESTORE}",
+                    path.display()
+                ))
+            };
+            if let Some(check) = &check
+                && u64::from_str_radix(check, 16).ok() != Some(settings_check(&text))
+            {
+                return Err(damaged());
+            }
             let s: Settings = serde_json::from_str(&text).map_err(|e| {
                 ServiceError::Storage(format!("{}: unreadable settings: {e}", path.display()))
             })?;
+            if check.is_none() && s.version >= 4 {
+                return Err(damaged());
+            }
             s.config
                 .validate()
                 .map_err(|e| ServiceError::Storage(e.to_string()))?;
@@ -331,8 +390,7 @@ impl Store {
                 let tx = db.begin_write().map_err(storage)?;
                 {
                     let mut table = tx.open_table(META).map_err(storage)?;
-                    let text = serde_json::to_string(&s).expect("settings serialise");
-                    table.insert(SETTINGS_KEY, text.as_str()).map_err(storage)?;
+                    write_settings(&mut table, &s)?;
                     table
                         .insert(DIGEST_KEY, Digest::default().text().as_str())
                         .map_err(storage)?;
@@ -465,6 +523,10 @@ impl Store {
                         }
                         sketches.remove(*id).map_err(storage)?;
                     }
+                    Write::Dimension(dim) => {
+                        let text = format!("{dim} {:016x}", dimension_check(*dim));
+                        meta.insert(DIMENSION_KEY, text.as_str()).map_err(storage)?;
+                    }
                 }
             }
             meta.insert(DIGEST_KEY, digest.text().as_str())
@@ -569,12 +631,37 @@ impl Store {
                 })?;
             let table = tx.open_table(DOCS).map_err(storage)?;
             let mut got = Digest::default();
+            let mut previous: Option<String> = None;
             for entry in table.iter().map_err(storage)? {
                 let (k, v) = entry.map_err(storage)?;
                 let id = k.value();
                 let value = self.checked(id, v.value())?;
+                // The scan reads the leaves in order; a lookup goes through
+                // the branch pages. Both must agree, or a stored document
+                // would be missed by a lookup (404, a second copy stored, a
+                // delete undone).
+                if previous.as_deref().is_some_and(|p| p >= id) {
+                    return Err(self.damaged(format!(
+                        "the document table's keys are out of order or repeated at {id:?}"
+                    )));
+                }
+                let found = table.get(id).map_err(storage)?;
+                if found.as_ref().map(|g| g.value()) != Some(v.value()) {
+                    return Err(self.damaged(format!(
+                        "document {id:?} is not found by its own key: the document \
+                         table's index is damaged"
+                    )));
+                }
+                drop(found);
                 got.add(stored_check(v.value()));
                 f(id, &value[..self.fp_bytes]);
+                match &mut previous {
+                    Some(p) => {
+                        p.clear();
+                        p.push_str(id);
+                    }
+                    None => previous = Some(id.to_owned()),
+                }
             }
             if got != want {
                 return Err(self.damaged(format!(
@@ -583,6 +670,27 @@ impl Store {
                 )));
             }
             Ok(())
+        })
+    }
+
+    /// The dimension the collection's vectors have, once its first vector is
+    /// stored (when its settings fix none), checked.
+    pub fn dimension(&self) -> Result<Option<usize>, ServiceError> {
+        guarded(&self.path, || {
+            let db = self.handle()?;
+            let tx = db.begin_read().map_err(storage)?;
+            let meta = tx.open_table(META).map_err(storage)?;
+            let Some(v) = meta.get(DIMENSION_KEY).map_err(storage)? else {
+                return Ok(None);
+            };
+            v.value()
+                .split_once(' ')
+                .and_then(|(d, c)| {
+                    let d: usize = d.parse().ok()?;
+                    (u64::from_str_radix(c, 16).ok()? == dimension_check(d)).then_some(d)
+                })
+                .map(Some)
+                .ok_or_else(|| self.damaged("the collection's vector dimension is damaged".into()))
         })
     }
 
@@ -602,6 +710,29 @@ impl Store {
     }
 }
 
+/// The dimension's checksum.
+fn dimension_check(dim: usize) -> u64 {
+    checksum(DIMENSION_TAG, DIMENSION_KEY, &(dim as u64).to_le_bytes())
+}
+
+/// The settings' checksum.
+fn settings_check(text: &str) -> u64 {
+    checksum(SETTINGS_TAG, SETTINGS_KEY, text.as_bytes())
+}
+
+/// Writes the settings and their checksum.
+fn write_settings(
+    meta: &mut redb::Table<'_, &str, &str>,
+    settings: &Settings,
+) -> Result<(), ServiceError> {
+    let text = serde_json::to_string(settings).expect("settings serialise");
+    meta.insert(SETTINGS_KEY, text.as_str()).map_err(storage)?;
+    let check = format!("{:016x}", settings_check(&text));
+    meta.insert(SETTINGS_CHECK_KEY, check.as_str())
+        .map_err(storage)?;
+    Ok(())
+}
+
 /// Rewrites a store of an older version with this version's checksums, in one
 /// transaction, and returns its settings at this version.
 fn upgrade(db: &Database, path: &Path, mut settings: Settings) -> Result<Settings, ServiceError> {
@@ -614,7 +745,13 @@ fn upgrade(db: &Database, path: &Path, mut settings: Settings) -> Result<Setting
         let mut out = Vec::new();
         // Sketches first, then the documents, each told whether it has one.
         let mut value = Vec::new();
-        for (def, tag) in [(SKETCHES, SKETCHES_TAG), (DOCS, DOCS_TAG)] {
+        // Version 3 on: the records are sealed already.
+        let tables: &[_] = if from < 3 {
+            &[(SKETCHES, SKETCHES_TAG), (DOCS, DOCS_TAG)]
+        } else {
+            &[]
+        };
+        for &(def, tag) in tables {
             let sketches = (tag == DOCS_TAG)
                 .then(|| tx.open_table(SKETCHES))
                 .transpose()
@@ -668,10 +805,11 @@ fn upgrade(db: &Database, path: &Path, mut settings: Settings) -> Result<Setting
         }
         settings.version = STORE_VERSION;
         let mut meta = tx.open_table(META).map_err(storage)?;
-        let text = serde_json::to_string(&settings).expect("settings serialise");
-        meta.insert(SETTINGS_KEY, text.as_str()).map_err(storage)?;
-        meta.insert(DIGEST_KEY, digest.text().as_str())
-            .map_err(storage)?;
+        write_settings(&mut meta, &settings)?;
+        if from < 3 {
+            meta.insert(DIGEST_KEY, digest.text().as_str())
+                .map_err(storage)?;
+        }
     }
     tx.commit().map_err(storage)?;
     tracing::info!(
@@ -831,6 +969,87 @@ mod tests {
         );
         assert!(refused > 20, "{refused} refused, {harmless} harmless");
         assert!(harmless > 0, "{refused} refused, {harmless} harmless");
+    }
+
+    /// Keys damaged where they are used to find records (the separator keys
+    /// of the `docs` table's branch pages, which no record checksum covers)
+    /// or in the records themselves: the store is refused at open, or reads
+    /// exactly as it was. Every copy of a key in the file is damaged in turn,
+    /// in an order-keeping way (a digit moved by one), as well as random bits.
+    #[test]
+    fn damaged_keys_are_refused_or_harmless() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids: Vec<String> = (0..2000).map(|i| format!("key-{i:05}")).collect();
+        {
+            let (store, _) =
+                Store::open_or_create(dir.path(), || Ok(settings(STORE_VERSION))).unwrap();
+            let fps: Vec<[u8; 16]> = (0..2000).map(fingerprint).collect();
+            let writes: Vec<Write> = ids
+                .iter()
+                .zip(&fps)
+                .map(|(id, fp)| Write::Put {
+                    id,
+                    fingerprint: fp,
+                    meta: None,
+                    sketch: None,
+                })
+                .collect();
+            store.commit(&writes).unwrap();
+        }
+        let (store, _) = Store::open_or_create(dir.path(), refuse).unwrap();
+        let want = dump(&store, &ids).unwrap();
+        drop(store);
+        let bytes = std::fs::read(dir.path().join(DB_FILE)).unwrap();
+        // The last digit of every copy of a key held more than once (in a
+        // leaf and as a separator in a branch page) and of every 50th key;
+        // then random bits.
+        let mut copies: std::collections::HashMap<&[u8], Vec<usize>> = Default::default();
+        for (at, w) in bytes.windows(9).enumerate() {
+            if w.starts_with(b"key-") && w[4..].iter().all(u8::is_ascii_digit) {
+                copies.entry(w).or_default().push(at + 8);
+            }
+        }
+        let separators = copies.values().filter(|c| c.len() > 1).count();
+        let mut flips: Vec<(usize, u8)> = copies
+            .iter()
+            .filter(|(k, c)| c.len() > 1 || (k[8] == b'0' && k[7] % 5 == 0))
+            .flat_map(|(_, c)| c.iter().map(|&at| (at, 1)))
+            .collect();
+        flips.sort_unstable();
+        let keys = flips.len();
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..200 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            flips.push(((x >> 8) as usize % bytes.len(), 1 << (x % 8)));
+        }
+        let scratch = tempfile::tempdir().unwrap();
+        let (mut refused, mut harmless) = (0, 0);
+        for (n, &(at, bit)) in flips.iter().enumerate() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= bit;
+            let d = scratch.path().join(n.to_string());
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join(DB_FILE), &damaged).unwrap();
+            match Store::open_or_create(&d, refuse).and_then(|(s, _)| dump(&s, &ids)) {
+                Err(_) => refused += 1,
+                Ok(got) => {
+                    assert!(got == want, "a flip at byte {at} was served as data");
+                    harmless += 1;
+                }
+            }
+            std::fs::remove_dir_all(&d).unwrap();
+        }
+        eprintln!(
+            "{keys} key copies ({separators} keys held twice) and 200 random bits: \
+             {refused} refused, {harmless} harmless"
+        );
+        assert!(
+            separators > 5,
+            "{separators} keys held twice: no branch pages?"
+        );
+        assert!(refused >= keys / 2, "{refused} refused");
     }
 
     #[test]

@@ -7,14 +7,16 @@
 //! to the in-memory collection, and only then answers. One fsync serves every
 //! request of the batch.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 
 use neardup_core::index::Bits;
 use neardup_core::sketch::Sketch;
 use tokio::sync::oneshot;
 
-use crate::collection::{Collection, Found};
+use crate::collection::{Collection, Found, keep_nearest};
 use crate::error::ServiceError;
 use crate::store::{Store, Write};
 
@@ -41,13 +43,19 @@ pub struct NewDoc<B> {
     pub meta: Option<Vec<u8>>,
     /// The text's verification sketch (None when a fingerprint was given).
     pub sketch: Option<Sketch>,
+    /// The dimension of the vector it was given as, if it was.
+    pub dim: Option<usize>,
 }
 
 /// What happened to one document.
 #[derive(Debug)]
 pub struct Outcome {
     pub stored: bool,
+    /// The nearest matches, at most the request's limit.
     pub duplicates: Vec<Found>,
+    /// More matches were found than are listed (or a bucket was too large to
+    /// examine whole).
+    pub truncated: bool,
 }
 
 #[derive(Debug)]
@@ -58,6 +66,8 @@ pub enum Job<B> {
         k: u32,
         /// Keep a match only when its estimated Jaccard similarity reaches this.
         verify: Option<f64>,
+        /// Matches kept per document: the nearest.
+        limit: usize,
         reply: oneshot::Sender<Result<Vec<Outcome>, ServiceError>>,
     },
     Delete {
@@ -77,10 +87,52 @@ impl<B> Job<B> {
 
 pub type JobSender<B> = SyncSender<Job<B>>;
 
+/// What the service and its writer thread share.
+#[derive(Debug, Default)]
+pub struct Control {
+    /// Set when the service closes: the writer refuses every document it has
+    /// not yet decided (nothing of them is written), so that closing waits
+    /// for one commit at most.
+    pub closing: AtomicBool,
+    /// Set when the writer thread stopped without being asked to (a panic):
+    /// writes can no longer succeed, and health checks say so.
+    pub dead: AtomicBool,
+    /// The dimension of the collection's vectors once fixed (by the settings
+    /// or by the first vector stored); 0 until then.
+    pub dim: AtomicUsize,
+    /// Called with each document's id before it is decided; tests use it to
+    /// make the writer fail.
+    #[doc(hidden)]
+    pub fault: Option<fn(&str)>,
+}
+
+/// Marks the writer dead if its thread unwinds.
+struct Watch<'a>(&'a Control);
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.dead.store(true, Ordering::SeqCst);
+            tracing::error!(
+                "the writer thread failed: writes are refused and /healthz and /readyz \
+                 answer 503 until the service is restarted"
+            );
+        }
+    }
+}
+
 /// Runs until every sender is dropped, then returns (everything received has
-/// been committed and answered).
-pub fn run<B: Bits>(store: Arc<Store>, collection: Arc<Collection<B>>, rx: Receiver<Job<B>>) {
+/// been committed and answered, or refused once `control.closing` is set).
+pub fn run<B: Bits>(
+    store: Arc<Store>,
+    collection: Arc<Collection<B>>,
+    rx: Receiver<Job<B>>,
+    control: Arc<Control>,
+) {
     let mut jobs: Vec<Job<B>> = Vec::new();
+    // Dropped before `jobs` on a panic: the writer is marked dead before
+    // the requests it held learn that it failed.
+    let _watch = Watch(&control);
     while let Ok(first) = rx.recv() {
         let mut size = first.size();
         jobs.push(first);
@@ -93,7 +145,7 @@ pub fn run<B: Bits>(store: Arc<Store>, collection: Arc<Collection<B>>, rx: Recei
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        process(&store, &collection, &mut jobs);
+        process(&store, &collection, &mut jobs, &control);
     }
 }
 
@@ -140,49 +192,161 @@ pub fn verify_found(
 /// for a delete).
 type Pending<B> = (String, Option<(B, Option<Sketch>)>);
 
+/// The writes decided so far in one write batch, in order, with the latest
+/// of each id found by a hash lookup: later decisions of the batch override
+/// the collection, and a document is compared with the batch's live puts
+/// once each (linear in the batch, never in what it matched before).
+struct Batch<B> {
+    writes: Vec<Pending<B>>,
+    /// Whether each write is still the latest of its id.
+    live: Vec<bool>,
+    last: HashMap<String, usize>,
+    /// The vector dimension this batch fixes, if it stores the collection's
+    /// first vector.
+    dim: Option<usize>,
+}
+
+impl<B: Bits> Batch<B> {
+    fn new() -> Self {
+        Batch {
+            writes: Vec::new(),
+            live: Vec::new(),
+            last: HashMap::new(),
+            dim: None,
+        }
+    }
+
+    fn push(&mut self, w: Pending<B>) {
+        let at = self.writes.len();
+        if let Some(old) = self.last.insert(w.0.clone(), at) {
+            self.live[old] = false;
+        }
+        self.writes.push(w);
+        self.live.push(true);
+    }
+
+    /// The latest write of `id` in this batch: Some(None) for a delete.
+    fn latest(&self, id: &str) -> Option<&Option<(B, Option<Sketch>)>> {
+        self.last.get(id).map(|&i| &self.writes[i].1)
+    }
+
+    /// Drops the writes from `len` on (a request that failed whole).
+    fn truncate(&mut self, len: usize) {
+        if len == self.writes.len() {
+            return;
+        }
+        self.writes.truncate(len);
+        self.live.truncate(len);
+        self.last.clear();
+        self.live.iter_mut().for_each(|l| *l = false);
+        for (i, (id, _)) in self.writes.iter().enumerate() {
+            if let Some(old) = self.last.insert(id.clone(), i) {
+                self.live[old] = false;
+            }
+            self.live[i] = true;
+        }
+    }
+}
+
 /// How an upsert asks its documents to be decided.
 #[derive(Clone, Copy)]
 struct Ask {
     mode: Mode,
     k: u32,
     verify: Option<f64>,
+    limit: usize,
 }
 
-/// Decides one upsert's documents against the collection, the batch's earlier
-/// decisions (`pending`) and its own, in order; its writes go to `mine`.
+/// The most matches one document or query answers with (`limit`), so that a
+/// request against a large cluster of copies is bounded in work and reply.
+pub const MAX_MATCHES: usize = 1000;
+
+/// Candidates a verified document examines beyond its `limit`: verification
+/// drops some, and the nearest that pass are reported.
+const VERIFY_CANDIDATES: usize = MAX_MATCHES;
+
+/// Decides one upsert's documents against the collection and the batch's
+/// earlier decisions (its own included), in order, adding its writes to
+/// `batch`. Each document keeps at most its limit of matches (the nearest),
+/// and examines at most [`crate::collection::BUCKET_CAP`] entries of a
+/// bucket: the work is bounded by the batch's size, whatever is stored.
 fn decide<B: Bits>(
     (store, collection): (&Store, &Collection<B>),
-    pending: &[Pending<B>],
+    batch: &mut Batch<B>,
     docs: &[NewDoc<B>],
-    Ask { mode, k, verify }: Ask,
-    mine: &mut Vec<Pending<B>>,
+    Ask {
+        mode,
+        k,
+        verify,
+        limit,
+    }: Ask,
+    control: &Control,
 ) -> Result<Vec<Outcome>, ServiceError> {
     let mut out = Vec::with_capacity(docs.len());
     for d in docs {
-        let earlier = || pending.iter().chain(mine.iter());
-        let mut dups = collection.query(d.fp, k);
+        if control.closing.load(Ordering::Relaxed) {
+            return Err(ServiceError::ShuttingDown);
+        }
+        if let Some(fault) = control.fault {
+            fault(&d.id);
+        }
+        if let Some(dim) = d.dim {
+            let fixed = match control.dim.load(Ordering::SeqCst) {
+                0 => batch.dim,
+                d => Some(d),
+            };
+            match fixed {
+                Some(f) if f != dim => {
+                    return Err(ServiceError::Invalid(format!(
+                        "document {:?}: a vector of {dim} dimensions, but this collection's \
+                         vectors have {f}",
+                        d.id
+                    )));
+                }
+                Some(_) => {}
+                None if mode == Mode::Check => {}
+                None => batch.dim = Some(dim),
+            }
+        }
+        let cap = match (verify, &d.sketch) {
+            (Some(_), Some(_)) => limit.max(VERIFY_CANDIDATES),
+            _ => limit,
+        }
+        .max(1);
         // Later decisions of this batch override the collection.
-        dups.retain(|f| !earlier().any(|(id, _)| **id == *f.id));
-        for (id, w) in earlier() {
+        let (mut dups, mut more) =
+            collection.nearest(d.fp, k, cap, |id| batch.last.contains_key(id));
+        let mut near: Vec<(u32, &str)> = dups.iter().map(|f| (f.distance, &*f.id)).collect();
+        // As in the collection: past `enough` matches, the nearest of those
+        // examined are kept.
+        let enough = near.len() + cap.saturating_mul(4).max(256);
+        for ((id, w), _) in batch.writes.iter().zip(&batch.live).filter(|(_, l)| **l) {
             if let Some((fp, _)) = w {
                 let dist = d.fp.distance(*fp);
                 if dist <= k {
-                    dups.push(Found {
-                        id: Arc::from(id.as_str()),
-                        distance: dist,
-                        similarity: None,
-                    });
+                    if near.len() >= enough {
+                        more = true;
+                        break;
+                    }
+                    near.push((dist, id));
                 }
             }
         }
-        dups.sort_unstable_by(|a, b| a.distance.cmp(&b.distance).then(a.id.cmp(&b.id)));
-        dups.dedup_by(|a, b| a.id == b.id);
+        more |= keep_nearest(&mut near, cap);
+        let near: Vec<Found> = near
+            .into_iter()
+            .map(|(distance, id)| Found {
+                id: Arc::from(id),
+                distance,
+                similarity: None,
+            })
+            .collect();
+        dups = near;
         if let (Some(t), Some(sketch)) = (verify, &d.sketch) {
             let in_batch = |id: &str| {
-                earlier()
-                    .filter(|(p, _)| p == id)
-                    .last()
-                    .map(|(_, w)| w.as_ref().and_then(|(_, s)| s.clone()))
+                batch
+                    .latest(id)
+                    .map(|w| w.as_ref().and_then(|(_, s)| s.clone()))
             };
             dups = verify_found(store, dups, sketch, t, in_batch)?;
         }
@@ -191,22 +355,32 @@ fn decide<B: Bits>(
             Mode::InsertIfNew => dups.is_empty(),
             Mode::Check => false,
         };
+        if dups.len() > limit {
+            dups.truncate(limit);
+            more = true;
+        }
         if stored {
-            mine.push((d.id.clone(), Some((d.fp, d.sketch.clone()))));
+            batch.push((d.id.clone(), Some((d.fp, d.sketch.clone()))));
         }
         out.push(Outcome {
             stored,
             duplicates: dups,
+            truncated: more,
         });
     }
     Ok(out)
 }
 
-fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Job<B>>) {
+fn process<B: Bits>(
+    store: &Store,
+    collection: &Collection<B>,
+    jobs: &mut Vec<Job<B>>,
+    control: &Control,
+) {
     // Decide every document against the collection and this batch's earlier
     // decisions, in arrival order. A request whose verification cannot read
     // the store fails whole, and none of its documents is written.
-    let mut pending: Vec<Pending<B>> = Vec::new();
+    let mut batch: Batch<B> = Batch::new();
     let mut outcomes: Vec<Option<Result<Vec<Outcome>, ServiceError>>> =
         Vec::with_capacity(jobs.len());
     let mut deleted: Vec<Option<bool>> = Vec::with_capacity(jobs.len());
@@ -217,31 +391,38 @@ fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Jo
                 mode,
                 k,
                 verify,
+                limit,
                 ..
             } => {
-                let mut mine = Vec::new();
                 let ask = Ask {
                     mode: *mode,
                     k: *k,
                     verify: *verify,
+                    limit: *limit,
                 };
-                let out = decide((store, collection), &pending, docs, ask, &mut mine);
-                if out.is_ok() {
-                    pending.append(&mut mine);
+                let before = (batch.writes.len(), batch.dim);
+                let out = decide((store, collection), &mut batch, docs, ask, control);
+                if out.is_err() {
+                    batch.truncate(before.0);
+                    batch.dim = before.1;
                 }
                 outcomes.push(Some(out));
                 deleted.push(None);
             }
             Job::Delete { id, .. } => {
-                let exists = match pending.iter().rev().find(|(p, _)| p == id) {
-                    Some((_, w)) => w.is_some(),
-                    None => collection.contains(id),
+                let exists = if control.closing.load(Ordering::Relaxed) {
+                    None
+                } else {
+                    Some(match batch.latest(id) {
+                        Some(w) => w.is_some(),
+                        None => collection.contains(id),
+                    })
                 };
-                if exists {
-                    pending.push((id.clone(), None));
+                if exists == Some(true) {
+                    batch.push((id.clone(), None));
                 }
                 outcomes.push(None);
-                deleted.push(Some(exists));
+                deleted.push(exists);
             }
         }
     }
@@ -261,7 +442,7 @@ fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Jo
             }
         }
         let mut fi = 0;
-        for (job, out) in jobs.iter().zip(&outcomes) {
+        for ((job, out), del) in jobs.iter().zip(&outcomes).zip(&deleted) {
             match (job, out) {
                 (Job::Upsert { docs, .. }, Some(Ok(out))) => {
                     for (d, o) in docs.iter().zip(out) {
@@ -276,10 +457,15 @@ fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Jo
                         }
                     }
                 }
-                (Job::Delete { id, .. }, _) => writes.push(Write::Delete { id }),
+                (Job::Delete { id, .. }, _) if *del == Some(true) => {
+                    writes.push(Write::Delete { id })
+                }
                 _ => {}
             }
         }
+    }
+    if let Some(dim) = batch.dim {
+        writes.push(Write::Dimension(dim));
     }
     let committed = if writes.is_empty() {
         Ok(())
@@ -291,8 +477,12 @@ fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Jo
     }
     drop(writes);
     if committed.is_ok() {
+        if let Some(dim) = batch.dim {
+            control.dim.store(dim, Ordering::SeqCst);
+        }
         collection.apply(
-            pending
+            batch
+                .writes
                 .iter()
                 .map(|(id, w)| (id.as_str(), w.as_ref().map(|(fp, _)| *fp))),
         );
@@ -307,10 +497,226 @@ fn process<B: Bits>(store: &Store, collection: &Collection<B>, jobs: &mut Vec<Jo
                 });
             }
             Job::Delete { reply, .. } => {
-                let _ = reply.send(match &committed {
-                    Ok(()) => Ok(del.expect("a delete's outcome")),
-                    Err(e) => Err(ServiceError::Storage(e.to_string())),
+                let _ = reply.send(match (&committed, del) {
+                    (_, None) => Err(ServiceError::ShuttingDown),
+                    (Ok(()), Some(existed)) => Ok(existed),
+                    (Err(e), Some(_)) => Err(ServiceError::Storage(e.to_string())),
                 });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Settings;
+    use neardup_core::index::plan;
+    use neardup_core::{FingerprintConfig, Width};
+    use proptest::prelude::*;
+
+    fn open(dir: &std::path::Path) -> (Arc<Store>, Arc<Collection<u64>>) {
+        let p = plan(64, 3, 1e4, None).unwrap();
+        let design = p.options[p.chosen].design.clone();
+        let settings = Settings {
+            config: FingerprintConfig {
+                bits: Width::W64,
+                ..FingerprintConfig::default()
+            },
+            max_k: 3,
+            design: design.clone(),
+            version: crate::store::STORE_VERSION,
+            verify: None,
+        };
+        let (store, _) = Store::open_or_create(dir, || Ok(settings)).unwrap();
+        let c = Collection::new(design, |_| Ok(()), 0).unwrap();
+        (Arc::new(store), Arc::new(c))
+    }
+
+    type Reply = oneshot::Receiver<Result<Vec<Outcome>, ServiceError>>;
+
+    fn upsert(docs: &[(String, u64)], mode: Mode, k: u32, limit: usize) -> (Job<u64>, Reply) {
+        let (tx, rx) = oneshot::channel();
+        let docs = docs
+            .iter()
+            .map(|(id, fp)| NewDoc {
+                id: id.clone(),
+                fp: *fp,
+                meta: None,
+                sketch: None,
+                dim: None,
+            })
+            .collect();
+        let job = Job::Upsert {
+            docs,
+            mode,
+            k,
+            verify: None,
+            limit,
+            reply: tx,
+        };
+        (job, rx)
+    }
+
+    /// Ten thousand documents of one fingerprint in one request, against a
+    /// thousand already stored: each keeps at most its limit of matches, the
+    /// nearest (ties by id), and says there were more.
+    #[test]
+    fn same_fingerprint_batches_keep_at_most_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, collection) = open(dir.path());
+        let control = Control::default();
+        let stored: Vec<(String, u64)> = (0..1000).map(|i| (format!("old{i:04}"), 7)).collect();
+        let (job, _) = upsert(&stored, Mode::Insert, 0, 10);
+        process(&store, &collection, &mut vec![job], &control);
+        let docs: Vec<(String, u64)> = (0..10_000).map(|i| (format!("x{i:05}"), 7)).collect();
+        let (job, mut rx) = upsert(&docs, Mode::Insert, 3, 5);
+        process(&store, &collection, &mut vec![job], &control);
+        let out = rx.try_recv().unwrap().unwrap();
+        assert_eq!(out.len(), 10_000);
+        for o in &out {
+            assert!(o.stored);
+            assert!(o.truncated);
+            let ids: Vec<&str> = o.duplicates.iter().map(|f| &*f.id).collect();
+            // All at distance 0: by id, the first stored ones (of those
+            // examined: the search stops after a few hundred matches).
+            assert_eq!(ids.len(), 5);
+            assert!(ids.iter().all(|i| i.starts_with("old")), "{ids:?}");
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        }
+        assert_eq!(collection.levels().documents, 11_000);
+    }
+
+    /// A service closing refuses what the writer has not decided: nothing of
+    /// it is written, and every request is answered.
+    #[test]
+    fn closing_refuses_what_is_not_decided() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, collection) = open(dir.path());
+        let control = Control::default();
+        control.closing.store(true, Ordering::SeqCst);
+        let docs: Vec<(String, u64)> = (0..100).map(|i| (format!("d{i}"), i)).collect();
+        let (job, mut rx) = upsert(&docs, Mode::Insert, 0, 5);
+        let (tx, mut del) = oneshot::channel();
+        let delete = Job::Delete {
+            id: "d1".into(),
+            reply: tx,
+        };
+        process(&store, &collection, &mut vec![job, delete], &control);
+        assert!(matches!(
+            rx.try_recv().unwrap(),
+            Err(ServiceError::ShuttingDown)
+        ));
+        assert!(matches!(
+            del.try_recv().unwrap(),
+            Err(ServiceError::ShuttingDown)
+        ));
+        assert_eq!(store.document_count().unwrap(), 0);
+        assert_eq!(collection.levels().documents, 0);
+    }
+
+    /// One write job of the oracle: documents (id, fp) and how, or a delete.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Upsert(Vec<(String, u64)>, Mode, u32, usize),
+        Delete(String),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        // Few ids and fingerprints close together: replacements, deletes of
+        // what a batch stored, ties and clusters.
+        let doc = (0..12u32, 0..6u64, 0..64u32).prop_map(|(id, base, bit)| {
+            (
+                format!("d{id}"),
+                (base << 60) | ((1u64 << bit) * u64::from(bit % 3 == 0)),
+            )
+        });
+        let mode = prop_oneof![Just(Mode::Insert), Just(Mode::InsertIfNew)];
+        prop_oneof![
+            4 => (proptest::collection::vec(doc, 1..6), mode, 0..4u32, 0..4usize).prop_map(
+                |(mut docs, m, k, l)| {
+                    // One request names each id once (the API refuses more).
+                    let mut seen = std::collections::HashSet::new();
+                    docs.retain(|(id, _)| seen.insert(id.clone()));
+                    Op::Upsert(docs, m, k, l)
+                }
+            ),
+            1 => (0..12u32).prop_map(|i| Op::Delete(format!("d{i}"))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Batches of requests decided by the writer give what deciding
+        /// every document in order against everything stored before gives:
+        /// the same decisions, the nearest `limit` matches, `truncated` when
+        /// there were more; and the store and collection hold the result.
+        #[test]
+        fn the_writer_matches_a_brute_force_oracle(
+            rounds in proptest::collection::vec(proptest::collection::vec(op(), 1..6), 1..5)
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let (store, collection) = open(dir.path());
+            let control = Control::default();
+            let mut live: Vec<(String, u64)> = Vec::new();
+            for round in rounds {
+                let mut jobs = Vec::new();
+                let mut replies = Vec::new();
+                let mut dels = Vec::new();
+                for op in &round {
+                    match op {
+                        Op::Upsert(docs, mode, k, limit) => {
+                            let (job, rx) = upsert(docs, *mode, *k, *limit);
+                            jobs.push(job);
+                            replies.push(rx);
+                        }
+                        Op::Delete(id) => {
+                            let (tx, rx) = oneshot::channel();
+                            jobs.push(Job::Delete { id: id.clone(), reply: tx });
+                            dels.push(rx);
+                        }
+                    }
+                }
+                process(&store, &collection, &mut jobs, &control);
+                let (mut replies, mut dels) = (replies.into_iter(), dels.into_iter());
+                for op in &round {
+                    match op {
+                        Op::Upsert(docs, mode, k, limit) => {
+                            let got = replies.next().unwrap().try_recv().unwrap().unwrap();
+                            for ((id, fp), o) in docs.iter().zip(got) {
+                                let mut want: Vec<(u32, &str)> = live
+                                    .iter()
+                                    .map(|(i, f)| (fp.distance(*f), i.as_str()))
+                                    .filter(|(d, _)| d <= k)
+                                    .collect();
+                                want.sort_unstable();
+                                let stored = *mode == Mode::Insert || want.is_empty();
+                                prop_assert_eq!(o.stored, stored);
+                                prop_assert_eq!(o.truncated, want.len() > *limit);
+                                want.truncate(*limit);
+                                let got: Vec<(u32, &str)> =
+                                    o.duplicates.iter().map(|f| (f.distance, &*f.id)).collect();
+                                prop_assert_eq!(got, want);
+                                if stored {
+                                    live.retain(|(i, _)| i != id);
+                                    live.push((id.clone(), *fp));
+                                }
+                            }
+                        }
+                        Op::Delete(id) => {
+                            let existed = dels.next().unwrap().try_recv().unwrap().unwrap();
+                            prop_assert_eq!(existed, live.iter().any(|(i, _)| i == id));
+                            live.retain(|(i, _)| i != id);
+                        }
+                    }
+                }
+                let mut stored = Vec::new();
+                store.for_each(|id, fp| stored.push((id.to_owned(), u64::read_le(fp)))).unwrap();
+                let mut want = live.clone();
+                want.sort();
+                prop_assert_eq!(stored, want);
+                prop_assert_eq!(collection.levels().documents, live.len());
             }
         }
     }

@@ -186,7 +186,42 @@ impl Check {
     }
 }
 
+/// Every output of the run (--pairs, --clusters, --keep, --drop) is written
+/// under a temporary name and renamed into place only once the whole run
+/// has succeeded: a failed run leaves none of them, and the files it would
+/// have replaced as they were.
 pub fn run(args: Args) -> Result<ExitCode> {
+    check_outputs(&args)?;
+    let outputs = neardup_core::output::Deferred::begin();
+    let code = run_all(args)?;
+    outputs.commit()?;
+    Ok(code)
+}
+
+/// The checks on the outputs' names that need no work done first.
+fn check_outputs(args: &Args) -> Result<()> {
+    let inputs = &args.source.input.inputs;
+    let from_stdin = inputs.is_empty() || inputs.iter().any(|p| p.as_os_str() == "-");
+    if from_stdin || args.source.fingerprints.is_some() {
+        return Ok(());
+    }
+    if (args.keep.is_some() || args.drop.is_some())
+        && crate::input::parquet_files(&args.source.input)?.is_some()
+    {
+        for path in [&args.keep, &args.drop].into_iter().flatten() {
+            if !crate::parquet_io::is_parquet(path) {
+                bail!(
+                    "the inputs are Parquet, so --keep and --drop write Parquet: name \
+                     the output {}.parquet",
+                    path.with_extension("").display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_all(args: Args) -> Result<ExitCode> {
     init_threads(args.run.threads)?;
     let started = Instant::now();
     let wants_records = args.keep.is_some() || args.drop.is_some() || args.annotate.is_some();

@@ -73,8 +73,15 @@ pub struct Args {
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = positive_seconds)]
     pub body_timeout: f64,
 
-    /// Connections served at once (further ones are closed at once); at most
-    /// the open-file limit less 64 (raised to its hard limit at start).
+    /// Seconds a reply may wait for a client that does not read it before
+    /// its connection is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = positive_seconds)]
+    pub write_timeout: f64,
+
+    /// Connections served at once, at most seven eighths of them from one
+    /// address (further ones are answered 503 with Retry-After and closed);
+    /// at most the open-file limit less 64 (raised to its hard limit at
+    /// start).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_connections: usize,
 
@@ -118,29 +125,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         || args.verify.is_some()
         || args.expected_documents.is_some()
         || args.pipeline.any_given();
-    let create = || -> Result<Settings, ServiceError> {
-        let (config, idf) = args
-            .pipeline
-            .resolve()
-            .map_err(|e| ServiceError::Config(format!("{e:#}")))?;
-        if idf.is_some() {
-            return Err(ServiceError::Config(
-                "a service collection cannot use an IDF table file yet: use --weights tf or binary"
-                    .into(),
-            ));
-        }
-        let max_k = args.max_k.unwrap_or(DEFAULT_MAX_K);
-        let n = args.expected_documents.unwrap_or(DEFAULT_EXPECTED).max(1.0);
-        let p = plan(config.bits.bits(), max_k, n, None)
-            .map_err(|e| ServiceError::Config(e.to_string()))?;
-        Ok(Settings {
-            config,
-            max_k,
-            design: p.options[p.chosen].design.clone(),
-            version: neardup_server::store::STORE_VERSION,
-            verify: args.verify.map(|v| v.threshold),
-        })
-    };
     if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
         bail!(
             "the token is empty (--token or NEARDUP_TOKEN): an empty token would turn \
@@ -151,6 +135,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.protect == ProtectArg::All && args.token.is_none() {
         bail!("--protect all needs a token: give --token or set NEARDUP_TOKEN");
     }
+    if let Some(t) = &args.token
+        && t.trim() != t
+    {
+        eprintln!(
+            "neardup: warning: the token has leading or trailing whitespace; clients must \
+             send it exactly, spaces included (drop them if they are not meant)"
+        );
+    }
     let options = Options {
         token: args.token.clone(),
         protect: match args.protect {
@@ -160,6 +152,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         max_body: args.max_body,
         body_timeout: Duration::from_secs_f64(args.body_timeout),
         opener: Default::default(),
+        writer_fault: None,
     };
     // The address first: one in use fails before a collection is created.
     let listener = std::net::TcpListener::bind(args.addr).with_context(|| {
@@ -168,34 +161,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.addr
         )
     })?;
-    let app = App::open(&args.data, create, options)
-        .with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
-    if creating_flags {
-        let wanted = create()?;
-        if wanted.config != app.settings.config
-            || wanted.max_k != app.settings.max_k
-            || (args.verify.is_some() && wanted.verify != app.settings.verify)
-        {
-            bail!(
-                "the collection in {} was created with other settings (fixed at creation): \
-                 drop the pipeline, --max-k and --verify flags, or give an empty folder",
-                args.data.display()
-            );
-        }
-    }
-    eprintln!(
-        "neardup: {} documents loaded from {} in {:.2} s; {}; max k = {}, {} tables",
-        app.loaded,
-        args.data.display(),
-        app.open_seconds,
-        app.settings.config.summary(),
-        app.settings.max_k,
-        app.settings.design.tables.len()
-    );
-    if !args.addr.ip().is_loopback() && args.token.is_none() {
+    let addr = args.addr;
+    let local = listener
+        .local_addr()
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    if !addr.ip().is_loopback() && args.token.is_none() {
         eprintln!(
-            "neardup: warning: listening on {} without a token: anyone who can reach it can write",
-            args.addr
+            "neardup: warning: listening on {addr} without a token: anyone who can reach it can write"
         );
     }
     let files = raise_open_file_limit();
@@ -211,24 +183,80 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let limits = neardup_server::Limits {
         header_timeout: Duration::from_secs_f64(args.header_timeout),
+        write_timeout: Duration::from_secs_f64(args.write_timeout),
         max_connections,
         shutdown_deadline: Duration::from_secs_f64(args.shutdown_deadline),
+    };
+    // Opened while the address already answers (503 "loading" until done).
+    let open = move || -> Result<App> {
+        let create = || create_settings(&args);
+        let app = App::open(&args.data, create, options)
+            .with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
+        if creating_flags {
+            let wanted = create()?;
+            if wanted.config != app.settings.config
+                || wanted.max_k != app.settings.max_k
+                || (args.verify.is_some() && wanted.verify != app.settings.verify)
+            {
+                bail!(
+                    "the collection in {} was created with other settings (fixed at creation): \
+                     drop the pipeline, --max-k and --verify flags, or give an empty folder",
+                    args.data.display()
+                );
+            }
+        }
+        eprintln!(
+            "neardup: {} documents loaded from {} in {:.2} s; {}; max k = {}, {} tables",
+            app.loaded,
+            args.data.display(),
+            app.open_seconds,
+            app.settings.config.summary(),
+            app.settings.max_k,
+            app.settings.design.tables.len()
+        );
+        eprintln!("neardup: listening on http://{local}");
+        Ok(app)
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime
-        .block_on(neardup_server::serve(
-            app,
-            listener,
-            limits,
-            neardup_server::shutdown_signal(),
-            |addr| eprintln!("neardup: listening on http://{addr}"),
-        ))
-        .with_context(|| format!("cannot serve on {}", args.addr))?;
+    runtime.block_on(neardup_server::serve_opening(
+        listener,
+        limits,
+        open,
+        neardup_server::shutdown_signal(),
+        |addr| {
+            eprintln!("neardup: opening the collection; http://{addr} answers 503 until it is open")
+        },
+    ))?;
     eprintln!("neardup: stopped; every acknowledged write is committed");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The settings of a collection created by these arguments.
+fn create_settings(args: &Args) -> Result<Settings, ServiceError> {
+    let (config, idf) = args
+        .pipeline
+        .resolve()
+        .map_err(|e| ServiceError::Config(format!("{e:#}")))?;
+    if idf.is_some() {
+        return Err(ServiceError::Config(
+            "a service collection cannot use an IDF table file yet: use --weights tf or binary"
+                .into(),
+        ));
+    }
+    let max_k = args.max_k.unwrap_or(DEFAULT_MAX_K);
+    let n = args.expected_documents.unwrap_or(DEFAULT_EXPECTED).max(1.0);
+    let p = plan(config.bits.bits(), max_k, n, None)
+        .map_err(|e| ServiceError::Config(e.to_string()))?;
+    Ok(Settings {
+        config,
+        max_k,
+        design: p.options[p.chosen].design.clone(),
+        version: neardup_server::store::STORE_VERSION,
+        verify: args.verify.map(|v| v.threshold),
+    })
 }
 
 fn positive_seconds(s: &str) -> Result<f64, String> {

@@ -160,6 +160,52 @@ impl<B: Bits> Index<B> {
         Ok(self.finish(found))
     }
 
+    /// [`Index::query`] with its work bounded whatever the data: at most
+    /// `scan` entries of each table's bucket (and of the entries not yet in
+    /// the tables) are examined, and the tables are no longer probed once
+    /// `enough` matches are in hand. `true` with the matches when either
+    /// bound cut the search short (a match may then be missing); the matches
+    /// are those examined, nearest first (ties by id).
+    pub fn query_capped(
+        &self,
+        query: B,
+        k: u32,
+        scan: usize,
+        enough: usize,
+    ) -> Result<(Vec<Match>, bool), Error> {
+        const CHUNK: usize = 256;
+        self.design.check_k(k)?;
+        let mut found = Vec::new();
+        let mut capped = false;
+        'tables: for t in &self.tables {
+            let key = t.table.permute(query);
+            let r = t.bucket(key);
+            capped |= r.len() > scan;
+            let end = r.start + r.len().min(scan);
+            let mut at = r.start;
+            while at < end {
+                let next = (at + CHUNK).min(end);
+                t.probe(key, at..next, k, &mut found);
+                at = next;
+                if found.len() >= enough {
+                    capped = true;
+                    break 'tables;
+                }
+            }
+        }
+        if !capped || found.len() < enough {
+            let tail = self.indexed..self.fps.len();
+            capped |= tail.len() > scan;
+            for item in tail.take(scan) {
+                let d = self.fps[item].distance(query);
+                if d <= k {
+                    found.push((item as u32, d));
+                }
+            }
+        }
+        Ok((self.finish(found), capped))
+    }
+
     fn query_into(&self, query: B, k: u32, found: &mut Vec<(u32, u32)>) {
         // Touch every table's directory first, then the buckets, so that the
         // tables' cache misses overlap instead of queueing. Each table's key and

@@ -67,23 +67,46 @@ impl<B: Bits> Service<B> {
         Fingerprint::new(fp.to_u128(), self.settings.config.bits).to_string()
     }
 
-    /// Matches with their stored metadata.
-    pub(super) fn with_meta(&self, found: Vec<Found>) -> Result<Vec<MatchOut>, ApiError> {
+    /// Matches with their stored metadata, as many as fit in `budget` bytes
+    /// of reply (taken from it); `true` when some were left out. A reply is
+    /// bounded in bytes as well as in matches, whatever `meta` is stored.
+    pub(super) fn with_meta(
+        &self,
+        found: Vec<Found>,
+        budget: &mut usize,
+    ) -> Result<(Vec<MatchOut>, bool), ApiError> {
         if found.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         }
         let ids: Vec<&str> = found.iter().map(|f| &*f.id).collect();
         let metas = self.store.metas(&ids)?;
-        Ok(found
-            .into_iter()
-            .zip(metas)
-            .map(|(f, m)| MatchOut {
+        let mut out = Vec::with_capacity(found.len());
+        for (f, m) in found.into_iter().zip(metas) {
+            // The id (escaped, at worst 6 bytes a byte), the meta as stored
+            // (compact JSON) and the fields around them.
+            let bytes = 6 * f.id.len() + m.as_ref().map_or(0, Vec::len) + 96;
+            if bytes > *budget {
+                return Ok((out, true));
+            }
+            *budget -= bytes;
+            out.push(MatchOut {
                 id: f.id,
                 distance: f.distance,
                 similarity: f.similarity.map(|j| (j * 1e4).round() / 1e4),
                 meta: m.and_then(|bytes| serde_json::from_slice(&bytes).ok()),
-            })
-            .collect())
+            });
+        }
+        Ok((out, false))
+    }
+
+    /// Candidates a lookup examines for `limit` matches: more when
+    /// verification will drop some.
+    pub(super) fn candidates(limit: usize, verified: bool) -> usize {
+        if verified {
+            limit.max(MAX_MATCHES)
+        } else {
+            limit
+        }
     }
 
     /// The verification threshold of a request: its own, else the
@@ -102,11 +125,23 @@ impl<B: Bits> Service<B> {
     }
 
     pub(super) fn sender(&self) -> Result<JobSender<B>, ApiError> {
+        if self.control.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(self.gone().into());
+        }
         self.jobs
             .read()
             .expect("jobs lock")
             .clone()
             .ok_or_else(|| ServiceError::ShuttingDown.into())
+    }
+
+    /// Why the writer did not answer: it stopped, or the service is closing.
+    pub(super) fn gone(&self) -> ServiceError {
+        if self.control.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            ServiceError::WriterStopped
+        } else {
+            ServiceError::ShuttingDown
+        }
     }
 }
 
@@ -119,6 +154,47 @@ pub(super) async fn fingerprint_contents<B: Bits>(
     contents: Vec<(usize, Content)>,
     place: fn(usize) -> String,
 ) -> Result<Vec<(usize, B, Option<Sketch>)>, ApiError> {
+    // Vectors are checked against the collection's dimension before any
+    // work that scales with them (the hyperplanes are dimension x bits).
+    let fixed = s.control.dim.load(std::sync::atomic::Ordering::SeqCst);
+    let mut first: Option<usize> = None;
+    for (i, c) in &contents {
+        if let Content::Vector(v) = c {
+            let want = match (fixed, first) {
+                (0, None) if v.len() > MAX_DIMENSION => {
+                    return Err(ApiError::bad_request(
+                        "invalid_document",
+                        format!(
+                            "{}: a vector of {} dimensions: at most {MAX_DIMENSION} are taken",
+                            place(*i),
+                            v.len()
+                        ),
+                    ));
+                }
+                (0, None) => {
+                    first = Some(v.len());
+                    continue;
+                }
+                (0, Some(f)) => f,
+                (f, _) => f,
+            };
+            if v.len() != want {
+                let whose = if fixed == 0 {
+                    "this request's first vector has"
+                } else {
+                    "this collection's vectors have"
+                };
+                return Err(ApiError::bad_request(
+                    "invalid_document",
+                    format!(
+                        "{}: a vector of {} dimensions, but {whose} {want}",
+                        place(*i),
+                        v.len()
+                    ),
+                ));
+            }
+        }
+    }
     let work: usize = contents
         .iter()
         .map(|(_, c)| match c {
@@ -185,8 +261,26 @@ pub(super) async fn post_documents<B: Bits>(
             ),
         ));
     }
+    let mut seen: std::collections::HashMap<&str, usize> =
+        std::collections::HashMap::with_capacity(req.documents.len());
+    for (i, d) in req.documents.iter().enumerate() {
+        if req.mode == Mode::Check {
+            break;
+        }
+        if let Some(first) = seen.insert(&d.id, i) {
+            return Err(ApiError::bad_request(
+                "duplicate_id",
+                format!(
+                    "documents[{i}]: id {:?} is also documents[{first}]: send each id once a request",
+                    d.id.chars().take(80).collect::<String>()
+                ),
+            ));
+        }
+    }
+    drop(seen);
     let mut fps: Vec<Option<B>> = vec![None; req.documents.len()];
     let mut texts = Vec::new();
+    let mut dims: Vec<Option<usize>> = vec![None; req.documents.len()];
     let mut metas = Vec::with_capacity(req.documents.len());
     let mut ids = Vec::with_capacity(req.documents.len());
     for (i, d) in req.documents.into_iter().enumerate() {
@@ -204,7 +298,12 @@ pub(super) async fn post_documents<B: Bits>(
             features: d.features,
         };
         match body.split() {
-            Ok(Err(content)) => texts.push((i, content)),
+            Ok(Err(content)) => {
+                if let Content::Vector(v) = &content {
+                    dims[i] = Some(v.len());
+                }
+                texts.push((i, content))
+            }
             Ok(Ok(_)) if req.verify.is_some() => {
                 return Err(ApiError::bad_request(
                     "invalid_document",
@@ -246,7 +345,9 @@ pub(super) async fn post_documents<B: Bits>(
             fps2.iter()
                 .zip(&sketches)
                 .map(|(&fp, sketch)| {
-                    let found = s2.collection.query(fp, k);
+                    let verified = verify.is_some() && sketch.is_some();
+                    let cap = Service::<B>::candidates(limit, verified);
+                    let (found, more) = s2.collection.nearest(fp, k, cap, |_| false);
                     let duplicates = match (verify, sketch) {
                         (Some(t), Some(sk)) => verify_found(&s2.store, found, sk, t, |_| None)?,
                         _ => found,
@@ -254,6 +355,7 @@ pub(super) async fn post_documents<B: Bits>(
                     Ok(Outcome {
                         stored: false,
                         duplicates,
+                        truncated: more,
                     })
                 })
                 .collect::<Result<Vec<_>, ServiceError>>()
@@ -272,11 +374,13 @@ pub(super) async fn post_documents<B: Bits>(
             .zip(&fps)
             .zip(metas)
             .zip(sketches)
-            .map(|(((id, &fp), meta), sketch)| NewDoc {
+            .zip(dims)
+            .map(|((((id, &fp), meta), sketch), dim)| NewDoc {
                 id: id.clone(),
                 fp,
                 meta,
                 sketch,
+                dim,
             })
             .collect();
         let sender = s.sender()?;
@@ -285,24 +389,32 @@ pub(super) async fn post_documents<B: Bits>(
             mode: req.mode,
             k,
             verify,
+            limit,
             reply: tx,
         };
         // The queue is bounded: wait for room off the async threads.
         tokio::task::spawn_blocking(move || sender.send(job))
             .await
-            .map_err(|_| ServiceError::ShuttingDown)?
-            .map_err(|_| ServiceError::ShuttingDown)?;
-        rx.await.map_err(|_| ServiceError::ShuttingDown)??
+            .map_err(|_| s.gone())?
+            .map_err(|_| s.gone())?;
+        rx.await.map_err(|_| s.gone())??
     };
     let mut results = Vec::with_capacity(ids.len());
+    // Every document's result is answered; matches fill what is left of
+    // --max-body after the results themselves.
+    let mut budget = s
+        .max_body
+        .saturating_sub(ids.iter().map(|i| 6 * i.len() + 128).sum());
     for ((id, fp), mut o) in ids.into_iter().zip(fps).zip(outcomes) {
-        let truncated = o.duplicates.len() > limit;
+        let mut truncated = o.truncated || o.duplicates.len() > limit;
         o.duplicates.truncate(limit);
+        let (duplicates, cut) = s.with_meta(o.duplicates, &mut budget)?;
+        truncated |= cut;
         results.push(DocResult {
             id,
             simhash: s.hex(fp),
             stored: o.stored,
-            duplicates: s.with_meta(o.duplicates)?,
+            duplicates,
             truncated,
         });
     }
@@ -339,7 +451,8 @@ pub(super) async fn post_query<B: Bits>(
         Ok(Ok(h)) => (s.parse_simhash(&h)?, None),
         Err(msg) => return Err(ApiError::bad_request("invalid_query", msg)),
     };
-    let mut found = s.collection.query(fp, k);
+    let cap = Service::<B>::candidates(limit, verify.is_some() && sketch.is_some());
+    let (mut found, mut truncated) = s.collection.nearest(fp, k, cap, |_| false);
     if let (Some(t), Some(sk)) = (verify, sketch) {
         let s2 = Arc::clone(&s);
         found =
@@ -349,9 +462,12 @@ pub(super) async fn post_query<B: Bits>(
                     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "interrupted")
                 })??;
     }
-    let truncated = found.len() > limit;
+    truncated |= found.len() > limit;
     found.truncate(limit);
-    let mut out = serde_json::json!({ "matches": s.with_meta(found)? });
+    let mut budget = s.max_body;
+    let (matches, cut) = s.with_meta(found, &mut budget)?;
+    truncated |= cut;
+    let mut out = serde_json::json!({ "matches": matches });
     if truncated {
         out["truncated"] = Value::Bool(true);
     }
@@ -392,9 +508,9 @@ pub(super) async fn delete_document<B: Bits>(
     };
     tokio::task::spawn_blocking(move || sender.send(job))
         .await
-        .map_err(|_| ServiceError::ShuttingDown)?
-        .map_err(|_| ServiceError::ShuttingDown)?;
-    let existed = rx.await.map_err(|_| ServiceError::ShuttingDown)??;
+        .map_err(|_| s.gone())?
+        .map_err(|_| s.gone())?;
+    let existed = rx.await.map_err(|_| s.gone())??;
     if !existed {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -424,16 +540,25 @@ pub(super) async fn stats<B: Bits>(State(s): State<Arc<Service<B>>>) -> Json<Val
     }))
 }
 
-/// Liveness: always 200 while the process answers; `"writes": "failing"`
-/// (status `degraded`) from a failed commit until one succeeds.
-pub(super) async fn healthz<B: Bits>(State(s): State<Arc<Service<B>>>) -> Json<Value> {
-    Json(health(&s.store))
+/// Liveness: 200 while the process answers and its writer runs (`"writes":
+/// "failing"`, status `degraded`, from a failed commit until one succeeds);
+/// 503 once the writer thread has stopped: writes can no longer succeed, and
+/// the process needs a restart.
+pub(super) async fn healthz<B: Bits>(State(s): State<Arc<Service<B>>>) -> Response {
+    let body = health(&s);
+    let status = if body["writes"] == "stopped" {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (status, Json(body)).into_response()
 }
 
-/// Readiness: 503 while writes are failing (the disk full, say); the next
-/// write reopens the store and, if the disk has room again, clears it.
+/// Readiness: 503 while writes are failing (the disk full, say; the next
+/// write reopens the store and, if the disk has room again, clears it) or
+/// the writer has stopped.
 pub(super) async fn readyz<B: Bits>(State(s): State<Arc<Service<B>>>) -> Response {
-    let body = health(&s.store);
+    let body = health(&s);
     let status = if body["writes"] == "ok" {
         StatusCode::OK
     } else {
@@ -442,8 +567,15 @@ pub(super) async fn readyz<B: Bits>(State(s): State<Arc<Service<B>>>) -> Respons
     (status, Json(body)).into_response()
 }
 
-pub(super) fn health(store: &crate::store::Store) -> Value {
-    match store.write_failure() {
+pub(super) fn health<B: Bits>(s: &Service<B>) -> Value {
+    if s.control.dead.load(std::sync::atomic::Ordering::SeqCst) {
+        return serde_json::json!({
+            "status": "failing",
+            "writes": "stopped",
+            "message": "the writer thread failed (the server's log says why): restart the service",
+        });
+    }
+    match s.store.write_failure() {
         None => serde_json::json!({"status": "ok", "writes": "ok"}),
         Some(_) => serde_json::json!({
             "status": "degraded",

@@ -22,12 +22,14 @@ pub const OPENAPI: &str = include_str!("../../openapi.json");
 
 /// Most documents in one request.
 pub const MAX_DOCUMENTS: usize = 10_000;
+/// Most dimensions of a vector in a collection whose dimension is not yet
+/// fixed (by `--dim` or its first vector).
+pub const MAX_DIMENSION: usize = 65_536;
+
 /// Longest document id, in bytes.
 pub const MAX_ID_BYTES: usize = 1024;
 
-/// The most matches one document or query answers with (`limit`), so that a
-/// request against a large cluster of copies is bounded in work and reply.
-pub const MAX_MATCHES: usize = 1000;
+pub use crate::writer::MAX_MATCHES;
 
 /// Matches per document of `/v1/documents` when the request sets no `limit`
 /// (up to 10,000 documents a request: at most a million matches).
@@ -54,6 +56,24 @@ pub struct Service<B: Bits> {
     pub token: Option<String>,
     pub protect: Protect,
     pub started: Instant,
+    /// The writer's state (closing, stopped).
+    pub control: Arc<crate::writer::Control>,
+    /// Largest request body, and largest reply, in bytes.
+    pub max_body: usize,
+    /// Kilobytes of replies not yet taken by their clients, at most
+    /// [`REPLY_MEMORY_BODIES`] times `max_body`: a reply that would go over
+    /// is answered 503 `busy` with Retry-After.
+    pub replies: Arc<tokio::sync::Semaphore>,
+}
+
+/// Replies of the largest size that may wait for their clients at once.
+pub const REPLY_MEMORY_BODIES: usize = 8;
+
+/// The reply memory of a service taking bodies of `max_body` bytes, in KiB
+/// (at least a MiB).
+pub fn reply_memory_kib(max_body: usize) -> u32 {
+    (max_body.saturating_mul(REPLY_MEMORY_BODIES) >> 10).clamp(1 << 10, u32::MAX as usize >> 4)
+        as u32
 }
 
 impl<B: Bits> std::fmt::Debug for Service<B> {
@@ -100,6 +120,10 @@ pub fn router<B: Bits>(
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&service),
             authorise::<B>,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&service),
+            hold_replies::<B>,
         ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&service),
