@@ -518,13 +518,13 @@ impl<B: Bits> MultiIndex<B> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::rng::SplitMix64;
     use proptest::prelude::*;
 
     /// Brute force: every live entry within k, sorted as queries answer.
-    fn scan<B: Bits>(live: &[(u64, B)], q: B, k: u32) -> Vec<Match> {
+    pub(crate) fn scan<B: Bits>(live: &[(u64, B)], q: B, k: u32) -> Vec<Match> {
         let mut out: Vec<Match> = live
             .iter()
             .filter(|(_, f)| f.distance(q) <= k)
@@ -538,13 +538,13 @@ mod tests {
     }
 
     /// `x` with `flips` random bits flipped (possibly the same bit twice).
-    fn near<B: Bits>(x: B, flips: u32, rng: &mut SplitMix64) -> B {
+    pub(crate) fn near<B: Bits>(x: B, flips: u32, rng: &mut SplitMix64) -> B {
         (0..flips).fold(x, |x, _| {
             x.xor(B::mask((rng.next() % u64::from(B::BITS)) as u32, 1))
         })
     }
 
-    fn random<B: Bits>(rng: &mut SplitMix64) -> B {
+    pub(crate) fn random<B: Bits>(rng: &mut SplitMix64) -> B {
         B::from_u128(u128::from(rng.next()) << 64 | u128::from(rng.next()))
     }
 

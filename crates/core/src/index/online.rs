@@ -101,31 +101,9 @@ impl<B: Bits> OnlineIndex<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::multi::tests::{near, random, scan};
     use crate::index::plan::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
     use crate::rng::SplitMix64;
-
-    fn scan<B: Bits>(live: &[(u64, B)], q: B, k: u32) -> Vec<Match> {
-        let mut out: Vec<Match> = live
-            .iter()
-            .filter(|(_, f)| f.distance(q) <= k)
-            .map(|&(id, f)| Match {
-                distance: f.distance(q),
-                id,
-            })
-            .collect();
-        out.sort_unstable();
-        out
-    }
-
-    fn near<B: Bits>(x: B, flips: u32, rng: &mut SplitMix64) -> B {
-        (0..flips).fold(x, |x, _| {
-            x.xor(B::mask((rng.next() % u64::from(B::BITS)) as u32, 1))
-        })
-    }
-
-    fn random<B: Bits>(rng: &mut SplitMix64) -> B {
-        B::from_u128(u128::from(rng.next()) << 64 | u128::from(rng.next()))
-    }
 
     /// The planned design for every k from 0 to 20 (and a quarter of the
     /// bits), at both widths, answers as a scan does: after building, adding
