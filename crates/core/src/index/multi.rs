@@ -172,6 +172,19 @@ struct Scratch {
     candidates: Vec<u32>,
 }
 
+/// Bounds on one query's work: entries examined per bucket, and matches in
+/// hand after which no further block is searched.
+#[derive(Clone, Copy)]
+struct Cap {
+    scan: usize,
+    enough: usize,
+}
+
+const NO_CAP: Cap = Cap {
+    scan: usize::MAX,
+    enough: usize::MAX,
+};
+
 /// What one query looked at: for the planner's cost model and the benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueryWork {
@@ -320,8 +333,27 @@ impl<B: Bits> MultiIndex<B> {
     pub fn query(&self, query: B, k: u32) -> Result<Vec<Match>, Error> {
         self.check_k(k)?;
         let (mut found, mut scratch) = (Vec::new(), Scratch::default());
-        self.query_into(query, k, &mut scratch, &mut found);
+        self.query_into(query, k, &mut scratch, &mut found, NO_CAP);
         Ok(self.finish(found))
+    }
+
+    /// [`MultiIndex::query`] with its work bounded whatever the data: at
+    /// most `scan` entries of each bucket looked up (and of the additions not
+    /// yet in the blocks) are examined, and no further block is searched once
+    /// `enough` matches are in hand. `true` with the matches when either
+    /// bound cut the search short (a match may then be missing); the matches
+    /// are those examined, nearest first (ties by id).
+    pub fn query_capped(
+        &self,
+        query: B,
+        k: u32,
+        scan: usize,
+        enough: usize,
+    ) -> Result<(Vec<Match>, bool), Error> {
+        self.check_k(k)?;
+        let (mut found, mut scratch) = (Vec::new(), Scratch::default());
+        let capped = self.query_into(query, k, &mut scratch, &mut found, Cap { scan, enough });
+        Ok((self.finish(found), capped))
     }
 
     /// [`MultiIndex::query`] for many queries, in parallel; answers in query order.
@@ -333,7 +365,7 @@ impl<B: Bits> MultiIndex<B> {
                 || (Vec::new(), Scratch::default()),
                 |(found, scratch), &q| {
                     found.clear();
-                    self.query_into(q, k, scratch, found);
+                    self.query_into(q, k, scratch, found, NO_CAP);
                     self.finish(std::mem::take(found))
                 },
             )
@@ -372,9 +404,18 @@ impl<B: Bits> MultiIndex<B> {
     }
 
     /// Pushes `(slot, distance)` of every slot within `k` (deleted ones
-    /// included: [`Self::finish`] drops them).
-    fn query_into(&self, query: B, k: u32, scratch: &mut Scratch, found: &mut Vec<(u32, u32)>) {
+    /// included: [`Self::finish`] drops them), within the bounds of `cap`;
+    /// `true` if they cut the search short.
+    fn query_into(
+        &self,
+        query: B,
+        k: u32,
+        scratch: &mut Scratch,
+        found: &mut Vec<(u32, u32)>,
+        cap: Cap,
+    ) -> bool {
         let Scratch { ranges, candidates } = scratch;
+        let mut capped = false;
         /// Fingerprints fetched ahead of the one being measured.
         const AHEAD: usize = 16;
         for (t, table) in self.blocks.iter().enumerate() {
@@ -390,7 +431,9 @@ impl<B: Bits> MultiIndex<B> {
                 let (lo, hi) = (table.dir[u], table.dir[u + 1]);
                 if lo < hi {
                     prefetch(&table.slots[lo as usize]);
-                    ranges.push((lo, hi));
+                    let len = (hi - lo) as usize;
+                    capped |= len > cap.scan;
+                    ranges.push((lo, lo + len.min(cap.scan) as u32));
                 }
             }
             candidates.clear();
@@ -412,13 +455,19 @@ impl<B: Bits> MultiIndex<B> {
                     found.push((s, d));
                 }
             }
+            if found.len() >= cap.enough {
+                return true;
+            }
         }
-        for slot in self.indexed..self.fps.len() {
+        let tail = self.indexed..self.fps.len();
+        capped |= tail.len() > cap.scan;
+        for slot in tail.take(cap.scan) {
             let d = self.fps[slot].distance(query);
             if d <= k {
                 found.push((slot as u32, d));
             }
         }
+        capped
     }
 
     fn finish(&self, found: Vec<(u32, u32)>) -> Vec<Match> {
@@ -604,6 +653,18 @@ pub(crate) mod tests {
                     let want = scan(live, *q, k);
                     assert_eq!(index.query(*q, k).unwrap(), want, "k = {k}");
                     assert_eq!(got, want, "k = {k}");
+                    // Bounds wider than the data cut nothing; tight ones
+                    // answer a subset of the matches, and say so when they
+                    // left one out.
+                    let (all, capped) = index.query_capped(*q, k, usize::MAX, usize::MAX).unwrap();
+                    assert_eq!((all, capped), (want.clone(), false), "k = {k}");
+                    let (scan, enough) = (1 + q.to_u128() as usize % 3, 1 + k as usize % 4);
+                    let (some, capped) = index.query_capped(*q, k, scan, enough).unwrap();
+                    assert!(some.iter().all(|m| want.contains(m)), "k = {k}");
+                    assert!(
+                        capped || some == want,
+                        "k = {k}: left out matches unannounced"
+                    );
                 }
             }
         };

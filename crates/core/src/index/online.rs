@@ -82,6 +82,19 @@ impl<B: Bits> OnlineIndex<B> {
         each!(self, i => i.query(query, k))
     }
 
+    /// [`OnlineIndex::query`] with its work bounded: at most `scan` entries
+    /// of each bucket examined, no further table or block searched once
+    /// `enough` matches are in hand; `true` when a bound cut the search short.
+    pub fn query_capped(
+        &self,
+        query: B,
+        k: u32,
+        scan: usize,
+        enough: usize,
+    ) -> Result<(Vec<Match>, bool), Error> {
+        each!(self, i => i.query_capped(query, k, scan, enough))
+    }
+
     /// [`OnlineIndex::query`] for many queries, in parallel; answers in query order.
     pub fn query_batch(&self, queries: &[B], k: u32) -> Result<Vec<Vec<Match>>, Error> {
         each!(self, i => i.query_batch(queries, k))
