@@ -2117,6 +2117,54 @@ fn serve_refuses_an_empty_token() {
     );
 }
 
+/// Flags whose collection could not do what they ask are refused at
+/// creation, with the fix, and leave the folder as it was: verification
+/// (the default) over a k too narrow for its candidates, --verify on
+/// vectors, --verify with --no-verify, a k beyond any online design.
+#[test]
+fn serve_refuses_flags_that_make_no_sense_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--bits", "64", "--max-k", "3"],
+            "--max-k 3 is too narrow to verify at 64 bits",
+        ),
+        (
+            &["--max-k", "9"],
+            "--max-k 9 is too narrow to verify at 128 bits",
+        ),
+        (
+            &["--verify", "jaccard:0.8", "--kind", "vector", "--dim", "8"],
+            "--verify compares texts",
+        ),
+        (
+            &["--verify", "jaccard:0.8", "--no-verify"],
+            "cannot be used with",
+        ),
+        (
+            &["--no-verify", "--bits", "64", "--max-k", "20"],
+            "too large for an online index",
+        ),
+    ];
+    for (i, (flags, said)) in cases.iter().enumerate() {
+        let data = dir.path().join(format!("new-{i}"));
+        let o = bin()
+            .args([
+                "serve",
+                "--data",
+                data.to_str().unwrap(),
+                "--addr",
+                "127.0.0.1:0",
+            ])
+            .args(*flags)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(said), "{flags:?}: {}", stderr(&o));
+        assert!(!data.exists(), "{flags:?}: the folder was left behind");
+    }
+}
+
 /// A configuration saved beside fingerprints names its IDF table relative to
 /// its own folder, so that the two move together.
 #[test]

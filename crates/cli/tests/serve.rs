@@ -94,7 +94,8 @@ fn acknowledged_writes_survive_sigkill() {
                                 let id = format!("r{round}-c{c}-b{n}-{j}");
                                 let fp = (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((c as u64) << 56) ^ (j << 48) ^ round)
                                     .wrapping_mul(0xff51_afd7_ed55_8ccd);
-                                (id, format!("{fp:016x}"))
+                                // 128 bits, as the default collection holds.
+                                (id, format!("{fp:016x}{:016x}", fp.rotate_left(29) ^ 0x5a5a))
                             })
                             .collect();
                         n += 1;
@@ -392,4 +393,101 @@ fn restarting_with_other_pipeline_flags_is_refused() {
     }
     let (err, started) = run(&["--hash", "fnv1a"]);
     assert!(started, "{err}");
+}
+
+/// Word 3-shingles of a text of lowercase ASCII words, as a set: computed
+/// here, independently of the library.
+fn word_shingles(text: &str) -> std::collections::HashSet<String> {
+    let words: Vec<&str> = text.split(' ').collect();
+    words.windows(3).map(|w| w.join(" ")).collect()
+}
+
+fn jaccard(a: &str, b: &str) -> f64 {
+    let (a, b) = (word_shingles(a), word_shingles(b));
+    a.intersection(&b).count() as f64 / a.union(&b).count() as f64
+}
+
+/// A collection created with no flags verifies, as `neardup dedup` does: a
+/// copy at Jaccard 0.85 whose fingerprint is more than 3 bits away (beyond
+/// the paper's Hamming-only reach) is found, with its similarity; one at
+/// Jaccard 0.6 is not. Stats and health say so.
+#[test]
+fn the_default_collection_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, addr) = start(dir.path());
+    let mut x = 0x9e37_79b9_u64;
+    let mut word = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        format!("w{}", x % 5000)
+    };
+    let base: Vec<String> = (0..400).map(|_| word()).collect();
+    // Every `step`-th word replaced by a fresh one.
+    let mut edited = |step: usize| -> String {
+        let mut w = base.clone();
+        for i in (step / 2..w.len()).step_by(step) {
+            w[i] = format!("{}x", word());
+        }
+        w.join(" ")
+    };
+    let (near, far) = (edited(37), edited(11));
+    let original = base.join(" ");
+    let (j_near, j_far) = (jaccard(&original, &near), jaccard(&original, &far));
+    assert!((0.82..0.88).contains(&j_near), "near copy at {j_near}");
+    assert!((0.55..0.65).contains(&j_far), "far copy at {j_far}");
+
+    let body = json!({"documents": [{"id": "original", "text": original}], "mode": "insert"});
+    assert_eq!(
+        http(addr, "POST", "/v1/documents", Some(&body)).unwrap().0,
+        200
+    );
+    let check = |text: &str| {
+        let body = json!({"documents": [{"id": "q", "text": text}], "mode": "check"});
+        let (status, b) = http(addr, "POST", "/v1/documents", Some(&body)).unwrap();
+        assert_eq!(status, 200, "{b}");
+        b["results"][0]["duplicates"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let found = check(&near);
+    assert_eq!(
+        found.len(),
+        1,
+        "the near copy at Jaccard {j_near} is not found: {found:?}"
+    );
+    assert_eq!(found[0]["id"], "original");
+    let distance = found[0]["distance"].as_u64().unwrap();
+    assert!(
+        distance > 3,
+        "the pair is within the paper's k = 3 ({distance}): no test of verification"
+    );
+    let similarity = found[0]["similarity"].as_f64().unwrap();
+    assert!(
+        (similarity - j_near).abs() < 0.1,
+        "similarity {similarity}, Jaccard {j_near}"
+    );
+    assert_eq!(
+        check(&far),
+        Vec::<Value>::new(),
+        "the copy at Jaccard {j_far} is kept"
+    );
+    // The answer is verification's: asked for more similarity than the near
+    // copy has, the same candidate is dropped.
+    let body = json!({"text": near, "verify": {"jaccard": 0.95}});
+    let (_, b) = http(addr, "POST", "/v1/query", Some(&body)).unwrap();
+    assert_eq!(b["matches"].as_array().map(Vec::len), Some(0), "{b}");
+
+    let (_, stats) = http(addr, "GET", "/v1/stats", None).unwrap();
+    assert_eq!(
+        stats["verification"],
+        json!({"mode": "verified", "jaccard": 0.8})
+    );
+    assert_eq!(stats["design"]["kind"], "blocks");
+    assert_eq!(stats["design"]["bits"], 128);
+    let (_, health) = http(addr, "GET", "/healthz", None).unwrap();
+    assert_eq!(health["verification"]["mode"], "verified");
+    server.kill().unwrap();
+    server.wait().unwrap();
 }

@@ -1,6 +1,8 @@
 //! The in-memory search structure, derived from the store.
 //!
-//! Three levels, as in a log-structured merge tree: a large `main` index, a
+//! Each level is an [`OnlineIndex`] on the collection's design: permuted
+//! tables for a small k, multi-index blocks for the wide k of a verified
+//! collection. Three levels, as in a log-structured merge tree: a large `main` index, a
 //! smaller `mid` index, and the `recent` additions, scanned linearly. Writers
 //! append to `recent` under a brief write lock; a background merger rebuilds
 //! `mid` (with `recent`) or `main` (with both) from a snapshot, outside any
@@ -15,8 +17,7 @@ use std::hash::BuildHasher;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
-use neardup_core::TableDesign;
-use neardup_core::index::{Bits, Index};
+use neardup_core::index::{Bits, OnlineDesign, OnlineIndex};
 
 /// Recent additions scanned linearly before a merge is asked for.
 const RECENT_MAX: usize = 8192;
@@ -51,8 +52,8 @@ pub struct Found {
 }
 
 struct State<B: Bits> {
-    main: Arc<Index<B>>,
-    mid: Arc<Index<B>>,
+    main: Arc<OnlineIndex<B>>,
+    mid: Arc<OnlineIndex<B>>,
     recent: Vec<(u64, B)>,
     tombstones: HashSet<u64>,
     ids: Ids,
@@ -165,7 +166,7 @@ impl Ids {
 }
 
 pub struct Collection<B: Bits> {
-    design: TableDesign,
+    design: OnlineDesign,
     state: RwLock<State<B>>,
     merge_wanted: Mutex<bool>,
     wake: Condvar,
@@ -194,7 +195,7 @@ impl<B: Bits> Collection<B> {
     /// A collection over the documents `for_each` gives (id, fingerprint),
     /// built as one main index; `expected`: about how many.
     pub fn new(
-        design: TableDesign,
+        design: OnlineDesign,
         for_each: impl FnOnce(&mut dyn FnMut(&str, B)) -> Result<(), crate::ServiceError>,
         expected: usize,
     ) -> Result<Self, crate::ServiceError> {
@@ -213,8 +214,8 @@ impl<B: Bits> Collection<B> {
             entries.retain(|(e, _)| !replaced.contains(e));
         }
         let config = |e: neardup_core::Error| crate::ServiceError::Config(e.to_string());
-        let main = Index::build(design.clone(), entries).map_err(config)?;
-        let mid = Index::build(design.clone(), std::iter::empty()).map_err(config)?;
+        let main = OnlineIndex::build(design.clone(), entries).map_err(config)?;
+        let mid = OnlineIndex::build(design.clone(), std::iter::empty()).map_err(config)?;
         Ok(Collection {
             design,
             state: RwLock::new(State {
@@ -229,7 +230,7 @@ impl<B: Bits> Collection<B> {
         })
     }
 
-    pub fn design(&self) -> &TableDesign {
+    pub fn design(&self) -> &OnlineDesign {
         &self.design
     }
 
@@ -410,10 +411,10 @@ impl<B: Bits> Collection<B> {
                 .collect()
         };
         let built = Arc::new(
-            Index::build(self.design.clone(), sources).expect("the design fits its width"),
+            OnlineIndex::build(self.design.clone(), sources).expect("the design fits its width"),
         );
         let empty = Arc::new(
-            Index::build(self.design.clone(), std::iter::empty()).expect("an empty index"),
+            OnlineIndex::build(self.design.clone(), std::iter::empty()).expect("an empty index"),
         );
         let mut s = self.state.write().expect("collection lock");
         if into_main {
@@ -439,7 +440,7 @@ mod tests {
     /// 16 bytes a write.
     #[test]
     fn replaced_ids_bytes_are_reclaimed() {
-        let design = TableDesign::new(64, 3, &[5]).unwrap();
+        let design = OnlineDesign::Tables(neardup_core::TableDesign::new(64, 3, &[5]).unwrap());
         let c: Collection<u64> = Collection::new(design, |_| Ok(()), 0).unwrap();
         let long = "x".repeat(1000);
         let other = "y".repeat(1000);

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use neardup_core::index::OnlineDesign;
 use neardup_core::sketch::Sketch;
 use neardup_core::{FingerprintConfig, TableDesign};
 
@@ -37,11 +38,13 @@ const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 const SKETCHES: TableDefinition<&str, &[u8]> = TableDefinition::new("sketches");
 
 /// The store format this build writes: 2 keeps a verification sketch per
-/// document stored by text; 3 adds the records' checksums; 4 the settings'. Older stores are upgraded
+/// document stored by text; 3 adds the records' checksums; 4 the settings';
+/// 5 stores the index design as permuted tables or multi-index blocks
+/// (`{"tables": ...}` or `{"blocks": ...}`; before, a bare table design). Older stores are upgraded
 /// when opened (one transaction: all of it or none). Version 1 documents have
 /// no sketch: they are matched by distance alone until stored again with their
 /// text, which writes the sketch.
-pub const STORE_VERSION: u32 = 4;
+pub const STORE_VERSION: u32 = 5;
 const SETTINGS_KEY: &str = "settings";
 /// The settings' checksum (version 4 on): the settings are checked before
 /// they are used, like every other byte read.
@@ -177,14 +180,51 @@ pub struct Settings {
     pub config: FingerprintConfig,
     /// The largest k a request may ask for.
     pub max_k: u32,
-    /// The table design of the in-memory index.
-    pub design: TableDesign,
+    /// The design of the in-memory index: permuted tables for a small k,
+    /// multi-index blocks for a large one.
+    #[serde(deserialize_with = "design_of_any_version")]
+    pub design: OnlineDesign,
     /// Format version of the store.
     pub version: u32,
     /// The verification a request gets when it asks for none: keep a match
     /// when the estimated Jaccard similarity of the texts reaches this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<f64>,
+}
+
+impl Settings {
+    /// Whether texts' matches are verified by default (a stored sketch per
+    /// document), rather than decided by Hamming distance alone.
+    pub fn verified(&self) -> bool {
+        self.verify.is_some()
+    }
+
+    /// One line for logs: what the collection decides by, and its design.
+    pub fn summary(&self) -> String {
+        let decide = match self.verify {
+            Some(t) => format!("verified (estimated Jaccard >= {t} among candidates within k)"),
+            None => "Hamming distance alone (not verified)".into(),
+        };
+        format!(
+            "{decide}; max k = {}, {}",
+            self.max_k,
+            self.design.describe()
+        )
+    }
+}
+
+/// Settings before store version 5 held a bare table design.
+fn design_of_any_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<OnlineDesign, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Any {
+        Online(OnlineDesign),
+        Tables(TableDesign),
+    }
+    Ok(match Any::deserialize(d)? {
+        Any::Online(o) => o,
+        Any::Tables(t) => OnlineDesign::Tables(t),
+    })
 }
 
 /// One write of a batch.
@@ -221,6 +261,13 @@ pub struct Store {
     failing: Mutex<Option<String>>,
 }
 
+/// The database's page cache. Small on purpose: the in-memory index holds
+/// what a lookup needs, the store is read for a request's few candidates'
+/// sketches and metadata, and the operating system's page cache (which is
+/// not the process's memory) keeps the file's hot pages. redb's default (a
+/// gigabyte) would make the process grow with the collection.
+const CACHE_BYTES: usize = 32 << 20;
+
 /// Opens the database file: [`Opener::default`] with redb's file backend;
 /// tests give one whose disk fills up on demand.
 #[derive(Clone)]
@@ -231,7 +278,9 @@ pub type OpenFn = dyn Fn(&Path) -> Result<Database, redb::DatabaseError> + Send 
 
 impl Default for Opener {
     fn default() -> Self {
-        Opener(Arc::new(|path: &Path| Database::create(path)))
+        Opener(Arc::new(|path: &Path| {
+            Database::builder().set_cache_size(CACHE_BYTES).create(path)
+        }))
     }
 }
 
@@ -834,7 +883,7 @@ mod tests {
         Settings {
             config,
             max_k: 15,
-            design: p.options[p.chosen].design.clone(),
+            design: OnlineDesign::Tables(p.options[p.chosen].design.clone()),
             version,
             verify: Some(0.8),
         }

@@ -517,7 +517,7 @@ mod tests {
 
     fn open(dir: &std::path::Path) -> (Arc<Store>, Arc<Collection<u64>>) {
         let p = plan(64, 3, 1e4, None).unwrap();
-        let design = p.options[p.chosen].design.clone();
+        let design = neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone());
         let settings = Settings {
             config: FingerprintConfig {
                 bits: Width::W64,

@@ -23,7 +23,7 @@ fn settings(bits: u32, max_k: u32) -> Settings {
     Settings {
         config,
         max_k,
-        design: p.options[p.chosen].design.clone(),
+        design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
         version: neardup_server::store::STORE_VERSION,
         verify: None,
     }
@@ -182,12 +182,17 @@ async fn documents_insert_check_query_get_delete() {
     assert_eq!(s, StatusCode::OK);
     assert_eq!(b["documents"], 2);
     assert_eq!(b["design"]["max_k"], 3);
+    assert_eq!(b["design"]["kind"], "tables");
+    assert_eq!(b["verification"], json!({"mode": "hamming"}));
     assert!(b["disk_bytes"].as_u64().unwrap() > 0);
     assert!(b["memory_bytes"].as_u64().unwrap() > 0);
     let (s, b) = call(r, "GET", "/healthz", None).await;
     assert_eq!(
         (s, b),
-        (StatusCode::OK, json!({"status": "ok", "writes": "ok"}))
+        (
+            StatusCode::OK,
+            json!({"status": "ok", "writes": "ok", "verification": {"mode": "hamming"}})
+        )
     );
     let (s, b) = call(r, "GET", "/metrics", None).await;
     assert_eq!(s, StatusCode::OK);
@@ -324,7 +329,7 @@ fn token_settings(verify: Option<f64>) -> Settings {
     Settings {
         config,
         max_k: 6,
-        design: p.options[p.chosen].design.clone(),
+        design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
         version: neardup_server::store::STORE_VERSION,
         verify,
     }
@@ -932,7 +937,10 @@ async fn a_full_disk_fails_writes_until_it_has_room_again() {
     let (s, b) = call(r, "GET", "/readyz", None).await;
     assert_eq!(
         (s, b),
-        (StatusCode::OK, json!({"status": "ok", "writes": "ok"}))
+        (
+            StatusCode::OK,
+            json!({"status": "ok", "writes": "ok", "verification": {"mode": "hamming"}})
+        )
     );
     for (id, want) in [
         ("a", StatusCode::OK),

@@ -24,7 +24,7 @@ fn settings(config: FingerprintConfig) -> Settings {
     Settings {
         config,
         max_k: 3,
-        design: p.options[p.chosen].design.clone(),
+        design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
         version: neardup_server::store::STORE_VERSION,
         verify: None,
     }

@@ -131,7 +131,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         let settings = Settings {
             config,
             max_k: 3,
-            design: p.options[p.chosen].design.clone(),
+            design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
             version: neardup_server::store::STORE_VERSION,
             verify: None,
         };
@@ -275,7 +275,7 @@ fn store_bytes(base: &std::path::Path, sketches: bool) -> Result<f64> {
     let settings = Settings {
         config: FingerprintConfig::default(),
         max_k: 3,
-        design: p.options[p.chosen].design.clone(),
+        design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
         version: neardup_server::store::STORE_VERSION,
         verify: None,
     };

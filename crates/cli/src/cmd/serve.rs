@@ -6,15 +6,21 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use neardup_core::index::plan;
+use neardup_core::dedup::default_k;
+use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
+use neardup_core::{FingerprintConfig, InputKind, Width};
 use neardup_server::{App, Options, Protect, ServiceError, Settings};
 
 use crate::pipeline_args::PipelineArgs;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "The collection's fingerprint configuration, maximum k and table design are \
-fixed when it is created (the pipeline flags, --max-k and --expected-documents apply then only).
+    after_help = "The collection's fingerprint configuration, maximum k, verification and index \
+design are fixed when it is created (the pipeline flags, --max-k, --verify, --no-verify and \
+--expected-documents apply then only). By default a collection of texts verifies: candidates \
+within k = 15 of 128-bit token fingerprints (multi-index blocks), kept when the estimated Jaccard \
+similarity of the texts reaches 0.8, as `neardup dedup` decides. --no-verify creates the paper's \
+collection instead: 64-bit fingerprints, Hamming distance within k = 3 alone.
 
 API (see /openapi.json, or crates/server/openapi.json):
   POST /v1/documents   {\"documents\": [{\"id\", \"text\" | \"simhash\", \"meta\"}], \"mode\": \"insert\" | \"insert_if_new\" | \"check\", \"k\"}
@@ -36,17 +42,22 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub addr: SocketAddr,
 
-    /// At creation: the largest k a request may ask for.
-    #[arg(long, visible_alias = "k", value_parser = clap::value_parser!(u32).range(0..=16))]
+    /// At creation: the largest k a request may ask for (default: 15 at 128
+    /// bits and 7 at 64 when verified, as `neardup dedup`; 3 with --no-verify).
+    #[arg(long, visible_alias = "k", value_parser = clap::value_parser!(u32).range(0..=32))]
     pub max_k: Option<u32>,
 
-    /// At creation: verify matches of texts by default, keeping those whose
-    /// estimated Jaccard similarity (of the verification features, from a
-    /// 512-byte sketch stored per document) reaches T. Requests may set their
-    /// own ("verify": {"jaccard": T}). Good candidates need single-token
-    /// fingerprints and a wide k, e.g. --bits 128 --features tokens --max-k 15.
-    #[arg(long, value_name = "jaccard:T")]
+    /// At creation: the verification threshold (default jaccard:0.8): a match
+    /// of texts is kept when the estimated Jaccard similarity of the texts'
+    /// verification features (from a 256-byte sketch stored per document)
+    /// reaches T. Requests may set their own ("verify": {"jaccard": T}).
+    #[arg(long, value_name = "jaccard:T", conflicts_with = "no_verify")]
     pub verify: Option<neardup_core::jaccard::Verify>,
+
+    /// At creation: decide by Hamming distance alone (the paper's regime:
+    /// 64-bit fingerprints, k = 3 by default), without verification.
+    #[arg(long)]
+    pub no_verify: bool,
 
     /// At creation: how many documents the table design is planned for.
     #[arg(long, value_name = "N")]
@@ -123,6 +134,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // all): one left out would silently be ignored on an existing collection.
     let creating_flags = args.max_k.is_some()
         || args.verify.is_some()
+        || args.no_verify
         || args.expected_documents.is_some()
         || args.pipeline.any_given();
     if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
@@ -196,23 +208,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let wanted = create()?;
             if wanted.config != app.settings.config
                 || wanted.max_k != app.settings.max_k
-                || (args.verify.is_some() && wanted.verify != app.settings.verify)
+                || ((args.verify.is_some() || args.no_verify)
+                    && wanted.verify != app.settings.verify)
             {
                 bail!(
-                    "the collection in {} was created with other settings (fixed at creation): \
-                     drop the pipeline, --max-k and --verify flags, or give an empty folder",
-                    args.data.display()
+                    "the collection in {} was created with other settings (fixed at creation: {}): \
+                     drop the pipeline, --max-k, --verify and --no-verify flags, or give an empty \
+                     folder",
+                    args.data.display(),
+                    app.settings.summary()
                 );
             }
         }
         eprintln!(
-            "neardup: {} documents loaded from {} in {:.2} s; {}; max k = {}, {} tables",
+            "neardup: {} documents loaded from {} in {:.2} s; {}; {}",
             app.loaded,
             args.data.display(),
             app.open_seconds,
             app.settings.config.summary(),
-            app.settings.max_k,
-            app.settings.design.tables.len()
+            app.settings.summary()
         );
         eprintln!("neardup: listening on http://{local}");
         Ok(app)
@@ -234,28 +248,73 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The settings of a collection created by these arguments.
+/// The settings of a collection created by these arguments: by default
+/// verified as `neardup dedup` is (the candidate configuration, its k, the
+/// Jaccard threshold), on the online design the planner picks for k.
 fn create_settings(args: &Args) -> Result<Settings, ServiceError> {
-    let (config, idf) = args
-        .pipeline
+    let config_error = |e: String| ServiceError::Config(e);
+    let mut pipeline = args.pipeline.clone();
+    let verify = match (args.verify, args.no_verify) {
+        (_, true) => None,
+        (v, false) => Some(v.unwrap_or_default()),
+    };
+    if pipeline
+        .overrides()
+        .starts_from_candidates(verify.is_some(), pipeline.config.is_some())
+    {
+        pipeline.preset = Some(FingerprintConfig::candidates());
+    }
+    let (config, idf) = pipeline
         .resolve()
-        .map_err(|e| ServiceError::Config(format!("{e:#}")))?;
+        .map_err(|e| config_error(format!("{e:#}")))?;
     if idf.is_some() {
-        return Err(ServiceError::Config(
+        return Err(config_error(
             "a service collection cannot use an IDF table file yet: use --weights tf or binary"
                 .into(),
         ));
     }
-    let max_k = args.max_k.unwrap_or(DEFAULT_MAX_K);
+    // Verification compares texts: vectors and weighted features have none.
+    let verify = match (verify, config.input) {
+        (Some(_), InputKind::Text) => verify,
+        (Some(_), kind) if args.verify.is_some() => {
+            return Err(config_error(format!(
+                "--verify compares texts, and this collection holds {}: drop --verify",
+                kind.plural()
+            )));
+        }
+        _ => None,
+    };
+    let width = config.bits;
+    let max_k = match (args.max_k, verify.is_some(), config.input) {
+        (Some(k), _, _) => k,
+        (None, true, _) => default_k(width, true),
+        (None, false, InputKind::Text) => DEFAULT_MAX_K,
+        (None, false, _) => DEFAULT_MAX_K.max(default_k(width, false)),
+    };
+    if let Some(v) = verify {
+        let least = default_k(width, true);
+        if max_k < least {
+            return Err(config_error(format!(
+                "--max-k {max_k} is too narrow to verify at {} bits: candidates within \
+                 {max_k} miss many pairs at Jaccard {}; use --max-k {least} or more (the \
+                 default), or --no-verify to decide by Hamming distance alone",
+                width.bits(),
+                v.threshold
+            )));
+        }
+    }
     let n = args.expected_documents.unwrap_or(DEFAULT_EXPECTED).max(1.0);
-    let p = plan(config.bits.bits(), max_k, n, None)
-        .map_err(|e| ServiceError::Config(e.to_string()))?;
+    let planned = match width {
+        Width::W64 => plan_online::<u64>(max_k, n, &[], ONLINE_BYTES_PER_DOCUMENT),
+        Width::W128 => plan_online::<u128>(max_k, n, &[], ONLINE_BYTES_PER_DOCUMENT),
+    };
+    let p = planned.map_err(|e| config_error(format!("--max-k {max_k}: {e}")))?;
     Ok(Settings {
         config,
         max_k,
-        design: p.options[p.chosen].design.clone(),
+        design: p.design().clone(),
         version: neardup_server::store::STORE_VERSION,
-        verify: args.verify.map(|v| v.threshold),
+        verify: verify.map(|v| v.threshold),
     })
 }
 

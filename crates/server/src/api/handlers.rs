@@ -526,12 +526,8 @@ pub(super) async fn stats<B: Bits>(State(s): State<Arc<Service<B>>>) -> Json<Val
     Json(serde_json::json!({
         "documents": l.documents,
         "fingerprints": l.main + l.mid + l.recent - l.tombstones.min(l.main + l.mid + l.recent),
-        "design": {
-            "bits": s.settings.design.bits,
-            "max_k": s.settings.max_k,
-            "tables": s.settings.design.tables.len(),
-            "levels": s.settings.design.levels,
-        },
+        "design": design(&s.settings),
+        "verification": verification(&s.settings),
         "config": s.settings.config,
         "index": {"main": l.main, "mid": l.mid, "recent": l.recent, "tombstones": l.tombstones},
         "memory_bytes": l.index_bytes,
@@ -568,20 +564,55 @@ pub(super) async fn readyz<B: Bits>(State(s): State<Arc<Service<B>>>) -> Respons
 }
 
 pub(super) fn health<B: Bits>(s: &Service<B>) -> Value {
-    if s.control.dead.load(std::sync::atomic::Ordering::SeqCst) {
-        return serde_json::json!({
+    let mut body = if s.control.dead.load(std::sync::atomic::Ordering::SeqCst) {
+        serde_json::json!({
             "status": "failing",
             "writes": "stopped",
             "message": "the writer thread failed (the server's log says why): restart the service",
-        });
+        })
+    } else {
+        match s.store.write_failure() {
+            None => serde_json::json!({"status": "ok", "writes": "ok"}),
+            Some(_) => serde_json::json!({
+                "status": "degraded",
+                "writes": "failing",
+                "message": "the last commit failed (the server's log says why); the next write retries",
+            }),
+        }
+    };
+    body["verification"] = verification(&s.settings);
+    body
+}
+
+/// The index design, for `/v1/stats`.
+fn design(settings: &crate::Settings) -> Value {
+    use neardup_core::index::OnlineDesign;
+    let d = &settings.design;
+    let mut v = serde_json::json!({
+        "bits": d.bits(),
+        "max_k": settings.max_k,
+        "description": d.describe(),
+    });
+    match d {
+        OnlineDesign::Tables(t) => {
+            v["kind"] = "tables".into();
+            v["tables"] = t.tables.len().into();
+            v["levels"] = serde_json::json!(t.levels);
+        }
+        OnlineDesign::Blocks(b) => {
+            v["kind"] = "blocks".into();
+            v["blocks"] = b.blocks.len().into();
+        }
     }
-    match s.store.write_failure() {
-        None => serde_json::json!({"status": "ok", "writes": "ok"}),
-        Some(_) => serde_json::json!({
-            "status": "degraded",
-            "writes": "failing",
-            "message": "the last commit failed (the server's log says why); the next write retries",
-        }),
+    v
+}
+
+/// What the collection decides by: `"verified"` (with the default
+/// threshold) or `"hamming"` (distance alone), for `/v1/stats` and `/healthz`.
+fn verification(settings: &crate::Settings) -> Value {
+    match settings.verify {
+        Some(t) => serde_json::json!({"mode": "verified", "jaccard": t}),
+        None => serde_json::json!({"mode": "hamming"}),
     }
 }
 
