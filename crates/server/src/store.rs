@@ -26,15 +26,16 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 use serde::{Deserialize, Serialize};
 
 use neardup_core::index::OnlineDesign;
-use neardup_core::sketch::Sketch;
+use neardup_core::sketch::Signature;
 use neardup_core::{FingerprintConfig, TableDesign};
 
 use crate::error::ServiceError;
 
 const DOCS: TableDefinition<&str, &[u8]> = TableDefinition::new("docs");
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
-/// Document id -> verification sketch ([`Sketch`], 256 bytes), for documents
-/// stored with their text (version 2 on).
+/// Document id -> verification signature ([`Signature`]: a 512-byte sketch,
+/// then the text's features), for documents stored with their text (version
+/// 2 on; the features from version 5).
 const SKETCHES: TableDefinition<&str, &[u8]> = TableDefinition::new("sketches");
 
 /// The store format this build writes: 2 keeps a verification sketch per
@@ -235,7 +236,7 @@ pub enum Write<'a> {
         fingerprint: &'a [u8],
         meta: Option<&'a [u8]>,
         /// The text's sketch; None (a fingerprint given) removes a stale one.
-        sketch: Option<&'a Sketch>,
+        sketch: Option<&'a Signature>,
     },
     Delete {
         id: &'a str,
@@ -539,7 +540,7 @@ impl Store {
             };
             let mut table = tx.open_table(DOCS).map_err(storage)?;
             let mut sketches = tx.open_table(SKETCHES).map_err(storage)?;
-            let (mut value, mut out) = (Vec::new(), Vec::new());
+            let (mut value, mut out, mut signature) = (Vec::new(), Vec::new(), Vec::new());
             for w in writes {
                 match w {
                     Write::Put {
@@ -559,7 +560,9 @@ impl Store {
                         digest.add(c);
                         match sketch {
                             Some(s) => {
-                                sealed(SKETCHES_TAG, id, &s.0, &mut out);
+                                signature.clear();
+                                s.write(&mut signature);
+                                sealed(SKETCHES_TAG, id, &signature, &mut out);
                                 sketches.insert(*id, out.as_slice()).map(drop)
                             }
                             None => sketches.remove(*id).map(drop),
@@ -615,7 +618,7 @@ impl Store {
     /// Several documents' verification sketches, in one read transaction:
     /// None for a document stored without its text (or before sketches were
     /// kept). A sketch whose checksum disagrees is damage, refused.
-    pub fn sketches(&self, ids: &[&str]) -> Result<Vec<Option<Sketch>>, ServiceError> {
+    pub fn sketches(&self, ids: &[&str]) -> Result<Vec<Option<Signature>>, ServiceError> {
         guarded(&self.path, || {
             let db = self.handle()?;
             let tx = db.begin_read().map_err(storage)?;
@@ -635,7 +638,7 @@ impl Store {
                         _ => Ok(None),
                     },
                     Some(v) => unsealed(SKETCHES_TAG, id, v.value())
-                        .and_then(|(bytes, _)| Sketch::from_bytes(bytes))
+                        .and_then(|(bytes, _)| Signature::from_bytes(bytes))
                         .map(Some)
                         .ok_or_else(|| {
                             self.damaged(format!("document {id:?} has a damaged sketch"))
@@ -917,7 +920,13 @@ mod tests {
             records,
             sketches
                 .into_iter()
-                .map(|s| s.map(|s| s.0.to_vec()))
+                .map(|s| {
+                    s.map(|s| {
+                        let mut bytes = Vec::new();
+                        s.write(&mut bytes);
+                        bytes
+                    })
+                })
                 .collect(),
         ))
     }
@@ -927,8 +936,12 @@ mod tests {
         h.to_le_bytes()
     }
 
-    fn sketch(i: usize) -> Sketch {
-        Sketch(std::array::from_fn(|j| (i * 7 + j) as u8))
+    fn sketch(i: usize) -> Signature {
+        let mut set: Vec<u64> = (0..i as u64 % 50)
+            .map(|x| (x + i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        set.sort_unstable();
+        Signature::of(&set)
     }
 
     /// 300 documents written in batches, 40 replaced and 20 deleted; the ids
@@ -938,7 +951,7 @@ mod tests {
         let ids: Vec<String> = (0..300).map(|i| format!("doc-{i:04}")).collect();
         let metas: Vec<String> = (0..300).map(|i| format!(r#"{{"n":{i}}}"#)).collect();
         let fps: Vec<[u8; 16]> = (0..300).map(fingerprint).collect();
-        let sketches: Vec<Sketch> = (0..300).map(sketch).collect();
+        let sketches: Vec<Signature> = (0..300).map(sketch).collect();
         for batch in (0..300).collect::<Vec<usize>>().chunks(50) {
             let writes: Vec<Write> = batch
                 .iter()
@@ -1148,7 +1161,7 @@ mod tests {
                     docs.insert(id.as_str(), v.as_slice()).unwrap();
                     if i % 5 == 0 {
                         sketches
-                            .insert(id.as_str(), sketch(i).0.as_slice())
+                            .insert(id.as_str(), sketch(i).sketch.0.as_slice())
                             .unwrap();
                     }
                 }
@@ -1164,7 +1177,12 @@ mod tests {
             let r = got.1[i].as_ref().unwrap();
             assert_eq!(r.fingerprint, fingerprint(i as u64), "{id}");
             assert_eq!(r.meta.is_some(), i % 2 == 0, "{id}");
-            assert_eq!(got.2[i], (i % 5 == 0).then(|| sketch(i).0.to_vec()), "{id}");
+            // A sketch alone, as version 2 kept it: read back without features.
+            assert_eq!(
+                got.2[i],
+                (i % 5 == 0).then(|| sketch(i).sketch.0.to_vec()),
+                "{id}"
+            );
         }
         drop(store);
         // Opened again: already at this version, the same data.

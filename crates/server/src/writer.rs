@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 
 use neardup_core::index::Bits;
-use neardup_core::sketch::Sketch;
+use neardup_core::sketch::Signature;
 use tokio::sync::oneshot;
 
 use crate::collection::{Collection, Found, keep_nearest};
@@ -42,7 +42,7 @@ pub struct NewDoc<B> {
     /// The metadata, as JSON text.
     pub meta: Option<Vec<u8>>,
     /// The text's verification sketch (None when a fingerprint was given).
-    pub sketch: Option<Sketch>,
+    pub sketch: Option<Signature>,
     /// The dimension of the vector it was given as, if it was.
     pub dim: Option<usize>,
 }
@@ -158,9 +158,9 @@ pub fn run<B: Bits>(
 pub fn verify_found(
     store: &Store,
     found: Vec<Found>,
-    sketch: &Sketch,
+    sketch: &Signature,
     threshold: f64,
-    in_batch: impl Fn(&str) -> Option<Option<Sketch>>,
+    in_batch: impl Fn(&str) -> Option<Option<Signature>>,
 ) -> Result<Vec<Found>, ServiceError> {
     let from_store: Vec<&str> = found
         .iter()
@@ -190,7 +190,7 @@ pub fn verify_found(
 
 /// A write decided in this batch: the id, its fingerprint and sketch (None
 /// for a delete).
-type Pending<B> = (String, Option<(B, Option<Sketch>)>);
+type Pending<B> = (String, Option<(B, Option<Signature>)>);
 
 /// The writes decided so far in one write batch, in order, with the latest
 /// of each id found by a hash lookup: later decisions of the batch override
@@ -226,7 +226,7 @@ impl<B: Bits> Batch<B> {
     }
 
     /// The latest write of `id` in this batch: Some(None) for a delete.
-    fn latest(&self, id: &str) -> Option<&Option<(B, Option<Sketch>)>> {
+    fn latest(&self, id: &str) -> Option<&Option<(B, Option<Signature>)>> {
         self.last.get(id).map(|&i| &self.writes[i].1)
     }
 

@@ -18,7 +18,7 @@ use crate::collection::Found;
 use crate::error::{ApiError, ServiceError};
 use crate::writer::{Job, JobSender, Mode, NewDoc, Outcome, verify_found};
 use neardup_core::jaccard::shingles_for;
-use neardup_core::sketch::Sketch;
+use neardup_core::sketch::Signature;
 
 use super::*;
 
@@ -153,7 +153,7 @@ pub(super) async fn fingerprint_contents<B: Bits>(
     s: &Arc<Service<B>>,
     contents: Vec<(usize, Content)>,
     place: fn(usize) -> String,
-) -> Result<Vec<(usize, B, Option<Sketch>)>, ApiError> {
+) -> Result<Vec<(usize, B, Option<Signature>)>, ApiError> {
     // Vectors are checked against the collection's dimension before any
     // work that scales with them (the hyperplanes are dimension x bits).
     let fixed = s.control.dim.load(std::sync::atomic::Ordering::SeqCst);
@@ -219,7 +219,7 @@ pub(super) async fn fingerprint_contents<B: Bits>(
                 let sketch = match &c {
                     Content::Text(t) => {
                         let normalize = &s2.hasher.config().normalize;
-                        Some(Sketch::of(&shingles_for(t, normalize)))
+                        Some(Signature::of(&shingles_for(t, normalize)))
                     }
                     _ => None,
                 };
@@ -329,7 +329,7 @@ pub(super) async fn post_documents<B: Bits>(
         );
         ids.push(d.id);
     }
-    let mut sketches: Vec<Option<Sketch>> = vec![None; fps.len()];
+    let mut sketches: Vec<Option<Signature>> = vec![None; fps.len()];
     for (i, fp, sketch) in fingerprint_contents(&s, texts, |i| format!("documents[{i}]")).await? {
         fps[i] = Some(fp);
         sketches[i] = sketch;
