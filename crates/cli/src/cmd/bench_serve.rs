@@ -1,21 +1,29 @@
-//! `neardup bench serve`: the service under load on loopback. A collection of
-//! N documents is bulk-loaded, reopened (the restart time), served in-process,
-//! and driven by keep-alive HTTP clients for a bounded time: fingerprint
-//! `check` queries, then durable `insert_if_new` of texts.
+//! `neardup bench serve`: the service as a user runs it, under load on
+//! loopback. A collection of N documents of real text (about 4 KB each, made
+//! of sentences of the given corpora) is created with `neardup serve`'s
+//! defaults and bulk-loaded through the store; the real `neardup serve`
+//! process then opens it (the restart time, every record's checksum
+//! checked) and keep-alive HTTP clients in this process drive it for a
+//! bounded time: verified `check`s of texts (near copies of stored
+//! documents and new ones), `check`s by fingerprint, and durable
+//! `insert_if_new` of new texts. The server's resident memory is read from
+//! /proc before and after, against an empty collection's.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use neardup_core::FingerprintConfig;
-use neardup_core::index::plan;
+use neardup_core::jaccard::shingles_for;
 use neardup_core::rng::SplitMix64;
+use neardup_core::sketch::Signature;
+use neardup_core::{Input, SimHasher};
 use neardup_server::store::{Store, Write as StoreWrite};
-use neardup_server::{App, Options, Settings};
+use rayon::prelude::*;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
@@ -30,7 +38,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
 
-    /// Client connections for the query phase.
+    /// Client connections for the check phases.
     #[arg(long, default_value_t = 8)]
     pub query_connections: usize,
 
@@ -39,86 +47,140 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 64)]
     pub insert_connections: usize,
 
+    /// JSON Lines corpora (a "text" field) whose sentences make the
+    /// documents (default: the evaluation sample in evalkit/data).
+    #[arg(long = "texts", value_name = "FILE")]
+    pub texts: Vec<PathBuf>,
+
+    /// Bytes of text per document, about.
+    #[arg(long, default_value_t = 4096)]
+    pub document_bytes: usize,
+
     /// Where to build the collections (default: a temporary folder).
     #[arg(long, value_name = "DIR")]
-    pub dir: Option<std::path::PathBuf>,
+    pub dir: Option<PathBuf>,
 }
 
-const WORDS: &[&str] = &[
-    "harbour",
-    "master",
-    "gates",
-    "dawn",
-    "boats",
-    "sea",
-    "morning",
-    "grey",
-    "crawler",
-    "page",
-    "index",
-    "table",
-    "fingerprint",
-    "query",
-    "network",
-    "storage",
-    "engine",
-    "commit",
-    "disk",
-    "memory",
-    "the",
-    "a",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "was",
-    "for",
-    "on",
-    "with",
-    "as",
-    "by",
-    "river",
-    "bridge",
-    "market",
-    "city",
-    "train",
-    "station",
-    "letter",
-    "window",
-    "garden",
-];
+/// Documents made of sentences drawn at random from a pool of real ones: a
+/// document is its list of sentence numbers, so that a near copy (one
+/// sentence in twenty replaced) is cheap to make and its similarity known.
+struct Sentences {
+    pool: Vec<String>,
+    /// Sentences per document, for about the asked bytes.
+    per_document: usize,
+}
 
-fn text(rng: &mut SplitMix64, words: usize) -> String {
-    let mut s = String::with_capacity(words * 7);
-    for i in 0..words {
-        if i > 0 {
+impl Sentences {
+    fn read(files: &[PathBuf], document_bytes: usize) -> Result<Sentences> {
+        let mut pool = Vec::new();
+        for f in files {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {} (give --texts FILE)", f.display()))?;
+            for (n, line) in text.lines().enumerate() {
+                let v: serde_json::Value = serde_json::from_str(line)
+                    .with_context(|| format!("{}:{}: not a JSON line", f.display(), n + 1))?;
+                let Some(t) = v["text"].as_str() else {
+                    continue;
+                };
+                for s in t.split_inclusive(['.', '。', '\n', '！', '？', '!', '?']) {
+                    let s = s.trim();
+                    if s.chars().count() >= 8 {
+                        pool.push(s.to_owned());
+                    }
+                }
+            }
+        }
+        pool.sort_unstable();
+        pool.dedup();
+        if pool.len() < 1000 {
+            bail!(
+                "the texts hold {} distinct sentences: give corpora with at least 1,000 \
+                 (--texts FILE.jsonl)",
+                pool.len()
+            );
+        }
+        let mean = pool.iter().map(String::len).sum::<usize>() as f64 / pool.len() as f64;
+        let per_document = ((document_bytes as f64 / (mean + 1.0)).round() as usize).max(4);
+        Ok(Sentences { pool, per_document })
+    }
+
+    fn picks(&self, seed: u64) -> Vec<usize> {
+        let mut r = SplitMix64(seed ^ 0x0b5e_55ed);
+        (0..self.per_document)
+            .map(|_| (r.next() % self.pool.len() as u64) as usize)
+            .collect()
+    }
+
+    fn join(&self, picks: &[usize]) -> String {
+        let mut s = String::new();
+        for &p in picks {
+            s.push_str(&self.pool[p]);
             s.push(' ');
         }
-        s.push_str(WORDS[(rng.next() % WORDS.len() as u64) as usize]);
-        if rng.next().is_multiple_of(5) {
-            s.push_str(&(rng.next() % 1000).to_string());
-        }
+        s
     }
-    s
+
+    /// Document number `i`.
+    fn document(&self, i: u64) -> String {
+        self.join(&self.picks(i))
+    }
+
+    /// A near copy of document `i`: one sentence in twenty replaced.
+    fn near_copy(&self, i: u64, variant: u64) -> String {
+        let mut p = self.picks(i);
+        let mut r = SplitMix64(variant ^ i.rotate_left(17));
+        for _ in 0..(p.len() / 20).max(1) {
+            let at = (r.next() % p.len() as u64) as usize;
+            p[at] = (r.next() % self.pool.len() as u64) as usize;
+        }
+        self.join(&p)
+    }
+}
+
+/// A JSON string literal.
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serialises")
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    let texts = if args.texts.is_empty() {
+        vec![
+            PathBuf::from("evalkit/data/en/corpus.jsonl"),
+            PathBuf::from("evalkit/data/zh/corpus.jsonl"),
+        ]
+    } else {
+        args.texts.clone()
+    };
+    let sentences = Arc::new(Sentences::read(&texts, args.document_bytes)?);
     let tmp = tempfile::tempdir()?;
     let base = args.dir.clone().unwrap_or_else(|| tmp.path().to_owned());
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "neardup bench serve: {} cores; {} s per phase; loopback only",
+        "neardup bench serve: {} cores; {} s per phase; loopback only; documents of {} sentences \
+         (about {} bytes) drawn from {} sentences of {}",
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        args.seconds
+        args.seconds,
+        sentences.per_document,
+        args.document_bytes,
+        sentences.pool.len(),
+        texts
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     )?;
-    let (bare, sketched) = (store_bytes(&base, false)?, store_bytes(&base, true)?);
+    // An empty collection's server: the memory every collection starts from.
+    let empty = base.join("collection-empty");
+    let _ = std::fs::remove_dir_all(&empty);
+    let (mut server, _, _) = Server::start(&empty)?;
+    let rss_empty = server.rss()?;
+    server.stop()?;
+    std::fs::remove_dir_all(&empty).ok();
     writeln!(
         out,
-        "store: {bare:.0} bytes per document stored by fingerprint, {sketched:.0} stored by text \
-         (with its {}-byte verification sketch); {STORE_SAMPLE} documents each",
-        neardup_core::sketch::BINS
+        "an empty collection's server: {:.1} MB resident",
+        mb(rss_empty)
     )?;
     for &n in &args.documents {
         let n = n as u64;
@@ -126,108 +188,122 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         if dir.exists() {
             std::fs::remove_dir_all(&dir)?;
         }
-        let config = FingerprintConfig::default();
-        let p = plan(64, 3, n.max(1) as f64, None)?;
-        let settings = Settings {
-            config,
-            max_k: 3,
-            design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
-            version: neardup_server::store::STORE_VERSION,
-            verify: None,
-        };
-        // Bulk load through the store, as a long-running service would have.
+        let settings = super::serve::default_settings(n as f64)?;
+        let config = settings.config.clone();
+        writeln!(out, "\n{n} documents; {}", settings.summary())?;
         let started = Instant::now();
-        let mut rng = SplitMix64(n);
-        let mut sample: Vec<u64> = Vec::new();
-        {
-            let s2 = settings.clone();
-            let (store, _) = Store::open_or_create(&dir, move || Ok(s2))?;
-            let mut done = 0u64;
-            while done < n {
-                let m = (n - done).min(200_000);
-                let docs: Vec<(String, [u8; 8])> = (0..m)
-                    .map(|i| {
-                        let fp = rng.next();
-                        if (done + i).is_multiple_of((n / 1000).max(1)) {
-                            sample.push(fp);
-                        }
-                        (
-                            format!("https://example.com/{}", done + i),
-                            fp.to_le_bytes(),
-                        )
-                    })
-                    .collect();
-                let writes: Vec<StoreWrite<'_>> = docs
-                    .iter()
-                    .map(|(id, fp)| StoreWrite::Put {
-                        id,
-                        fingerprint: fp,
-                        meta: None,
-                        sketch: None,
-                    })
-                    .collect();
-                store.commit(&writes)?;
-                done += m;
-            }
-        }
+        load(&dir, settings, &sentences, n)?;
         let load_secs = started.elapsed().as_secs_f64();
-        let app = App::open(&dir, already_created, Options::default())?;
+        let disk = std::fs::metadata(dir.join(neardup_server::store::DB_FILE))?.len();
+        let (mut server, addr, open_secs) = Server::start(&dir)?;
+        let rss_open = server.rss()?;
         writeln!(
             out,
-            "\n{n} documents: bulk load {load_secs:.1} s; restart ready to serve in {:.2} s (read the store {:.2} s, build the index {:.2} s)",
-            app.open_seconds, app.read_seconds, app.build_seconds
+            "  bulk load {load_secs:.1} s ({:.0} bytes of store per document); restart: ready \
+             in {open_secs:.2} s, every record's checksum checked",
+            disk as f64 / n as f64
         )?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?;
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let server = std::thread::spawn(move || {
-            runtime.block_on(neardup_server::serve(
-                app,
-                listener,
-                neardup_server::Limits::default(),
-                async {
-                    let _ = stop_rx.await;
-                },
-                move |a| {
-                    let _ = addr_tx.send(a);
-                },
-            ))
-        });
-        let addr = addr_rx
-            .recv_timeout(Duration::from_secs(60))
-            .context("the server did not start")?;
+        let per_doc = |rss: u64| rss.saturating_sub(rss_empty) as f64 / n as f64;
+        writeln!(
+            out,
+            "  server resident memory {:.1} MB: {:.0} bytes per stored document over the empty \
+             collection's",
+            mb(rss_open),
+            per_doc(rss_open)
+        )?;
         let duration = Duration::from_secs_f64(args.seconds);
-        // Queries: near copies of stored fingerprints (a hit each) and random
-        // ones (misses), alternately.
-        let sample = Arc::new(sample);
-        let (count, lat) = drive(addr, args.query_connections, duration, {
-            let sample = Arc::clone(&sample);
-            move |c, i| {
-                let mut r = SplitMix64(((c as u64) << 40) ^ i);
-                let fp = if i % 2 == 0 {
-                    sample[(r.next() % sample.len() as u64) as usize] ^ (1 << (r.next() % 64))
+        // Checks of texts, alternately a near copy of a stored document (a
+        // hit when found) and a document not stored (a miss), made before
+        // the clock starts.
+        let bodies: Vec<(String, bool)> = (0..4096u64)
+            .into_par_iter()
+            .map(|q| {
+                let mut r = SplitMix64(q ^ 0xc4ec);
+                let (text, hit) = if q % 2 == 0 {
+                    (sentences.near_copy(r.next() % n, q), true)
                 } else {
-                    r.next()
+                    (sentences.document(n + (1 << 40) + q), false)
                 };
-                (
-                    "/v1/documents",
-                    format!(
-                        "{{\"documents\":[{{\"id\":\"q\",\"simhash\":\"{fp:016x}\"}}],\"mode\":\"check\"}}"
-                    ),
-                )
+                (text, hit)
+            })
+            .collect();
+        let hasher = SimHasher::new(config)?;
+        let fps: Vec<String> = bodies
+            .par_iter()
+            .map(|(t, _)| {
+                hasher
+                    .fingerprint_input(Input::Text(t))
+                    .map(|f| f.to_string())
+            })
+            .collect::<Result<_, _>>()?;
+        let text_bodies: Arc<Vec<(String, bool)>> = Arc::new(
+            bodies
+                .iter()
+                .map(|(t, hit)| {
+                    (
+                        format!(
+                            "{{\"documents\":[{{\"id\":\"q\",\"text\":{}}}],\"mode\":\"check\"}}",
+                            quoted(t)
+                        ),
+                        *hit,
+                    )
+                })
+                .collect(),
+        );
+        let found = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let (count, lat) = drive(addr, args.query_connections, duration, {
+            let (bodies, found) = (Arc::clone(&text_bodies), Arc::clone(&found));
+            move |c, i, reply: Option<&[u8]>| {
+                let (body, _) = &bodies[((c as u64 * 7919 + i) % bodies.len() as u64) as usize];
+                // The reply to this connection's last request: a near copy's
+                // when `i - 1` was one.
+                let last = (c as u64 * 7919 + i.wrapping_sub(1)) % bodies.len() as u64;
+                if let Some(reply) = reply
+                    && bodies[last as usize].1
+                {
+                    found.1.fetch_add(1, Ordering::Relaxed);
+                    if reply.windows(16).any(|w| w == b"\"duplicates\":[{") {
+                        found.0.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Some(("/v1/documents", body.clone()))
             }
         })?;
+        report(&mut out, "check (text, verified)", count, &lat, duration)?;
+        let (hits, near) = (
+            found.0.load(Ordering::Relaxed),
+            found.1.load(Ordering::Relaxed),
+        );
+        writeln!(
+            out,
+            "    near copies (one sentence in twenty replaced) found: {hits} of {near}"
+        )?;
+        let fp_bodies: Arc<Vec<String>> = Arc::new(
+            fps.iter()
+                .map(|h| {
+                    format!("{{\"documents\":[{{\"id\":\"q\",\"simhash\":\"{h}\"}}],\"mode\":\"check\"}}")
+                })
+                .collect(),
+        );
+        let (count, lat) = drive(addr, args.query_connections, duration, move |c, i, _| {
+            let b = &fp_bodies[((c as u64 * 7919 + i) % fp_bodies.len() as u64) as usize];
+            Some(("/v1/documents", b.clone()))
+        })?;
         report(&mut out, "check (fingerprint)", count, &lat, duration)?;
-        let (count, lat) = drive(addr, args.insert_connections, duration, move |c, i| {
-            let mut r = SplitMix64(((c as u64) << 40) ^ i ^ 0xabcdef);
-            let body = format!(
-                "{{\"documents\":[{{\"id\":\"new-{c}-{i}\",\"text\":\"{}\"}}],\"mode\":\"insert_if_new\"}}",
-                text(&mut r, 60)
-            );
-            ("/v1/documents", body)
+        // New documents, made as they are sent (a text each; the clients'
+        // work shares the machine with the server's).
+        let (count, lat) = drive(addr, args.insert_connections, duration, {
+            let sentences = Arc::clone(&sentences);
+            move |c, i, _| {
+                let doc = (2 << 40) + ((c as u64) << 32) + i;
+                Some((
+                    "/v1/documents",
+                    format!(
+                        "{{\"documents\":[{{\"id\":\"new-{c}-{i}\",\"text\":{}}}],\"mode\":\"insert_if_new\"}}",
+                        quoted(&sentences.document(doc))
+                    ),
+                ))
+            }
         })?;
         report(
             &mut out,
@@ -236,94 +312,148 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             &lat,
             duration,
         )?;
-        // The same with verification: candidates' sketches read and compared.
-        let (count, lat) = drive(addr, args.insert_connections, duration, move |c, i| {
-            let mut r = SplitMix64(((c as u64) << 40) ^ i ^ 0x5eed);
-            let body = format!(
-                "{{\"documents\":[{{\"id\":\"v-{c}-{i}\",\"text\":\"{}\"}}],\"mode\":\"insert_if_new\",\"verify\":{{\"jaccard\":0.8}}}}",
-                text(&mut r, 60)
-            );
-            ("/v1/documents", body)
-        })?;
-        report(
-            &mut out,
-            "insert_if_new (text, verified)",
-            count,
-            &lat,
-            duration,
+        let rss_end = server.rss()?;
+        writeln!(
+            out,
+            "  server resident memory after the load {:.1} MB ({:.0} bytes per document); peak {:.1} MB",
+            mb(rss_end),
+            per_doc(rss_end),
+            mb(server.peak()?)
         )?;
-        let _ = stop_tx.send(());
-        server
-            .join()
-            .map_err(|_| anyhow::anyhow!("the server thread failed"))??;
+        server.stop()?;
         std::fs::remove_dir_all(&dir).ok();
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Documents of the store size measurement.
-const STORE_SAMPLE: u64 = 100_000;
-
-/// Bytes of store file per document, for [`STORE_SAMPLE`] documents with ids
-/// like the bench's, stored by fingerprint or with a text's sketch too.
-fn store_bytes(base: &std::path::Path, sketches: bool) -> Result<f64> {
-    let dir = base.join(format!("store-size-{sketches}"));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
-    }
-    let p = plan(64, 3, STORE_SAMPLE as f64, None)?;
-    let settings = Settings {
-        config: FingerprintConfig::default(),
-        max_k: 3,
-        design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
-        version: neardup_server::store::STORE_VERSION,
-        verify: None,
-    };
-    let normalize = settings.config.normalize;
-    {
-        let (store, _) = Store::open_or_create(&dir, move || Ok(settings))?;
-        let mut rng = SplitMix64(7);
-        let mut done = 0;
-        while done < STORE_SAMPLE {
-            let m = (STORE_SAMPLE - done).min(20_000);
-            let docs: Vec<(String, [u8; 8], Option<neardup_core::sketch::Sketch>)> = (done..done
-                + m)
-                .map(|i| {
-                    let sketch = sketches.then(|| {
-                        let t = text(&mut rng, 60);
-                        neardup_core::sketch::Sketch::of(&neardup_core::jaccard::shingles_for(
-                            &t, &normalize,
-                        ))
-                    });
-                    (
-                        format!("https://example.com/{i}"),
-                        rng.next().to_le_bytes(),
-                        sketch,
-                    )
-                })
-                .collect();
-            let writes: Vec<StoreWrite<'_>> = docs
-                .iter()
-                .map(|(id, fp, sketch)| StoreWrite::Put {
-                    id,
-                    fingerprint: fp,
-                    meta: None,
-                    sketch: sketch.as_ref(),
-                })
-                .collect();
-            store.commit(&writes)?;
-            done += m;
-        }
-    }
-    let bytes = std::fs::metadata(dir.join(neardup_server::store::DB_FILE))?.len();
-    std::fs::remove_dir_all(&dir).ok();
-    Ok(bytes as f64 / STORE_SAMPLE as f64)
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
 }
 
-fn already_created() -> Result<Settings, neardup_server::ServiceError> {
-    Err(neardup_server::ServiceError::Config(
-        "the collection was just created".into(),
-    ))
+/// Fills a new collection in `dir` with `n` documents, by the store (as a
+/// long-running service would have them): each text's fingerprint and
+/// sketch made as the service makes them, in parallel.
+fn load(
+    dir: &Path,
+    settings: neardup_server::Settings,
+    sentences: &Sentences,
+    n: u64,
+) -> Result<()> {
+    let hasher = SimHasher::new(settings.config.clone())?;
+    let normalize = settings.config.normalize;
+    let (store, _) = Store::open_or_create(dir, move || Ok(settings))?;
+    const CHUNK: u64 = 100_000;
+    let mut done = 0;
+    while done < n {
+        let m = (n - done).min(CHUNK);
+        let docs: Vec<(String, Vec<u8>, Signature)> = (done..done + m)
+            .into_par_iter()
+            .map(|i| {
+                let text = sentences.document(i);
+                let fp = hasher.fingerprint_input(Input::Text(&text))?;
+                let sketch = Signature::of(&shingles_for(&text, &normalize));
+                let bytes = fp.width().bits() as usize / 8;
+                let le = fp.value().to_le_bytes()[..bytes].to_vec();
+                Ok((format!("https://example.com/{i}"), le, sketch))
+            })
+            .collect::<Result<_, neardup_core::Error>>()?;
+        let writes: Vec<StoreWrite<'_>> = docs
+            .iter()
+            .map(|(id, fp, sketch)| StoreWrite::Put {
+                id,
+                fingerprint: fp,
+                meta: None,
+                sketch: Some(sketch),
+            })
+            .collect();
+        store.commit(&writes)?;
+        done += m;
+    }
+    Ok(())
+}
+
+/// A `neardup serve` process of this executable on a loopback port.
+struct Server {
+    child: Child,
+}
+
+impl Server {
+    /// Starts it on `dir` and waits until it serves; returns it, its address
+    /// and the seconds it took to open the collection.
+    fn start(dir: &Path) -> Result<(Server, SocketAddr, f64)> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(["serve", "--data"])
+            .arg(dir)
+            .args(["--addr", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start neardup serve")?;
+        let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+        let mut server = Server { child };
+        let mut open_secs = None;
+        let addr = loop {
+            let Some(line) = lines.next() else {
+                server.stop()?;
+                bail!("neardup serve stopped before it served");
+            };
+            let line = line?;
+            // "neardup: N documents loaded from D in X s; ..."
+            if let Some(rest) = line.split(" in ").nth(1)
+                && line.contains("documents loaded from")
+            {
+                open_secs = rest.split(' ').next().and_then(|x| x.parse().ok());
+            }
+            if let Some(a) = line.strip_prefix("neardup: listening on http://") {
+                break a.parse()?;
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Ok((server, addr, open_secs.unwrap_or(f64::NAN)))
+    }
+
+    fn status(&self, field: &str) -> Result<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        s.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .with_context(|| format!("no {field} in /proc/PID/status"))
+    }
+
+    /// Resident memory now.
+    fn rss(&self) -> Result<u64> {
+        self.status("VmRSS:")
+    }
+
+    /// Resident memory at its highest.
+    fn peak(&self) -> Result<u64> {
+        self.status("VmHWM:")
+    }
+
+    /// SIGTERM, and wait (bounded) for it to exit.
+    fn stop(&mut self) -> Result<()> {
+        // SAFETY: kill(2) on the id of the child this process started.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                self.child.kill()?;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 fn report(
@@ -356,7 +486,7 @@ fn drive(
     addr: SocketAddr,
     connections: usize,
     duration: Duration,
-    make: impl Fn(usize, u64) -> (&'static str, String) + Send + Sync + 'static,
+    make: impl Fn(usize, u64, Option<&[u8]>) -> Option<(&'static str, String)> + Send + Sync + 'static,
 ) -> Result<(u64, Vec<Duration>)> {
     let make = Arc::new(make);
     let stop = Arc::new(AtomicBool::new(false));
@@ -372,8 +502,12 @@ fn drive(
                 let mut i = 0u64;
                 let mut line = String::new();
                 let mut body = Vec::new();
+                let mut reply: Option<Vec<u8>> = None;
                 while !stop.load(Ordering::Relaxed) {
-                    let (path, payload) = make(c, i);
+                    // `make` sees the reply to the request it made last.
+                    let Some((path, payload)) = make(c, i, reply.as_deref()) else {
+                        bail!("a reply was not what the bench expects: {}", String::from_utf8_lossy(reply.as_deref().unwrap_or_default()));
+                    };
                     i += 1;
                     let t = Instant::now();
                     write!(
@@ -406,6 +540,7 @@ fn drive(
                         bail!("status {status}: {}", String::from_utf8_lossy(&body));
                     }
                     lat.push(t.elapsed());
+                    reply = Some(std::mem::take(&mut body));
                 }
                 Ok(lat)
             })

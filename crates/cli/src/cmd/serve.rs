@@ -49,7 +49,7 @@ pub struct Args {
 
     /// At creation: the verification threshold (default jaccard:0.8): a match
     /// of texts is kept when the estimated Jaccard similarity of the texts'
-    /// verification features (from a 256-byte sketch stored per document)
+    /// verification features (from a 512-byte sketch stored per document)
     /// reaches T. Requests may set their own ("verify": {"jaccard": T}).
     #[arg(long, value_name = "jaccard:T", conflicts_with = "no_verify")]
     pub verify: Option<neardup_core::jaccard::Verify>,
@@ -252,9 +252,32 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// verified as `neardup dedup` is (the candidate configuration, its k, the
 /// Jaccard threshold), on the online design the planner picks for k.
 fn create_settings(args: &Args) -> Result<Settings, ServiceError> {
+    settings_for(
+        &args.pipeline,
+        args.max_k,
+        args.verify,
+        args.no_verify,
+        args.expected_documents,
+    )
+}
+
+/// The settings `neardup serve` gives a collection created with no flags,
+/// planned for `expected` documents.
+pub fn default_settings(expected: f64) -> Result<Settings, ServiceError> {
+    settings_for(&PipelineArgs::default(), None, None, false, Some(expected))
+}
+
+fn settings_for(
+    pipeline: &PipelineArgs,
+    max_k: Option<u32>,
+    verify: Option<neardup_core::jaccard::Verify>,
+    no_verify: bool,
+    expected: Option<f64>,
+) -> Result<Settings, ServiceError> {
     let config_error = |e: String| ServiceError::Config(e);
-    let mut pipeline = args.pipeline.clone();
-    let verify = match (args.verify, args.no_verify) {
+    let given_verify = verify.is_some();
+    let mut pipeline = pipeline.clone();
+    let verify = match (verify, no_verify) {
         (_, true) => None,
         (v, false) => Some(v.unwrap_or_default()),
     };
@@ -276,7 +299,7 @@ fn create_settings(args: &Args) -> Result<Settings, ServiceError> {
     // Verification compares texts: vectors and weighted features have none.
     let verify = match (verify, config.input) {
         (Some(_), InputKind::Text) => verify,
-        (Some(_), kind) if args.verify.is_some() => {
+        (Some(_), kind) if given_verify => {
             return Err(config_error(format!(
                 "--verify compares texts, and this collection holds {}: drop --verify",
                 kind.plural()
@@ -285,7 +308,7 @@ fn create_settings(args: &Args) -> Result<Settings, ServiceError> {
         _ => None,
     };
     let width = config.bits;
-    let max_k = match (args.max_k, verify.is_some(), config.input) {
+    let max_k = match (max_k, verify.is_some(), config.input) {
         (Some(k), _, _) => k,
         (None, true, _) => default_k(width, true),
         (None, false, InputKind::Text) => DEFAULT_MAX_K,
@@ -303,7 +326,7 @@ fn create_settings(args: &Args) -> Result<Settings, ServiceError> {
             )));
         }
     }
-    let n = args.expected_documents.unwrap_or(DEFAULT_EXPECTED).max(1.0);
+    let n = expected.unwrap_or(DEFAULT_EXPECTED).max(1.0);
     let planned = match width {
         Width::W64 => plan_online::<u64>(max_k, n, &[], ONLINE_BYTES_PER_DOCUMENT),
         Width::W128 => plan_online::<u128>(max_k, n, &[], ONLINE_BYTES_PER_DOCUMENT),
