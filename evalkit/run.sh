@@ -38,9 +38,8 @@ for lang in en zh; do
   $nd dedup "$out/$lang/corpus.jsonl" --pairs "$out/$lang/found.jsonl"
   $nd eval --found "$out/$lang/found.jsonl" --truth "$out/$lang/truth.jsonl"
   rm -f "$out/$lang/found.jsonl"
-  echo "== $lang: neardup serve, insert_if_new through HTTP =="
-  python3 evalkit/service.py --neardup "$nd" --corpus "$out/$lang/corpus.jsonl" --truth "$out/$lang/truth.jsonl" \
-    -- --bits 128 --features tokens --max-k 15 --verify jaccard:0.8
+  echo "== $lang: neardup serve (a collection with no flags), insert_if_new through HTTP =="
+  python3 evalkit/service.py --neardup "$nd" --corpus "$out/$lang/corpus.jsonl" --truth "$out/$lang/truth.jsonl"
 done
 if [ "${1:-}" != "--sample" ]; then
   python3 evalkit/sweep.py --corpus "$out" --neardup "$nd" --out docs
