@@ -848,6 +848,8 @@ def dedup(
     given = [x is not None for x in (texts, fingerprints, vectors, weighted)]
     if sum(given) != 1:
         raise TypeError("give one of texts, fingerprints=, vectors= and weighted=")
+    if against is not None and (vectors is not None or weighted is not None):
+        raise ConfigError("against= takes texts; deduplicate vectors or weighted features without it (as neardup dedup)")
     if vectors is not None:
         result = _dedup_vectors(vectors, ids, k, verify, policy, min_similarity, kwargs)
         return result.annotate(vectors) if annotate else result

@@ -48,7 +48,10 @@ records read as integers when every one is, else as strings).
 Outputs under ``--output DIR``: ``DIR/pairs`` (columns ``a``, ``b``,
 ``distance``, and ``jaccard`` when verified), ``DIR/clusters``
 (``representative``, ``size``, ``members``) and ``DIR/deduped`` (the
-surviving input records, unchanged), Parquet by default or JSON Lines.
+surviving input records, unchanged), Parquet by default or JSON Lines; with
+``--annotate``, ``DIR/annotated`` (every record with ``cluster``,
+``duplicate_of`` and ``similarity`` added, as ``neardup dedup --annotate``).
+``--features-field`` takes weighted features instead of texts.
 """
 
 from __future__ import annotations
@@ -80,6 +83,11 @@ class SparkDedupResult:
     #: Writes ``deduped`` as JSON Lines into a local folder from the executors'
     #: own reads of the input (:class:`LocalSplits`), without the JVM.
     write_local: Any = None
+    #: With ``annotate``: every record (``neardup dedup --annotate``), with
+    #: ``cluster``, ``duplicate_of`` and ``similarity`` added.
+    annotated: Any = None
+    #: Writes ``annotated`` as ``write_local`` writes ``deduped``.
+    write_annotated_local: Any = None
 
 
 def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict, centre: bool = True, idf: Any = None):
@@ -769,6 +777,8 @@ def dedup(
     pairs: bool = True,
     splits: Optional[LocalSplits] = None,
     centre: bool = True,
+    features_col: Optional[str] = None,
+    annotate: bool = False,
     **kwargs: Any,
 ) -> SparkDedupResult:
     """Near-duplicate pairs, clusters and the deduplicated records of ``df``,
@@ -793,6 +803,21 @@ def dedup(
     ``pairs=False``: no list of pairs (``pairs`` is None), only clusters and
     records; with the components policy only the pairs that span the clusters
     are verified, so a cluster of m copies costs about m checks, not m²/2.
+
+    ``features_col``: documents are weighted features instead of texts, as
+    ``neardup dedup --features-field``: a column (a map of feature -> weight,
+    or its JSON text) or, with ``json_col``, each record's field of that name
+    (a JSON object of feature -> weight). Fingerprints of 128 bits (``bits=``,
+    ``hash=``, ``seed=``), pairs within the largest k whose estimated cosine
+    similarity reaches ``min_similarity`` (default 0.95), not verified.
+
+    ``annotate=True``: ``annotated`` holds every record, kept or not, with
+    ``cluster`` (the id of its cluster's representative, its own when it has
+    no near-duplicate), ``duplicate_of`` (null when kept) and ``similarity``
+    (its best pair's, verified or estimated as cos(pi d / bits); null without
+    pairs), as ``neardup dedup --annotate`` writes them: JSON Lines records
+    with the three fields appended, columns added to other rows. Every
+    candidate pair is then verified (as with ``pairs``).
     """
     import pyarrow as pa
     from pyspark.sql import functions as F
@@ -801,16 +826,28 @@ def dedup(
     if vector_col is not None:
         if against is not None or policy != "components" or keep_by != "first" or json_col is not None:
             raise neardup.NeardupError("vectors are deduplicated with policy components and keep_by first, without against")
+        if annotate or features_col is not None:
+            raise neardup.NeardupError("vectors are not annotated here, nor mixed with weighted features: write the clusters and join them by id")
         return _dedup_distributed(spark, df, id_col=id_col, text_col=text_col, k=k, verify=verify, config=config,
                                   max_group=max_group, vector_col=vector_col, min_similarity=min_similarity, **kwargs)
     if policy not in ("components", "incremental"):
         raise neardup.NeardupError(f"policy {policy!r}: use components or incremental")
-    cfg, k, threshold, centred = _settings(verify, k, config, kwargs, centre, idf)
+    weighted = features_col is not None
+    if weighted:
+        cfg, k = _features_settings(verify, k, config, kwargs, min_similarity, keep_by, against, idf)
+        threshold, centred = None, False
+    else:
+        cfg, k, threshold, centred = _settings(verify, k, config, kwargs, centre, idf)
     idf_bytes = None
     if cfg.idf is not None:
         # Read on the driver, shipped to the executors.
         with open(cfg.idf, "rb") as f:
             idf_bytes = f.read()
+    if annotate and json_col is None:
+        taken = [c for c in ("cluster", "duplicate_of", "similarity") if c in df.columns]
+        if taken:
+            raise neardup.NeardupError(f"the input already has a column {taken[0]!r}, which annotate adds: rename it, "
+                                       "or write the clusters and join them by id")
     if keep_by != "first" and json_col is None and keep_by != "longest":
         field = keep_by.split(":")[1] if keep_by.startswith("field:") else None
         if field is None or field not in df.columns:
@@ -838,7 +875,9 @@ def dedup(
         meta = ["_pos"]
     pos_of = positions
     where_file = {r: f for f, r in positions.ranks.items()}
-    body = json_col or text_col
+    body = json_col or features_col or text_col
+    # The field a JSON Lines record's body is in.
+    field = features_col if weighted else text_col
     for col in [body] + ([] if json_col else [id_col]):
         if col not in records.columns:
             raise neardup.NeardupError(f"the input has no {col!r} column (columns: {[c for c in df.columns]})")
@@ -848,19 +887,21 @@ def dedup(
 
     def rows_of(b, p, summaries, features, fingerprints=True):
         c = _worker_config(cfg_json, idf_b)
-        r = _rs.spark_rows(c, *_text_buffers(b.column(body)), json_col is not None, text_col, id_col,
+        r = _rs.spark_rows(c, *_text_buffers(b.column(body)), json_col is not None, field, id_col,
                            keep_by=rule if (json_col is not None or keep_by == "longest") else None,
                            summaries=summaries, features=features, fingerprints=fingerprints,
-                           shares=fingerprints and centred)
+                           shares=fingerprints and centred, weighted=weighted)
         if r["errors"] and not skip:
             row, msg = r["errors"][0]
-            at = int(p[row])
-            place = f"the record at position {at}"
-            if where_file:
-                what = "row" if positions.parquet else "the line at byte offset"
-                place = f"{where_file[at >> _POS_SHIFT]}: {what} {at & ((1 << _POS_SHIFT) - 1)}"
-            raise neardup.NeardupError(f"{place}: {msg}; fix the record, or pass --skip-invalid to skip such records")
+            raise neardup.NeardupError(f"{place_of(int(p[row]))}: {msg}; fix the record, or pass --skip-invalid to skip such records")
         return r, np.frombuffer(r["rows"], dtype=np.uint32)
+
+    def place_of(at):
+        """Where the record at position ``at`` is, for messages."""
+        if where_file:
+            what = "row" if positions.parquet else "the line at byte offset"
+            return f"{where_file[at >> _POS_SHIFT]}: {what} {at & ((1 << _POS_SHIFT) - 1)}"
+        return f"the record at position {at}"
 
     out_fields = [
         T.StructField("_pos", T.LongType(), False),
@@ -936,7 +977,9 @@ def dedup(
     if splits is not None:
         fps = splits.map(spark, fingerprint_batches, fp_schema)
     else:
-        fps = records.select(*{c: None for c in meta + ["_new", body] + ([] if json_col else [id_col]) + ([key_field] if key_field else [])}).mapInArrow(fingerprint_batches, fp_schema)
+        wanted = {c: None for c in meta + ["_new", body] + ([] if json_col else [id_col]) + ([key_field] if key_field else [])}
+        fps = records.select(*[_features_json(records, c) if (weighted and c == body and not json_col) else c for c in wanted])
+        fps = fps.mapInArrow(fingerprint_batches, fp_schema)
     fps = fps.localCheckpoint()
     counts = {bool(r[0]): int(r[1]) for r in fps.groupBy("_bad").count().collect()}
     n, skipped = counts.get(False, 0), counts.get(True, 0)
@@ -945,11 +988,11 @@ def dedup(
     stages["fingerprint"] = time.time() - t0
     _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
     if n > driver_documents:
-        if against is not None or policy != "components" or keep_by != "first" or cfg.idf is not None:
+        if against is not None or policy != "components" or keep_by != "first" or cfg.idf is not None or weighted or annotate:
             raise neardup.NeardupError(
                 f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path "
-                "takes policy components, keep_by first, no against and no IDF table (or raise driver_documents, "
-                "about 175 bytes of driver memory per document)"
+                "takes texts with policy components, keep_by first, no against, no IDF table and no annotate (or "
+                "raise driver_documents, about 175 bytes of driver memory per document)"
             )
         _log(quiet, f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path runs")
         # Rows numbered in input order as the fingerprint pass numbered them
@@ -1039,7 +1082,8 @@ def dedup(
             return records.select(*{c: None for c in meta + [body]}).mapInArrow(fn, schema)
 
         return _exact_check(spark, texts, body, pos_of, rows_of, pos, undecided, threshold, kept, scores)
-    if pairs or policy != "components":
+    if pairs or policy != "components" or annotate:
+        # (--annotate gives each record its best similarity: every pair verified.)
         kept, scores, undecided = _rs.spark_join(words.tobytes(), bits, k, sums, threshold)
         del words, sums
         kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
@@ -1061,6 +1105,7 @@ def dedup(
         del words, sums
 
     t3 = time.time()
+    all_pairs = kept  # (the name `kept` is reused below)
     a32, b32 = kept[:, 0].astype(np.uint32), kept[:, 1].astype(np.uint32)
     reps = np.frombuffer(
         _rs.resolve_pairs(n, a32.tobytes(), b32.tobytes(), policy, rule, *(keys or (None, None, None)), old=n_old),
@@ -1083,12 +1128,13 @@ def dedup(
     members = in_cluster[has_new[reps[in_cluster]]]
     members = members[np.lexsort((members, reps[members]))]
     # The ids the outputs name, fetched to the driver (only these).
-    named = np.unique(np.concatenate([pairs_ab[:, 0], pairs_ab[:, 1], members]))
+    named = np.unique(np.concatenate([pairs_ab[:, 0], pairs_ab[:, 1], members, reps[moved]]))
     id_rows = _to_arrow(fps.select("_pos", "_id").join(F.broadcast(_local(spark, {"_pos": pos[named]})), "_pos", "left_semi"))
     id_pos = id_rows.column("_pos").to_numpy()
     by_pos = np.argsort(id_pos)
     id_pos = id_pos[by_pos]
     id_col_values = id_rows.column("_id").take(pa.array(by_pos)).combine_chunks()
+    id_texts = id_col_values  # JSON text of each id, for JSON Lines records
     if json_col is not None:
         # Ids as the records hold them: integers if every one is, else strings.
         texts = id_col_values.to_pylist()
@@ -1161,7 +1207,196 @@ def dedup(
     result = SparkDedupResult(out_pairs, clusters, deduped, stages, json_col is not None)
     if splits is not None:
         result.write_local = write_local
+    if annotate:
+        _annotations(spark, result, records=records, splits=splits, kept=all_pairs, scores=scores, reps=reps, pos=pos,
+                     first_new=first_new, bits=bits, bad_pos=bad_pos, id_of=id_of, json_of=lambda docs: id_texts.take(
+                         pa.array(np.searchsorted(id_pos, pos[docs]))), json_col=json_col, id_col=id_col, field=field,
+                     weighted=weighted, meta=meta, pos_of=pos_of, place_of=place_of)
     return result
+
+
+def _features_settings(verify: Any, k: Optional[int], config: Any, kwargs: dict, min_similarity: Optional[float],
+                       keep_by: str, against: Any, idf: Any) -> tuple:
+    """The configuration and k of weighted features, as ``neardup dedup
+    --features-field`` picks them: 128-bit fingerprints unless ``bits`` says
+    otherwise (``hash``, ``seed``; the text pipeline's settings refused), k
+    the largest distance whose estimated cosine similarity reaches
+    ``min_similarity`` (default 0.95), no verification."""
+    if verify not in (True, False, None):
+        raise neardup.ConfigError(
+            "--verify jaccard:T compares texts; weighted features are paired by estimated cosine similarity: "
+            f"set --min-similarity S (default {neardup.DEFAULT_COSINE})")
+    if keep_by == "longest":
+        raise neardup.ConfigError("--keep-by longest compares texts' lengths; use first or field:NAME for weighted features")
+    if against is not None:
+        raise neardup.ConfigError("--against takes texts; deduplicate weighted features without it (as neardup dedup)")
+    if idf is not None:
+        raise neardup.ConfigError("an IDF table weighs a text's features; weighted features come with their weights")
+    cos = neardup.DEFAULT_COSINE if min_similarity is None else float(min_similarity)
+    if not -1.0 <= cos <= 1.0:
+        raise neardup.ConfigError(f"--min-similarity {cos} is out of range: use a similarity in [-1, 1], e.g. 0.9")
+    given = {key: value for key, value in kwargs.items() if value is not None}
+    cfg = _rs.features_dedup_config(config, json.dumps(given))
+    most = cfg.bits // 8
+    if k is None:
+        k = _rs.default_vector_k(cfg.bits, cos, False)
+    if k > most:
+        raise neardup.ConfigError(f"--k {k} is too large for {cfg.bits}-bit fingerprints: use at most {most}")
+    return cfg, k
+
+
+def _features_json(frame: Any, col: str) -> Any:
+    """Column ``col`` of weighted features as the JSON text of an object of
+    feature -> weight (a map or struct column becomes one; a string column
+    is taken to hold it already)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(frame.schema[col].dataType, T.StringType):
+        return F.col(col)
+    return F.to_json(F.col(col)).alias(col)
+
+
+def _annotations(spark: Any, result: SparkDedupResult, *, records, splits, kept, scores, reps, pos, first_new, bits,
+                 bad_pos, id_of, json_of, json_col, id_col, field, weighted, meta, pos_of, place_of) -> None:
+    """Sets ``result.annotated`` (and its local writer): every new record, in
+    input order, with the annotations of ``neardup dedup --annotate``. JSON
+    Lines records get the three fields appended by core's
+    ``record::annotate`` (the CLI's own code, the same bytes); rows of
+    columns get three columns. Only the documents with a pair travel to the
+    executors (position, cluster id, duplicate id, best similarity); the
+    others are their own cluster, with no similarity."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    n = len(reps)
+    best = np.full(n, np.nan)
+    if len(kept):
+        # The verified score, else the estimate from the distance (as the CLI).
+        s = np.where(scores >= 0, scores, np.cos(np.pi * kept[:, 2] / bits))
+        np.fmax.at(best, kept[:, 0], s)
+        np.fmax.at(best, kept[:, 1], s)
+    new = np.arange(first_new, n)
+    docs = new[(reps[new] != new) | ~np.isnan(best[new])]
+    moved = reps[docs] != docs
+    ann = {"pos": pos[docs], "moved": moved, "sim": best[docs]}
+    if json_col is not None:
+        texts = json_of(reps[docs[moved]]).to_pylist()
+        cluster = np.full(len(docs), None, dtype=object)
+        cluster[np.flatnonzero(moved)] = texts
+        ann["cluster"] = cluster
+    else:
+        values = id_of(reps[docs[moved]])
+        at = np.full(len(docs), -1, dtype=np.int64)
+        at[np.flatnonzero(moved)] = np.arange(len(values))
+        ann["cluster"] = values.take(pa.array(np.maximum(at, 0))) if len(values) else values
+    shared = spark.sparkContext.broadcast(ann)
+    gone = spark.sparkContext.broadcast(np.sort(bad_pos))
+    blank = "^[ \\t\\n\\r\\f]*$"
+
+    def lookup(p):
+        """For positions ``p``: whether each has an annotation, and where."""
+        a = shared.value
+        if not len(a["pos"]):
+            return np.zeros(len(p), dtype=bool), np.zeros(len(p), dtype=np.int64)
+        at = np.minimum(np.searchsorted(a["pos"], p), len(a["pos"]) - 1)
+        return a["pos"][at] == p, at
+
+    def records_of(b, p, lines):
+        """The rows of batch ``b`` that are records (new, not blank, not skipped as invalid)."""
+        keep = b.column("_new").to_numpy(zero_copy_only=False).astype(bool) if "_new" in b.schema.names else np.ones(len(p), dtype=bool)
+        if len(gone.value):
+            keep &= ~np.isin(p, gone.value)
+        if lines:
+            keep &= ~pc.match_substring_regex(b.column(lines), blank).to_numpy(zero_copy_only=False)
+        return keep
+
+    def annotated_lines(values, p, newline):
+        """JSON Lines records ``values`` at positions ``p``, annotated."""
+        a = shared.value
+        hit, at = lookup(p)
+        moved = hit & (a["moved"][at] if len(a["pos"]) else hit)
+        cluster = np.where(moved, a["cluster"][at] if len(a["pos"]) else None, None).tolist()
+        sims = np.where(hit, a["sim"][at] if len(a["pos"]) else np.nan, np.nan).astype("<f8")
+        data, offsets, error = _rs.spark_annotate(*_text_buffers(values), field, id_col, weighted, cluster, cluster,
+                                                  sims.tobytes(), newline)
+        if error is not None:
+            row, msg = error
+            raise neardup.NeardupError(f"{place_of(int(p[row]))}: {msg}")
+        return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+    if json_col is not None:
+        line_schema = T.StructType([T.StructField("value", T.StringType(), True)])
+        if splits is not None:
+            def local_lines(b):
+                p = b.column("_pos").to_numpy()
+                keep = records_of(b, p, "value")
+                if not keep.any():
+                    return None
+                return annotated_lines(b.column("value").filter(pa.array(keep)), p[keep], True)
+
+            def lines_of(batches):
+                for b in batches:
+                    p = b.column("_pos").to_numpy()
+                    keep = records_of(b, p, "value")
+                    if keep.any():
+                        yield pa.RecordBatch.from_arrays([annotated_lines(b.column("value").filter(pa.array(keep)), p[keep], False)], names=["value"])
+
+            result.annotated = splits.map(spark, lines_of, line_schema)
+            result.write_annotated_local = functools.partial(_write_lines_local, spark, splits, local_lines)
+            return
+
+        def json_batches(batches):
+            state: dict = {}
+            for b in batches:
+                p = pos_of(b, state)
+                keep = records_of(b, p, json_col)
+                if keep.any():
+                    yield pa.RecordBatch.from_arrays([annotated_lines(b.column(json_col).filter(pa.array(keep)), p[keep], False)], names=["value"])
+
+        cols = {c: None for c in meta + ["_new", json_col]}
+        result.annotated = records.where(F.col("_new")).select(*cols).mapInArrow(json_batches, line_schema)
+        return
+
+    # Columns: the rows with three columns added.
+    data = [c for c in records.columns if c not in ("_pos", "_file", "_start", "_row", "_new")]
+    id_type = records.schema[id_col].dataType
+    schema = T.StructType([records.schema[c] for c in data] + [
+        T.StructField("cluster", id_type, True), T.StructField("duplicate_of", id_type, True),
+        T.StructField("similarity", T.DoubleType(), True)])
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_types = {f.name: f.type for f in to_arrow_schema(schema)}
+
+    def column_batches(batches):
+        state: dict = {}
+        for b in batches:
+            p = pos_of(b, state)
+            keep = records_of(b, p, None)
+            if not keep.any():
+                continue
+            rows = b.filter(pa.array(keep))
+            p = p[keep]
+            a = shared.value
+            hit, at = lookup(p)
+            own = rows.column(id_col)
+            if len(a["pos"]):
+                moved = hit & a["moved"][at]
+                theirs = a["cluster"].take(pa.array(at)).cast(own.type)
+                cluster = pc.if_else(pa.array(moved), theirs, own)
+                duplicate = pc.if_else(pa.array(moved), theirs, pa.nulls(len(p), own.type))
+                sims = np.where(hit, a["sim"][at], np.nan)
+            else:
+                cluster, duplicate, sims = own, pa.nulls(len(p), own.type), np.full(len(p), np.nan)
+            similarity = pa.array(sims, mask=np.isnan(sims), type=pa.float64())
+            cols = [rows.column(c) for c in data] + [cluster, duplicate, similarity]
+            yield pa.RecordBatch.from_arrays([c.cast(arrow_types[name]) for c, name in zip(cols, schema.fieldNames())],
+                                             names=schema.fieldNames())
+
+    cols = {c: None for c in meta + data + ["_new"]}
+    result.annotated = records.where(F.col("_new")).select(*cols).mapInArrow(column_batches, schema)
 
 
 def _buckets(undecided: Any, cap: int = 20_000) -> dict:
@@ -1541,19 +1776,22 @@ def _components(spark: Any, edges: Any, max_rounds: int = 64) -> Any:
 
 
 def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
-    """Writes DIR/pairs, DIR/clusters and DIR/deduped (JSON Lines records stay
-    the lines they were with ``jsonl``; with ``parquet`` they become columns).
-    Returns the seconds each took."""
+    """Writes DIR/pairs, DIR/clusters, DIR/deduped and, with annotations,
+    DIR/annotated (JSON Lines records stay the lines they were with
+    ``jsonl``, annotated ones with the three fields appended; with
+    ``parquet`` they become columns). Returns the seconds each took."""
     if fmt not in ("parquet", "jsonl"):
         raise ValueError(f"format {fmt!r}: use parquet or jsonl")
     took = {}
-    for name, frame in [("pairs", result.pairs), ("clusters", result.clusters), ("deduped", result.deduped)]:
+    local = {"deduped": result.write_local, "annotated": result.write_annotated_local}
+    for name, frame in [("pairs", result.pairs), ("clusters", result.clusters), ("deduped", result.deduped),
+                        ("annotated", result.annotated)]:
         if frame is None:
             continue
         t = time.time()
-        if name == "deduped" and result.json_records:
-            if fmt == "jsonl" and result.write_local is not None and ("://" not in output or output.startswith("file:")):
-                result.write_local(f"{output}/{name}")
+        if name in local and result.json_records:
+            if fmt == "jsonl" and local[name] is not None and ("://" not in output or output.startswith("file:")):
+                local[name](f"{output}/{name}")
                 took[name] = time.time() - t
                 continue
             if fmt == "jsonl":
@@ -1625,7 +1863,7 @@ def main(argv: Optional[list] = None) -> int:
     d.add_argument("--id-field", default="id")
     d.add_argument("--text-field", default="text")
     d.add_argument("--k", type=int)
-    d.add_argument("--verify", default="jaccard:0.8", help="jaccard:T (default jaccard:0.8)")
+    d.add_argument("--verify", help="jaccard:T (default jaccard:0.8)")
     d.add_argument("--no-verify", action="store_true", help="decide by Hamming distance alone")
     d.add_argument("--no-centre", action="store_true", help="candidates from plain fingerprints, not centred on the corpus (as neardup dedup --no-centre)")
     d.add_argument("--policy", choices=["components", "incremental"], default="components")
@@ -1651,7 +1889,15 @@ def main(argv: Optional[list] = None) -> int:
                    help="join on the driver up to this many documents (about 175 bytes of driver memory each), else distribute")
     d.add_argument("--max-group", type=int, default=4096, help="distributed path: split key groups larger than this (skew)")
     d.add_argument("--vector-column", help="dedup dense vectors (an array of numbers) in this column instead of texts")
-    d.add_argument("--min-similarity", type=float, help="with --vector-column: the cosine threshold (default 0.95)")
+    d.add_argument("--min-similarity", type=float,
+                   help="with --vector-column or --features-field: the cosine threshold (default 0.95); for weighted "
+                        "features, k is the largest distance whose estimated similarity reaches it")
+    d.add_argument("--features-field", nargs="?", const="features", metavar="NAME",
+                   help="documents are weighted features in this field (column), an object (map) of feature -> weight, "
+                        "instead of texts (--features-field alone: the field \"features\"), as neardup dedup --features-field")
+    d.add_argument("--annotate", action="store_true",
+                   help="also write annotated/: every record, kept or not, with \"cluster\", \"duplicate_of\" and "
+                        "\"similarity\" added (as neardup dedup --annotate; columns added to Parquet rows)")
     d.add_argument("--master", help="Spark master, e.g. local[2] (default: from spark-submit)")
     d.add_argument("--driver-memory", help="e.g. 4g (local mode; under spark-submit use its own flag)")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -1672,6 +1918,13 @@ def main(argv: Optional[list] = None) -> int:
         fmt = "parquet" if all(p.rstrip("/").endswith(".parquet") for p in args.input) else "jsonl"
     if args.vector_column and (args.against or args.policy != "components" or args.keep_by != "first"):
         return fail("--vector-column takes --policy components and --keep-by first, without --against")
+    if args.features_field and args.against:
+        return fail("--against takes texts; deduplicate weighted features without it (as neardup dedup)")
+    if args.vector_column and (args.features_field or args.annotate):
+        return fail("--vector-column takes neither --features-field nor --annotate")
+    if args.min_similarity is not None and not (args.vector_column or args.features_field):
+        return fail("--min-similarity goes with --vector-column or --features-field (texts: use --k)")
+    verify = False if args.no_verify else (True if args.verify is None else args.verify)
     kwargs = {
         k: v
         for k, v in [
@@ -1697,21 +1950,23 @@ def main(argv: Optional[list] = None) -> int:
                 if col not in df.columns:
                     return fail(f"the input has no {col!r} column (columns: {df.columns}); use --id-field/--vector-column")
             kw = {k: v for k, v in kwargs.items() if k in ("bits", "seed")}
-            result = dedup(spark, df, id_col=args.id_field, k=args.k, verify=False if args.no_verify else args.verify,
+            result = dedup(spark, df, id_col=args.id_field, k=args.k, verify=verify,
                            max_group=args.max_group, vector_col=args.vector_column, min_similarity=args.min_similarity, **kw)
         else:
             records, positions, splits = read_records(spark, args.input, fmt, args.against)
             if fmt == "parquet":
-                for col in (args.id_field, args.text_field):
+                for col in (args.id_field, args.features_field or args.text_field):
                     if col not in records.columns:
-                        return fail(f"the input has no {col!r} column (columns: {[c for c in records.columns if not c.startswith('_')]}); use --id-field/--text-field")
+                        flag = "--features-field" if args.features_field else "--text-field"
+                        return fail(f"the input has no {col!r} column (columns: {[c for c in records.columns if not c.startswith('_')]}); use --id-field/{flag}")
             result = dedup(
                 spark, records, id_col=args.id_field, text_col=args.text_field,
                 json_col="value" if fmt == "jsonl" else None, k=args.k,
-                verify=False if args.no_verify else args.verify, policy=args.policy, keep_by=args.keep_by,
+                verify=verify, policy=args.policy, keep_by=args.keep_by,
                 config=config, idf=args.idf, skip_invalid=args.skip_invalid, max_group=args.max_group,
                 driver_documents=args.driver_documents, quiet=quiet, pairs=not args.no_pairs, positions=positions,
-                splits=splits, centre=not args.no_centre, **kwargs,
+                splits=splits, centre=not args.no_centre, features_col=args.features_field,
+                annotate=args.annotate, min_similarity=args.min_similarity, **kwargs,
             )
         took = write(result, args.output, args.format)
         result.stages["write"] = sum(took.values())

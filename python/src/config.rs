@@ -163,6 +163,31 @@ pub(crate) fn config_from_parts(json: &str, idf: Option<&[u8]>) -> PyResult<PyCo
     })
 }
 
+/// The configuration `neardup dedup --features-field` fingerprints weighted
+/// features with: `config` (which must read weighted features) or 128-bit
+/// features hashed with xxh3 and seed 0, with the settings given as JSON
+/// applied (`bits`, `hash`, `seed`; the text pipeline's are refused, as the
+/// command line refuses them).
+#[pyfunction]
+#[pyo3(signature = (config, overrides))]
+pub(crate) fn features_dedup_config(
+    config: Option<&PyConfig>,
+    overrides: &str,
+) -> PyResult<PyConfig> {
+    let o = parse_overrides(overrides)?;
+    let base = match config {
+        Some(c) if c.config.input != neardup_core::InputKind::Features => {
+            return Err(config_err(format!(
+                "the configuration fingerprints {}, but the inputs are weighted features",
+                c.config.input.plural()
+            )));
+        }
+        Some(c) => c.config.clone(),
+        None => FingerprintConfig::weighted_features(Width::W128, HashFunction::Xxh3, 0),
+    };
+    with_overrides(base, &o, None, None)
+}
+
 /// Pipeline settings from JSON (the Python keywords, or the Spark job's flags).
 fn parse_overrides(json: &str) -> PyResult<Overrides> {
     serde_json::from_str(json).map_err(|e| {

@@ -153,6 +153,8 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark::resolve_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(vector_config, m)?)?;
     m.add_function(wrap_pyfunction!(features_config, m)?)?;
+    m.add_function(wrap_pyfunction!(features_dedup_config, m)?)?;
+    m.add_function(wrap_pyfunction!(spark::spark_annotate, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprints_vectors, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_input, m)?)?;
     m.add_function(wrap_pyfunction!(dedup_vectors, m)?)?;

@@ -143,9 +143,15 @@ fn each_candidate(
     with_bits!(Width::from_bits(bits)?, B => run::<B>(fps.map(B::from_u128).collect(), k, f))
 }
 
-/// A JSON Lines record's text, id (as JSON text) and keep-by key.
+/// A document's body: a text, or weighted features (`--features-field`).
+enum Doc<'a> {
+    Text(Cow<'a, str>),
+    Features(Vec<(String, f64)>),
+}
+
+/// A JSON Lines record's body, id (as JSON text) and keep-by key.
 struct Record<'a> {
-    text: Cow<'a, str>,
+    body: Doc<'a>,
     id: String,
     key: SortKey,
 }
@@ -161,24 +167,35 @@ fn parse_line<'a>(
     let Some(r) = record::parse_record(line, fields)? else {
         return Ok(None);
     };
-    let record::Body::Text(text) = r.body else {
-        unreachable!("the Spark job reads texts");
-    };
     let id = r.id.ok_or_else(|| {
         format!(
             "no {:?} field (the Spark job needs an id in every record: choose it with --id-field)",
             fields.id
         )
     })?;
-    let key = match keep_by {
-        Some(KeepBy::Longest) => SortKey::Num(text.len() as f64),
+    let body = match r.body {
+        record::Body::Text(text) => Doc::Text(text),
+        record::Body::Features(f) => Doc::Features(f),
+        record::Body::Vector(_) => unreachable!("the Spark job reads texts or features here"),
+    };
+    let key = match (keep_by, &body) {
+        (Some(KeepBy::Longest), Doc::Text(text)) => SortKey::Num(text.len() as f64),
         _ => r.key,
     };
     Ok(Some(Record {
-        text,
+        body,
         id: id.to_json(),
         key,
     }))
+}
+
+/// Weighted features given as a JSON object of feature -> weight (a column
+/// of the Spark job's DataFrame, as JSON text), read as the command line reads
+/// a record's `--features-field`: by name, a repeated name once.
+fn parse_features(text: &str) -> Result<Vec<(String, f64)>, String> {
+    serde_json::from_str::<std::collections::BTreeMap<String, f64>>(text)
+        .map(|m| m.into_iter().collect())
+        .map_err(|e| format!("the features are not a JSON object of feature -> weight: {e}"))
 }
 
 /// What one row gives: its fingerprint, id, key, and verification data.
@@ -207,7 +224,7 @@ struct Row {
 /// where each document's bits lean (one byte per bit, as `bit_shares`) and
 /// `fp` is all zeros.
 #[pyfunction]
-#[pyo3(signature = (config, offsets, data, offset, length, large, validity, json, text_field, id_field, keep_by=None, summaries=false, features=false, fingerprints=true, shares=false))]
+#[pyo3(signature = (config, offsets, data, offset, length, large, validity, json, text_field, id_field, keep_by=None, summaries=false, features=false, fingerprints=true, shares=false, weighted=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn spark_rows<'py>(
     py: Python<'py>,
@@ -226,7 +243,13 @@ pub fn spark_rows<'py>(
     features: bool,
     fingerprints: bool,
     shares: bool,
+    weighted: bool,
 ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    if weighted && (summaries || features || shares || !fingerprints) {
+        return Err(err(
+            "spark_rows: weighted features are fingerprinted only (no verification, no centring)",
+        ));
+    }
     let keep_by: Option<KeepBy> = keep_by
         .map(|k| k.parse::<KeepBy>())
         .transpose()
@@ -234,7 +257,10 @@ pub fn spark_rows<'py>(
         .filter(|k| *k != KeepBy::First);
     let fields = record::Fields {
         body: text_field,
-        kind: neardup_core::InputKind::Text,
+        kind: match weighted {
+            true => neardup_core::InputKind::Features,
+            false => neardup_core::InputKind::Text,
+        },
         id: id_field,
         key: keep_by.as_ref().and_then(KeepBy::field),
     };
@@ -262,12 +288,30 @@ pub fn spark_rows<'py>(
                     }
                 } else {
                     Record {
-                        text: Cow::Borrowed(line),
+                        body: match weighted {
+                            true => Doc::Features(parse_features(line)?),
+                            false => Doc::Text(Cow::Borrowed(line)),
+                        },
                         id: String::new(),
                         key: match &keep_by {
                             Some(KeepBy::Longest) => SortKey::Num(line.len() as f64),
                             _ => SortKey::Missing,
                         },
+                    }
+                };
+                let text = match &rec.body {
+                    Doc::Text(text) => text,
+                    Doc::Features(f) => {
+                        let fp = hasher
+                            .fingerprint_input(neardup_core::Input::Features(f))
+                            .map_err(|e| e.to_string())?;
+                        return Ok(Some(Row {
+                            fp,
+                            id: rec.id,
+                            key: rec.key,
+                            set: None,
+                            shares: None,
+                        }));
                     }
                 };
                 // The verification features from the fingerprint's own pass
@@ -278,21 +322,21 @@ pub fn spark_rows<'py>(
                     (true, _) if shares => {
                         let mut set = Vec::new();
                         leaning = Some(match sets {
-                            true => hasher.shares_and_set(&rec.text, &mut set),
-                            false => hasher.shares(&rec.text),
+                            true => hasher.shares_and_set(text, &mut set),
+                            false => hasher.shares(text),
                         });
                         (hasher.fingerprint(""), sets.then_some(set))
                     }
                     (true, true) => {
                         let mut set = Vec::new();
-                        let fp = hasher.fingerprint_and_set(&rec.text, &mut set);
+                        let fp = hasher.fingerprint_and_set(text, &mut set);
                         (fp, Some(set))
                     }
-                    (true, false) => (hasher.fingerprint(&rec.text), None),
+                    (true, false) => (hasher.fingerprint(text), None),
                     (false, _) => {
                         let mut set = Vec::new();
                         if sets {
-                            hasher.verification_set(&rec.text, &mut set);
+                            hasher.verification_set(text, &mut set);
                         }
                         (hasher.fingerprint(""), sets.then_some(set))
                     }
@@ -373,6 +417,120 @@ pub fn spark_rows<'py>(
     }
     out.set_item("errors", errors)?;
     Ok(out)
+}
+
+/// The records of a batch (an Arrow string column of JSON Lines records, as
+/// read) with the fields `neardup dedup --annotate` adds, by core's
+/// `record::annotate`, as the command line adds them: per row, the id of its
+/// cluster's representative and the id it is a duplicate of (JSON text;
+/// `None`: its own id, and kept) and its best similarity (`similarity`: f64
+/// little-endian, NaN for none). Each record's own id is read with core's
+/// record parser (the body in `text_field`, weighted features when
+/// `weighted`). Returns the annotated records' bytes and their i32 offsets
+/// (each record ending in a newline when `newline`), and the first invalid
+/// row with its message, if any.
+#[pyfunction]
+#[pyo3(signature = (offsets, data, offset, length, large, validity, text_field, id_field, weighted, clusters, duplicates, similarity, newline=true))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn spark_annotate<'py>(
+    py: Python<'py>,
+    offsets: &[u8],
+    data: &[u8],
+    offset: usize,
+    length: usize,
+    large: bool,
+    validity: Option<&[u8]>,
+    text_field: &str,
+    id_field: &str,
+    weighted: bool,
+    clusters: Vec<Option<String>>,
+    duplicates: Vec<Option<String>>,
+    similarity: &[u8],
+    newline: bool,
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Option<(usize, String)>,
+)> {
+    let spans = arrow_spans(offsets, data.len(), offset, length, large, validity)?;
+    let sims: Vec<f64> = similarity
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    if clusters.len() != spans.len() || duplicates.len() != spans.len() || sims.len() != spans.len()
+    {
+        return Err(err(
+            "spark_annotate: one cluster, duplicate and similarity per row",
+        ));
+    }
+    let fields = record::Fields {
+        body: text_field,
+        kind: match weighted {
+            true => neardup_core::InputKind::Features,
+            false => neardup_core::InputKind::Text,
+        },
+        id: id_field,
+        key: None,
+    };
+    let lines: Vec<Result<Vec<u8>, String>> = py.detach(|| {
+        spans
+            .par_iter()
+            .enumerate()
+            .with_min_len(64)
+            .map(|(i, span)| {
+                let (s, e) = span.ok_or("the line is null")?;
+                let line = simdutf8::compat::from_utf8(&data[s..e]).map_err(|e| {
+                    format!("invalid UTF-8 at byte {} of the record", e.valid_up_to())
+                })?;
+                let r =
+                    record::parse_record(line, fields)?.ok_or("a blank line is not a record")?;
+                let id = r.id.ok_or_else(|| {
+                    format!(
+                        "no {id_field:?} field (the Spark job needs an id in every record: \
+                         choose it with --id-field)"
+                    )
+                })?;
+                let own = id.to_json();
+                let cluster = clusters[i].as_deref().unwrap_or(&own);
+                let mut out = Vec::with_capacity(line.len() + 64);
+                record::annotate(
+                    line.as_bytes(),
+                    cluster.as_bytes(),
+                    duplicates[i].as_deref().map(str::as_bytes),
+                    Some(sims[i]),
+                    &id,
+                    &mut out,
+                )?;
+                if !newline {
+                    out.pop();
+                }
+                Ok(out)
+            })
+            .collect()
+    });
+    let mut bytes = Vec::new();
+    let mut ends: Vec<i32> = vec![0];
+    let mut error = None;
+    for (i, line) in lines.into_iter().enumerate() {
+        match line {
+            Ok(l) => {
+                bytes.extend_from_slice(&l);
+                ends.push(
+                    i32::try_from(bytes.len())
+                        .map_err(|_| err("spark_annotate: a batch of more than 2 GB of records"))?,
+                );
+            }
+            Err(msg) => {
+                error = Some((i, msg));
+                break;
+            }
+        }
+    }
+    Ok((
+        PyBytes::new(py, &bytes),
+        PyBytes::new(py, bytemuck::cast_slice(&ends)),
+        error,
+    ))
 }
 
 /// The configuration `config` with the IDF table `table` (the bytes of a

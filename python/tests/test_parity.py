@@ -180,6 +180,69 @@ def test_annotations_equal_the_cli(corpus, tmp_path, kwargs, flags):
         assert (None if s is None or s != s else round(s, 4)) == w["similarity"], w["id"]
 
 
+@pytest.mark.parametrize("flags", [[], ["--no-verify", "--policy", "incremental"]], ids=["defaults", "unverified-incremental"])
+def test_spark_annotations_equal_the_cli(corpus, tmp_path, flags):
+    """The Spark job's `--annotate` writes the CLI's annotated records byte
+    for byte (the same code appends the fields), which are those
+    `neardup.dedup(..., annotate=True)` gives."""
+    if os.environ.get("NEARDUP_REQUIRE_SPARK") != "1":
+        pytest.importorskip("pyspark")
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from neardup.spark import main
+
+    path, docs = corpus
+    cli_file = tmp_path / "annotated.jsonl"
+    cli_annotations([path], tmp_path, flags)
+    want = cli_file.read_bytes()
+    out = tmp_path / "spark"
+    assert main(["dedup", "--input", str(path), "--output", str(out), "--output-format", "jsonl", "-q",
+                 "--master", "local[2]", "--annotate", *flags]) == 0
+    got = b"".join(f.read_bytes() for f in sorted((out / "annotated").glob("part-*")))
+    assert got == want
+    records = [json.loads(line) for line in want.decode().splitlines()]
+    assert sum(r["duplicate_of"] is not None for r in records) > 50
+    kwargs = {"verify": False, "policy": "incremental"} if flags else {}
+    r = neardup.dedup([t for _, t in docs], ids=[d for d, _ in docs], **kwargs)
+    assert [(x["cluster"], x["duplicate_of"]) for x in records] == list(zip(r.cluster, r.duplicate_of))
+    assert [x["similarity"] for x in records] == [None if s is None else round(s, 4) for s in r.similarity]
+
+
+def test_spark_weighted_features_equal_the_cli_and_python(tmp_path):
+    """Sparse features: `--features-field` (CLI), `weighted=` (Python) and
+    the Spark job's `--features-field` give the same pairs, clusters and
+    kept records."""
+    if os.environ.get("NEARDUP_REQUIRE_SPARK") != "1":
+        pytest.importorskip("pyspark")
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from neardup.spark import main
+
+    rng = random.Random(10)
+    docs = []
+    for i in range(600):
+        f = {f"f{rng.randrange(900)}": round(rng.random(), 3) for _ in range(30)}
+        docs.append((f"d{i}", f))
+        if i % 4 == 0:
+            g = dict(f)
+            for _ in range(rng.choice([1, 3, 6])):
+                g[f"f{rng.randrange(900)}"] = 0.5
+            docs.append((f"c{i}", g))
+    path = tmp_path / "f.jsonl"
+    path.write_text("".join(json.dumps({"id": d, "features": f}) + "\n" for d, f in docs))
+    want = cli_dedup(path, tmp_path, ["--features-field", "features"])
+    assert len(want[0]) > 60 and len(want[1]) > 60
+    # Features in name order, as the command line reads a record's object.
+    r = neardup.dedup(weighted=[sorted(f.items()) for _, f in docs], ids=[d for d, _ in docs])
+    assert sorted((a, b, d) for a, b, d, _ in r.pairs) == want[0]
+    assert sorted((rep, tuple(m)) for rep, m in r.clusters) == want[1]
+    out = tmp_path / "spark"
+    assert main(["dedup", "--input", str(path), "--output", str(out), "--output-format", "jsonl", "-q",
+                 "--master", "local[2]", "--features-field", "features"]) == 0
+    parts = lambda name: [json.loads(l) for f in sorted((out / name).glob("part-*")) for l in f.read_text().splitlines()]
+    assert sorted((d["a"], d["b"], d["distance"]) for d in parts("pairs")) == want[0]
+    assert sorted((d["representative"], tuple(d["members"])) for d in parts("clusters")) == want[1]
+    assert [d["id"] for d in parts("deduped")] == want[2]
+
+
 def test_inputs_keep_by_and_against_equal_the_cli(corpus, tmp_path):
     """keep_by a DataFrame column and against= old documents, as
     `--keep-by field:NAME:desc` and `--against`; the same texts as a list, a
@@ -240,6 +303,11 @@ def test_weighted_features_equal_the_cli(tmp_path):
     assert len(want[0]) > 10
     assert sorted((a, b, d) for a, b, d, _ in r.pairs) == want[0]
     assert [i for (i, _), k in zip(docs, r.keep) if k] == want[2]
+    # --against takes texts, at every door.
+    with pytest.raises(neardup.ConfigError, match="against= takes texts"):
+        neardup.dedup(weighted=[f for _, f in docs], against=["some old text"])
+    r = subprocess.run([neardup_bin(), "dedup", str(path), "--features-field", "--against", str(path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "--against takes texts" in r.stderr
 
 
 def test_index_add_replaces_and_plan():

@@ -581,3 +581,215 @@ def test_line_ends_and_a_byte_order_mark_as_the_cli(spark, tmp_path):
     out = tmp_path / "out"
     assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q"]) == 0
     assert spark_outputs(out) == want
+
+
+def cli_annotated(corpus, tmp_path, flags):
+    """`neardup dedup --annotate` beside its pairs, clusters and kept records:
+    (the outputs as `cli_outputs` gives them, the annotated file's bytes)."""
+    annotated = tmp_path / "cli-annotated.jsonl"
+    want = cli_outputs(corpus, tmp_path, ["--annotate", str(annotated), *flags])
+    return want, annotated.read_bytes()
+
+
+def spark_annotated(out):
+    return b"".join(f.read_bytes() for f in sorted((out / "annotated").glob("part-*")))
+
+
+@pytest.mark.parametrize(
+    "flags,reader",
+    [
+        ([], "executors"),
+        ([], "spark"),
+        (["--no-verify", "--policy", "incremental", "--keep-by", "field:quality:desc"], "executors"),
+        (["--against", "OLD", "--no-pairs"], "executors"),
+    ],
+    ids=["verified", "spark-reader", "unverified-incremental-field", "against-no-pairs"],
+)
+def test_annotate_equals_cli(spark, tmp_path, monkeypatch, flags, reader):
+    """`--annotate` writes annotated/: every record, in input order, with the
+    fields `neardup dedup --annotate` adds, byte for byte the CLI's file,
+    beside its pairs, clusters and kept records (blank lines, Chinese, ASCII
+    escapes and both readers; --no-pairs still verifies every pair, as the
+    CLI does with --annotate)."""
+    from neardup.spark import LocalSplits, main
+
+    monkeypatch.setattr(LocalSplits, "smallest", 64 << 10)
+    if reader == "spark":
+        monkeypatch.setenv("NEARDUP_SPARK_READER", "spark")
+    corpus = make_mixed(tmp_path / "mixed.jsonl", seed=8, n=1200, ids="int" if "OLD" in flags else "str")
+    inputs, flags = [corpus], list(flags)
+    if "OLD" in flags:
+        lines = corpus.read_text().splitlines(keepends=True)
+        old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+        old.write_text("".join(lines[: len(lines) // 2]))
+        new.write_text("".join(lines[len(lines) // 2 :]))
+        flags[flags.index("OLD")] = str(old)
+        inputs = [new]
+    cli_flags = [f for f in flags if f != "--no-pairs"]
+    want, want_annotated = cli_annotated(inputs, tmp_path, cli_flags)
+    records = [json.loads(l) for l in want_annotated.decode().splitlines()]
+    assert sum(r["duplicate_of"] is not None for r in records) > 50
+    assert sum(r["similarity"] is not None and r["duplicate_of"] is None for r in records) > 20
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", *map(str, inputs), "--output", str(out), "--format", "jsonl", "-q",
+                 "--annotate", *flags]) == 0
+    got = spark_outputs(out) if "--no-pairs" not in flags else (want[0], *spark_outputs_no_pairs(out))
+    assert got[1] == want[1]
+    assert got[2] == want[2]
+    assert got[0] == want[0]
+    assert spark_annotated(out) == want_annotated
+
+
+def spark_outputs_no_pairs(out):
+    kept = [l for f in sorted((out / "deduped").glob("part-*")) for l in f.read_text().splitlines()]
+    return outputs([], read_parts(out / "clusters"), kept)[1:]
+
+
+def test_annotate_columns_as_the_cli(spark, tmp_path):
+    """From PySpark, `annotate=True` on a DataFrame of columns adds the
+    columns `cluster`, `duplicate_of` and `similarity` with the values of
+    `neardup dedup --annotate`, in input order; Parquet output of JSON Lines
+    records has them as columns too."""
+    from neardup.spark import dedup, main
+
+    corpus = make_mixed(tmp_path / "mixed.jsonl", seed=9, n=1000)
+    _, annotated = cli_annotated([corpus], tmp_path, [])
+    want = [json.loads(l) for l in annotated.decode().splitlines()]
+    rows = [json.loads(l) for l in corpus.read_text().splitlines() if l.strip()]
+    df = spark.createDataFrame([(r["id"], r["text"], r["quality"], i) for i, r in enumerate(rows)],
+                               "id string, text string, quality long, row long")
+    result = dedup(spark, df, order_col="row", annotate=True)
+    got = result.annotated.orderBy("row").collect()
+    assert result.annotated.columns == ["id", "text", "quality", "row", "cluster", "duplicate_of", "similarity"]
+    assert sum(w["duplicate_of"] is not None for w in want) > 50
+    assert [(r.id, r.cluster, r.duplicate_of, None if r.similarity is None else round(r.similarity, 4)) for r in got] == [
+        (w["id"], w["cluster"], w["duplicate_of"], w["similarity"]) for w in want
+    ]
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "-q", "--annotate"]) == 0
+    table = spark.read.parquet(str(out / "annotated")).collect()
+    assert sorted((r.id, r.cluster, r.duplicate_of, r.similarity) for r in table) == sorted(
+        (w["id"], w["cluster"], w["duplicate_of"], w["similarity"]) for w in want
+    )
+
+
+def make_features(path, seed=13, n=1500):
+    """Weighted features (sparse vectors) with planted near-copies (a few
+    weights changed, a feature added or dropped), a numeric field, a blank
+    line, a repeated feature name and a record with no features."""
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        f = {f"t{rng.randrange(4000)}": round(rng.random() * 3, 3) for _ in range(rng.randrange(20, 60))}
+        docs.append({"id": f"d{i}", "features": f, "q": rng.randrange(50)})
+        if i % 4 == 0:
+            g = dict(f)
+            for _ in range(rng.choice([1, 2, 4, 8])):
+                g[rng.choice(list(g))] = round(rng.random() * 3, 3)
+            if rng.random() < 0.5:
+                g[f"t{rng.randrange(4000)}"] = 0.5
+            docs.append({"id": f"c{i}", "features": g, "q": rng.randrange(50)})
+    rng.shuffle(docs)
+    docs.append({"id": "empty", "features": {}, "q": 1})
+    with open(path, "w") as f:
+        for x, d in enumerate(docs):
+            f.write(json.dumps(d) + "\n")
+            if x == 100:
+                f.write("\n" + '{"id": "twice", "features": {"t1": 0.5, "t2": 1.5, "t1": 2.0}, "q": 3}\n')
+    return path
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--features-field"],
+        ["--features-field", "features", "--bits", "64", "--min-similarity", "0.9", "--policy", "incremental",
+         "--keep-by", "field:q:desc"],
+        ["--features-field", "--hash", "fnv1a", "--seed", "3", "--k", "14", "--annotate", "ANNOTATED"],
+    ],
+    ids=["defaults", "64-incremental-field", "hash-seed-k-annotate"],
+)
+def test_features_equal_cli(spark, tmp_path, flags):
+    """`--features-field`: weighted features instead of texts, fingerprinted
+    by core as the CLI does (the same defaults: 128 bits, k from the cosine
+    threshold 0.95): the CLI's pairs, clusters, kept records and
+    annotations."""
+    from neardup.spark import main
+
+    corpus = make_features(tmp_path / "f.jsonl")
+    flags = list(flags)
+    annotate = "ANNOTATED" in flags
+    cli_flags = list(flags)
+    if annotate:
+        flags.remove("ANNOTATED")
+        cli_flags[cli_flags.index("--annotate") + 1] = str(tmp_path / "cli-annotated.jsonl")
+    want = cli_outputs([corpus], tmp_path, cli_flags)
+    assert len(want[0]) > 150 and len(want[1]) > 100
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", *flags]) == 0
+    got = spark_outputs(out)
+    assert got[0] == want[0]
+    assert got[1] == want[1]
+    assert got[2] == want[2]
+    if annotate:
+        assert spark_annotated(out) == (tmp_path / "cli-annotated.jsonl").read_bytes()
+
+
+def test_feature_columns_and_refusals(spark, tmp_path, capsys):
+    """Weighted features in a map column, from PySpark (`features_col=`) and
+    from Parquet on the command line: the CLI's pairs and clusters; text
+    settings and verification are refused with weighted features, as by the
+    CLI."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neardup.spark import dedup, main
+
+    corpus = make_features(tmp_path / "f.jsonl", seed=14, n=800)
+    want, annotated = cli_annotated([corpus], tmp_path, ["--features-field"])
+    assert len(want[0]) > 80
+    rows = [json.loads(l) for l in corpus.read_text().splitlines() if l.strip()]
+    df = spark.createDataFrame([(r["id"], r["features"], i) for i, r in enumerate(rows)],
+                               "id string, features map<string, double>, row long")
+    result = dedup(spark, df, features_col="features", order_col="row")
+    got = outputs([r.asDict() for r in result.pairs.collect()], [r.asDict() for r in result.clusters.collect()], [])
+    assert got[0] == want[0]
+    assert got[1] == want[1]
+    assert [r.id for r in result.deduped.orderBy("row").collect()] == [json.loads(l)["id"] for l in want[2]]
+    table = pa.Table.from_pylist([{"id": r["id"], "features": list(r["features"].items())} for r in rows],
+                                 schema=pa.schema([("id", pa.string()), ("features", pa.map_(pa.string(), pa.float64()))]))
+    pq.write_table(table, tmp_path / "f.parquet")
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(tmp_path / "f.parquet"), "--output", str(out), "--format", "jsonl", "-q",
+                 "--features-field", "--annotate"]) == 0
+    assert outputs(read_parts(out / "pairs"), read_parts(out / "clusters"), [])[:2] == want[:2]
+    # Parquet rows annotated: three columns with the CLI's values.
+    notes = lambda rows: sorted((r["id"], r["cluster"], r.get("duplicate_of"),  # noqa: E731
+                                 None if r.get("similarity") is None else round(r["similarity"], 4)) for r in rows)
+    assert notes(read_parts(out / "annotated")) == notes(json.loads(l) for l in annotated.decode().splitlines())
+    capsys.readouterr()
+    for bad, says in [(["--tokenizer", "words"], "do not apply to weighted features"),
+                      (["--verify", "0.8"], "compares texts"), (["--keep-by", "longest"], "lengths"),
+                      (["--against", str(corpus)], "--against takes texts")]:
+        assert main(["dedup", "--input", str(corpus), "--output", str(out), "-q", "--features-field", *bad]) == 2
+        assert says in capsys.readouterr().err
+        cli = subprocess.run([neardup_bin(), "dedup", str(corpus), "--features-field", *bad, "--clusters", str(tmp_path / "c.jsonl")],
+                             capture_output=True, text=True)
+        assert cli.returncode == 2 and says in cli.stderr, cli.stderr
+
+
+def test_annotate_refuses_a_record_with_the_field(spark, tmp_path, capsys):
+    """A record that already has a field --annotate adds stops the job with
+    the CLI's message (the same code decides)."""
+    from neardup.spark import main
+
+    corpus = make_small(tmp_path / "s.jsonl")
+    lines = corpus.read_text().splitlines()
+    lines[7] = json.dumps(dict(json.loads(lines[7]), cluster="mine"))
+    corpus.write_text("\n".join(lines) + "\n")
+    cli = subprocess.run([neardup_bin(), "dedup", str(corpus), "--annotate", str(tmp_path / "a.jsonl")], capture_output=True, text=True)
+    assert cli.returncode == 2 and 'already has a field "cluster"' in cli.stderr
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", "--annotate"]) == 2
+    err = capsys.readouterr().err
+    assert 'already has a field "cluster"' in err and "s.jsonl: the line at byte offset" in err and "Traceback" not in err

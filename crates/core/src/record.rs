@@ -302,6 +302,64 @@ impl<'de> Visitor<'de> for VectorSeed {
     }
 }
 
+/// The fields `--annotate` adds to a record, in the order it adds them.
+pub const ANNOTATIONS: [&str; 3] = ["cluster", "duplicate_of", "similarity"];
+
+/// Record `record` (a JSON object, as read) with the fields `--annotate`
+/// adds, and a newline, into `out`: `cluster` and `duplicate_of` (ids as
+/// JSON text; `duplicate_of` null when `None`) and `similarity` to four
+/// places (null when `None` or NaN). The CLI and the Spark job annotate with
+/// it, so that both write the same bytes. An error (naming the document as
+/// `doc`) when the record is not a JSON object or already has one of the
+/// fields.
+pub fn annotate(
+    record: &[u8],
+    cluster: &[u8],
+    duplicate_of: Option<&[u8]>,
+    similarity: Option<f64>,
+    doc: &dyn fmt::Display,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    use std::io::Write as _;
+    let body = record.trim_ascii();
+    let (Some(b'{'), Some(b'}')) = (body.first(), body.last()) else {
+        return Err(format!(
+            "--annotate adds fields to JSON records, and document {doc} is not a JSON object \
+             (plain text lines or files): write --clusters and join them by id"
+        ));
+    };
+    // A field of the same name would be given twice: refused, by name.
+    for name in ANNOTATIONS {
+        let quoted = format!("\"{name}\"");
+        if memchr::memmem::find(body, quoted.as_bytes()).is_some() {
+            let v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
+                .map_err(|e| format!("document {doc}: malformed JSON record: {e}"))?;
+            if v.contains_key(name) {
+                return Err(format!(
+                    "document {doc} already has a field {name:?}, which --annotate adds: rename \
+                     it in the input, or write --clusters and join them by id"
+                ));
+            }
+        }
+    }
+    let inner = body[1..body.len() - 1].trim_ascii();
+    out.push(b'{');
+    out.extend_from_slice(inner);
+    if !inner.is_empty() {
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"cluster\":");
+    out.extend_from_slice(cluster);
+    out.extend_from_slice(b",\"duplicate_of\":");
+    out.extend_from_slice(duplicate_of.unwrap_or(b"null"));
+    match similarity.filter(|s| !s.is_nan()) {
+        None => out.extend_from_slice(b",\"similarity\":null"),
+        Some(s) => write!(out, ",\"similarity\":{s:.4}").expect("writing to a Vec"),
+    }
+    out.extend_from_slice(b"}\n");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,5 +441,35 @@ mod tests {
             r.body,
             Body::Features(vec![("a".into(), 0.5), ("b".into(), 2.0)])
         );
+    }
+
+    #[test]
+    fn annotate_appends_the_three_fields_and_refuses_what_it_cannot_annotate() {
+        let mut out = Vec::new();
+        annotate(
+            b" {\"id\": 3, \"text\": \"x\"}\n",
+            b"1",
+            Some(b"1"),
+            Some(0.91236),
+            &3,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            b"{\"id\": 3, \"text\": \"x\",\"cluster\":1,\"duplicate_of\":1,\"similarity\":0.9124}\n"
+        );
+        out.clear();
+        annotate(b"{}", b"\"a\"", None, Some(f64::NAN), &"a", &mut out).unwrap();
+        assert_eq!(
+            out,
+            b"{\"cluster\":\"a\",\"duplicate_of\":null,\"similarity\":null}\n"
+        );
+        let e = annotate(b"plain text", b"1", None, None, &1, &mut out).unwrap_err();
+        assert!(e.contains("not a JSON object"), "{e}");
+        let e = annotate(br#"{"cluster": 2}"#, b"1", None, None, &1, &mut out).unwrap_err();
+        assert!(e.contains("already has a field \"cluster\""), "{e}");
+        // A value that merely contains the name is not the field.
+        annotate(br#"{"t": "\"cluster\""}"#, b"1", None, None, &1, &mut out).unwrap();
     }
 }

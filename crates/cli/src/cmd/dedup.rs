@@ -510,6 +510,12 @@ fn run_vectors(args: Args, kind: InputKind, started: Instant, keep_all: bool) ->
             kind.plural()
         );
     }
+    if !args.against.is_empty() {
+        bail!(
+            "--against takes texts; deduplicate {} without it",
+            kind.plural()
+        );
+    }
     let cosine = args.min_similarity.unwrap_or(DEFAULT_COSINE);
     let check = (kind == InputKind::Vector && !args.no_verify).then_some(Check::Cosine(cosine));
     let mut source = args.source.clone();
@@ -1052,11 +1058,8 @@ fn write_outputs(
     Ok(())
 }
 
-/// The fields --annotate adds to a record.
-const ANNOTATIONS: [&str; 3] = ["cluster", "duplicate_of", "similarity"];
-
 /// `record` (a JSON object) with document `doc`'s annotations added, and a
-/// newline, into `out`.
+/// newline, into `out` (core's `record::annotate`, which the Spark job uses too).
 fn annotate_record(
     record: &[u8],
     doc: usize,
@@ -1065,46 +1068,17 @@ fn annotate_record(
     best: f64,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    let body = record.trim_ascii();
-    let (Some(b'{'), Some(b'}')) = (body.first(), body.last()) else {
-        bail!(
-            "--annotate adds fields to JSON records, and document {} is not a JSON object \
-             (plain text lines or files): write --clusters and join them by id",
-            ids.get(doc)
-        );
-    };
-    // A field of the same name would be given twice: refused, by name.
-    for name in ANNOTATIONS {
-        let quoted = format!("\"{name}\"");
-        if memchr::memmem::find(body, quoted.as_bytes()).is_some() {
-            let v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)?;
-            if v.contains_key(name) {
-                bail!(
-                    "document {} already has a field {name:?}, which --annotate adds: rename \
-                     it in the input, or write --clusters and join them by id",
-                    ids.get(doc)
-                );
-            }
-        }
-    }
-    let inner = body[1..body.len() - 1].trim_ascii();
-    out.push(b'{');
-    out.extend_from_slice(inner);
-    if !inner.is_empty() {
-        out.push(b',');
-    }
     let rep = reps[doc] as usize;
-    out.extend_from_slice(b"\"cluster\":");
-    ids.write_json(rep, out);
-    out.extend_from_slice(b",\"duplicate_of\":");
-    match rep == doc {
-        true => out.extend_from_slice(b"null"),
-        false => ids.write_json(rep, out),
-    }
-    match best.is_nan() {
-        true => out.extend_from_slice(b",\"similarity\":null"),
-        false => write!(out, ",\"similarity\":{best:.4}")?,
-    }
-    out.extend_from_slice(b"}\n");
-    Ok(())
+    let mut cluster = Vec::with_capacity(16);
+    ids.write_json(rep, &mut cluster);
+    let duplicate_of = (rep != doc).then_some(cluster.as_slice());
+    neardup_core::record::annotate(
+        record,
+        &cluster,
+        duplicate_of,
+        Some(best),
+        &ids.get(doc),
+        out,
+    )
+    .map_err(|e| anyhow!(e))
 }
