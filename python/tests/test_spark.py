@@ -1,5 +1,5 @@
 """The Spark job in local mode (local[2], loopback only) gives the same pairs and
-clusters as `neardup dedup` on a corpus of 20,000 documents with planted
+clusters as `neardup dedup` on a corpus of 5,000 documents with planted
 near-duplicates, with and without verification, and a giant cluster of copies
 is split across tasks."""
 
@@ -18,8 +18,8 @@ def neardup_bin():
 if os.environ.get("NEARDUP_REQUIRE_SPARK") != "1":
     pytest.importorskip("pyspark")
 
-N_BASE = 16_000
-N_DUPS = 4_000
+N_BASE = 4_000
+N_DUPS = 1_000
 
 
 def make_corpus(path, seed=11):
@@ -121,7 +121,7 @@ def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader):
         corpus = packed
     flags = [] if verify else ["--no-verify"]
     want = cli_outputs([corpus], tmp_path, flags)
-    assert len(want[0]) > 1000 and len(want[1]) > 500
+    assert len(want[0]) > 250 and len(want[1]) > 125
     out = tmp_path / "out"
     assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", *flags]) == 0
     got = spark_outputs(out)
@@ -378,7 +378,8 @@ def test_standalone_cluster_equals_cli(tmp_path):
     with spark-submit and the built wheel (``NEARDUP_WHEEL``, else built
     here): the driver imports the package from the unpacked wheel, the
     executor from the wheel shipped with ``--archives``. The CLI's pairs,
-    clusters and kept records. Both daemons are stopped by process id."""
+    clusters and kept records, the driver in 512 MB. Both daemons are stopped
+    by process id."""
     import glob
     import shutil
     import socket
@@ -426,7 +427,7 @@ def test_standalone_cluster_equals_cli(tmp_path):
                                    "--webui-port", str(free_port()), f"spark://127.0.0.1:{port}"], env=env, stdout=logs, stderr=logs)
         def submit(out, *args):
             return subprocess.run(
-                [os.path.join(home, "bin", "spark-submit"), "--master", f"spark://127.0.0.1:{port}",
+                [os.path.join(home, "bin", "spark-submit"), "--master", f"spark://127.0.0.1:{port}", "--driver-memory", "512m",
                  "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.ui.enabled=false",
                  "--executor-memory", "1g", "--archives", f"{shipped}#neardup_wheel", "--conf", "spark.executorEnv.PYTHONPATH=neardup_wheel",
                  str(script), "dedup", *args, "--output", str(out), "--format", "jsonl"],
@@ -445,22 +446,6 @@ def test_standalone_cluster_equals_cli(tmp_path):
         assert got[0] == want[0]
         assert got[1] == want[1]
         assert got[2] == want[2]
-        # Another option set: new records against a clean (gzipped, so read by
-        # Spark) set, the record with the highest quality kept.
-        import gzip
-
-        lines = corpus.read_text().splitlines(keepends=True)
-        old, new = tmp_path / "old.jsonl.gz", tmp_path / "new.jsonl"
-        old.write_bytes(gzip.compress("".join(lines[: len(lines) // 2]).encode()))
-        new.write_text("".join(lines[len(lines) // 2 :]))
-        flags = ["--keep-by", "field:quality:desc", "--against", str(old)]
-        second = tmp_path / "second"
-        second.mkdir()
-        want = cli_outputs([new], second, flags)
-        assert len(want[1]) > 20
-        r = submit(second / "out", "--input", str(new), *flags)
-        assert r.returncode == 0, r.stderr[-3000:]
-        assert spark_outputs(second / "out") == want
         # The executor had the wheel, unpacked in its working directory.
         assert glob.glob(str(tmp_path / "work" / "app-*" / "*" / "neardup_wheel" / "neardup" / "_neardup*.so")), \
             sorted(glob.glob(str(tmp_path / "work" / "**"), recursive=True))[:40]

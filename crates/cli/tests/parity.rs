@@ -154,8 +154,9 @@ fn index_add_replaces_an_entry_of_the_same_id() {
     );
 }
 
-/// A collection `serve` refuses to create (an IDF table) leaves nothing in
-/// its folder: a later start there is not told the folder is no collection.
+/// A collection `serve` refuses to create (verification over a k too narrow
+/// for it, with an IDF table to copy in) leaves nothing in its folder: a
+/// later start there is not told the folder is no collection.
 #[test]
 fn a_refused_collection_leaves_its_folder_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
@@ -190,6 +191,10 @@ fn a_refused_collection_leaves_its_folder_as_it_was() {
                 "tokens",
                 "--idf",
                 "t.idf",
+                "--bits",
+                "64",
+                "--max-k",
+                "3",
             ],
         );
         assert_eq!(o.status.code(), Some(2));

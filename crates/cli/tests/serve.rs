@@ -491,3 +491,149 @@ fn the_default_collection_verifies() {
     server.kill().unwrap();
     server.wait().unwrap();
 }
+
+/// The service answers as `neardup dedup` does, option set by option set:
+/// the evaluation sample (real English and Chinese text with planted near
+/// copies) sent in order with `insert_if_new` stores exactly the documents
+/// `neardup dedup --policy incremental` keeps with the same settings (the
+/// service's fingerprints are not centred: `--no-centre`), defaults given
+/// and not given, a learned IDF table included (copied into the collection,
+/// checked when it reopens).
+#[test]
+fn the_service_keeps_what_dedup_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines: Vec<String> = Vec::new();
+    for (lang, n) in [("en", 240), ("zh", 120)] {
+        let text = std::fs::read_to_string(util::repo_file(&format!(
+            "evalkit/data/{lang}/corpus.jsonl"
+        )))
+        .unwrap();
+        lines.extend(text.lines().take(n).map(str::to_owned));
+    }
+    let corpus = util::write(
+        dir.path(),
+        "corpus.jsonl",
+        (lines.join("\n") + "\n").as_bytes(),
+    );
+    let docs: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let idf = dir.path().join("t.idf");
+    util::ok(util::run(&[
+        "idf",
+        "build",
+        corpus.to_str().unwrap(),
+        "--features",
+        "tokens",
+        "--tokenizer",
+        "words",
+        "--min-df",
+        "1",
+        "-o",
+        idf.to_str().unwrap(),
+        "-q",
+    ]));
+    let idf = idf.to_str().unwrap();
+    // (serve's flags, dedup's flags for the same settings)
+    let sets: &[(&[&str], &[&str])] = &[
+        (&[], &["--no-centre"]),
+        (
+            &["--verify", "jaccard:0.8", "--max-k", "15", "--bits", "128"],
+            &["--no-centre", "--k", "15", "--verify", "jaccard:0.8"],
+        ),
+        (
+            &["--verify", "jaccard:0.9"],
+            &["--no-centre", "--verify", "jaccard:0.9"],
+        ),
+        (
+            &["--bits", "64", "--max-k", "7"],
+            &["--no-centre", "--bits", "64", "--k", "7"],
+        ),
+        (
+            &["--features", "tokens", "--idf", idf],
+            &["--no-centre", "--features", "tokens", "--idf", idf],
+        ),
+        (&["--no-verify"], &["--no-verify"]),
+        (
+            &["--no-verify", "--max-k", "3", "--bits", "64"],
+            &["--no-verify", "--k", "3", "--bits", "64"],
+        ),
+    ];
+    for (i, (serve_flags, dedup_flags)) in sets.iter().enumerate() {
+        let keep = dir.path().join(format!("keep-{i}.jsonl"));
+        let mut args = vec![
+            "dedup",
+            corpus.to_str().unwrap(),
+            "--policy",
+            "incremental",
+            "--keep",
+            keep.to_str().unwrap(),
+            "-q",
+        ];
+        args.extend_from_slice(dedup_flags);
+        util::ok(util::run(&args));
+        let want: Vec<String> = std::fs::read_to_string(&keep)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert!(
+            want.len() < docs.len() && want.len() > docs.len() / 2,
+            "{serve_flags:?}: {} kept",
+            want.len()
+        );
+
+        let data = dir.path().join(format!("collection-{i}"));
+        let (mut server, addr) = start_with(&data, serve_flags);
+        let mut got = Vec::new();
+        for chunk in docs.chunks(50) {
+            let body = json!({"documents": chunk.iter().map(|d| json!({"id": d["id"], "text": d["text"]})).collect::<Vec<_>>(), "mode": "insert_if_new"});
+            let (status, b) = http(addr, "POST", "/v1/documents", Some(&body)).unwrap();
+            assert_eq!(status, 200, "{b}");
+            for r in b["results"].as_array().unwrap() {
+                if r["stored"] == true {
+                    got.push(r["id"].as_str().unwrap().to_owned());
+                }
+            }
+        }
+        assert_eq!(got, want, "{serve_flags:?}");
+        server.kill().unwrap();
+        server.wait().unwrap();
+        if serve_flags.contains(&"--idf") {
+            // The collection holds its table: it reopens without the flag,
+            // and refuses a damaged copy.
+            assert!(data.join("idf.tsv").exists());
+            let (mut again, addr) = start_with(&data, &[]);
+            let (_, b) = http(addr, "GET", "/v1/stats", None).unwrap();
+            assert_eq!(b["documents"].as_u64(), Some(want.len() as u64), "{b}");
+            again.kill().unwrap();
+            again.wait().unwrap();
+            let table = std::fs::read_to_string(data.join("idf.tsv")).unwrap();
+            let damaged = table.replacen('1', "2", 1);
+            assert_ne!(damaged, table);
+            std::fs::write(data.join("idf.tsv"), damaged).unwrap();
+            let o = util::bin()
+                .args([
+                    "serve",
+                    "--data",
+                    data.to_str().unwrap(),
+                    "--addr",
+                    "127.0.0.1:0",
+                ])
+                .output()
+                .unwrap();
+            assert!(!o.status.success());
+            assert!(
+                util::stderr(&o).contains("IDF table is missing or damaged"),
+                "{}",
+                util::stderr(&o)
+            );
+        }
+    }
+}

@@ -99,7 +99,8 @@ impl App {
     ) -> Result<App, ServiceError> {
         let started = Instant::now();
         let (store, settings) = store::Store::open_with(dir, create, options.opener.clone())?;
-        neardup_core::with_bits!(settings.config.bits, B => start::<B>(store, settings, options, started))
+        let hasher = hasher_for(dir, &settings)?;
+        neardup_core::with_bits!(settings.config.bits, B => start::<B>(store, settings, hasher, options, started))
     }
 
     /// Stops taking writes, lets the writer commit and answer everything it
@@ -117,14 +118,38 @@ impl Drop for App {
     }
 }
 
+/// A collection whose fingerprints weigh features by a learned IDF table
+/// keeps a copy of the table in its folder under this name; the settings
+/// hold its digest, checked when the collection opens.
+pub const IDF_FILE: &str = "idf.tsv";
+
+/// The collection's fingerprinting, with its IDF table if it has one.
+fn hasher_for(dir: &Path, settings: &Settings) -> Result<SimHasher, ServiceError> {
+    if settings.config.idf.is_none() {
+        return SimHasher::new(settings.config.clone())
+            .map_err(|e| ServiceError::Config(e.to_string()));
+    }
+    let path = dir.join(IDF_FILE);
+    let damaged = |e: String| {
+        ServiceError::Storage(format!(
+            "{}: {e}: the collection's IDF table is missing or damaged; restore the data \
+             folder from a backup",
+            path.display()
+        ))
+    };
+    let file = std::fs::File::open(&path).map_err(|e| damaged(e.to_string()))?;
+    let table = neardup_core::IdfTable::read(std::io::BufReader::new(file))
+        .map_err(|e| damaged(e.to_string()))?;
+    SimHasher::with_idf(settings.config.clone(), table).map_err(|e| damaged(e.to_string()))
+}
+
 fn start<B: Bits>(
     store: store::Store,
     settings: Settings,
+    hasher: SimHasher,
     options: Options,
     started: Instant,
 ) -> Result<App, ServiceError> {
-    let hasher =
-        SimHasher::new(settings.config.clone()).map_err(|e| ServiceError::Config(e.to_string()))?;
     let read_started = Instant::now();
     let expected = store.document_count()? as usize;
     let mut read_seconds = 0.0;

@@ -203,7 +203,7 @@ impl Settings {
     /// One line for logs: what the collection decides by, and its design.
     pub fn summary(&self) -> String {
         let decide = match self.verify {
-            Some(t) => format!("verified (estimated Jaccard >= {t} among candidates within k)"),
+            Some(t) => format!("verified (Jaccard >= {t} among candidates within k)"),
             None => "Hamming distance alone (not verified)".into(),
         };
         format!(

@@ -262,7 +262,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                     && bodies[last as usize].1
                 {
                     found.1.fetch_add(1, Ordering::Relaxed);
-                    if reply.windows(16).any(|w| w == b"\"duplicates\":[{") {
+                    let found_one = b"\"duplicates\":[{";
+                    if reply.windows(found_one.len()).any(|w| w == found_one) {
                         found.0.fetch_add(1, Ordering::Relaxed);
                     }
                 }

@@ -201,11 +201,29 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     // Opened while the address already answers (503 "loading" until done).
     let open = move || -> Result<App> {
-        let create = || create_settings(&args);
-        let app = App::open(&args.data, create, options)
-            .with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
+        let idf_copy = args.data.join(neardup_server::IDF_FILE);
+        let create = || {
+            let settings = create_settings(&args)?;
+            if settings.config.idf.is_some() {
+                copy_idf_table(&args, &idf_copy)?;
+            }
+            Ok(settings)
+        };
+        let db = args.data.join(neardup_server::store::DB_FILE);
+        let (creating, new_folder) = (!db.exists(), !args.data.exists());
+        let app = App::open(&args.data, create, options).inspect_err(|_| {
+            // A refused creation leaves the folder as it was.
+            if creating && !db.exists() {
+                let _ = std::fs::remove_file(&idf_copy);
+                if new_folder {
+                    let _ = std::fs::remove_dir(&args.data);
+                }
+            }
+        });
+        let app =
+            app.with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
         if creating_flags {
-            let wanted = create()?;
+            let wanted = create_settings(&args)?;
             if wanted.config != app.settings.config
                 || wanted.max_k != app.settings.max_k
                 || ((args.verify.is_some() || args.no_verify)
@@ -248,6 +266,29 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Copies the IDF table the flags name into the new collection's folder
+/// (through a temporary file: a copy is whole or absent).
+fn copy_idf_table(args: &Args, to: &std::path::Path) -> Result<(), ServiceError> {
+    let (config, _) = args
+        .pipeline
+        .resolve()
+        .map_err(|e| ServiceError::Config(format!("{e:#}")))?;
+    let from = config
+        .idf
+        .and_then(|r| r.path)
+        .ok_or_else(|| ServiceError::Config("the IDF table's file is not known".into()))?;
+    let tmp = to.with_extension("tsv.tmp");
+    std::fs::copy(&from, &tmp)
+        .and_then(|_| std::fs::rename(&tmp, to))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            ServiceError::Storage(format!(
+                "cannot copy the IDF table {from} into {}: {e}",
+                to.display()
+            ))
+        })
+}
+
 /// The settings of a collection created by these arguments: by default
 /// verified as `neardup dedup` is (the candidate configuration, its k, the
 /// Jaccard threshold), on the online design the planner picks for k.
@@ -287,14 +328,13 @@ fn settings_for(
     {
         pipeline.preset = Some(FingerprintConfig::candidates());
     }
-    let (config, idf) = pipeline
+    let (mut config, _) = pipeline
         .resolve()
         .map_err(|e| config_error(format!("{e:#}")))?;
-    if idf.is_some() {
-        return Err(config_error(
-            "a service collection cannot use an IDF table file yet: use --weights tf or binary"
-                .into(),
-        ));
+    // The collection keeps its own copy of a learned IDF table
+    // (`serve` copies it in once the settings are accepted).
+    if let Some(r) = &mut config.idf {
+        r.path = Some(neardup_server::IDF_FILE.into());
     }
     // Verification compares texts: vectors and weighted features have none.
     let verify = match (verify, config.input) {
