@@ -5,8 +5,9 @@
 //!
 //! - [`store`]: the source of truth, an embedded redb database (crash-safe,
 //!   one durable transaction per write batch).
-//! - [`collection`]: the in-memory permuted-table index derived from it
-//!   (main, mid and recent levels; merges in the background).
+//! - [`collection`]: the in-memory index derived from it (permuted tables or
+//!   multi-index blocks, as the collection's design says; main, mid and
+//!   recent levels, merged in the background).
 //! - [`writer`]: the single writer thread doing group commit, which also makes
 //!   `insert_if_new` atomic.
 //! - [`api`]: the axum router.

@@ -1,6 +1,6 @@
 //! `neardup bench serve`: the service as a user runs it, under load on
 //! loopback. A collection of N documents of real text (about 4 KB each, made
-//! of sentences of the given corpora) is created with `neardup serve`'s
+//! of whole documents of the given corpora) is created with `neardup serve`'s
 //! defaults and bulk-loaded through the store; the real `neardup serve`
 //! process then opens it (the restart time, every record's checksum
 //! checked) and keep-alive HTTP clients in this process drive it for a
@@ -61,18 +61,21 @@ pub struct ServeArgs {
     pub dir: Option<PathBuf>,
 }
 
-/// Documents made of sentences drawn at random from a pool of real ones: a
-/// document is its list of sentence numbers, so that a near copy (one
-/// sentence in twenty replaced) is cheap to make and its similarity known.
+/// Documents made of real ones: each stored document joins a few source
+/// documents of the given corpora, picked at random, whole, until it has
+/// about the asked bytes (a page about a few topics, in one or two
+/// languages). A document is its list of sentence numbers, so that a near
+/// copy (one sentence in twenty replaced by another) is cheap to make.
 struct Sentences {
     pool: Vec<String>,
-    /// Sentences per document, for about the asked bytes.
-    per_document: usize,
+    /// Each source document's sentences in `pool`.
+    sources: Vec<std::ops::Range<usize>>,
+    document_bytes: usize,
 }
 
 impl Sentences {
     fn read(files: &[PathBuf], document_bytes: usize) -> Result<Sentences> {
-        let mut pool = Vec::new();
+        let (mut pool, mut sources) = (Vec::new(), Vec::new());
         for f in files {
             let text = std::fs::read_to_string(f)
                 .with_context(|| format!("cannot read {} (give --texts FILE)", f.display()))?;
@@ -82,33 +85,42 @@ impl Sentences {
                 let Some(t) = v["text"].as_str() else {
                     continue;
                 };
+                let first = pool.len();
                 for s in t.split_inclusive(['.', '。', '\n', '！', '？', '!', '?']) {
                     let s = s.trim();
                     if s.chars().count() >= 8 {
                         pool.push(s.to_owned());
                     }
                 }
+                if pool.len() > first {
+                    sources.push(first..pool.len());
+                }
             }
         }
-        pool.sort_unstable();
-        pool.dedup();
-        if pool.len() < 1000 {
+        if sources.len() < 100 {
             bail!(
-                "the texts hold {} distinct sentences: give corpora with at least 1,000 \
-                 (--texts FILE.jsonl)",
-                pool.len()
+                "the texts hold {} documents: give corpora with at least 100 (--texts FILE.jsonl)",
+                sources.len()
             );
         }
-        let mean = pool.iter().map(String::len).sum::<usize>() as f64 / pool.len() as f64;
-        let per_document = ((document_bytes as f64 / (mean + 1.0)).round() as usize).max(4);
-        Ok(Sentences { pool, per_document })
+        Ok(Sentences {
+            pool,
+            sources,
+            document_bytes,
+        })
     }
 
     fn picks(&self, seed: u64) -> Vec<usize> {
         let mut r = SplitMix64(seed ^ 0x0b5e_55ed);
-        (0..self.per_document)
-            .map(|_| (r.next() % self.pool.len() as u64) as usize)
-            .collect()
+        let (mut picks, mut bytes) = (Vec::new(), 0);
+        while bytes < self.document_bytes {
+            let source = &self.sources[(r.next() % self.sources.len() as u64) as usize];
+            for p in source.clone() {
+                bytes += self.pool[p].len() + 1;
+                picks.push(p);
+            }
+        }
+        picks
     }
 
     fn join(&self, picks: &[usize]) -> String {
@@ -157,13 +169,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "neardup bench serve: {} cores; {} s per phase; loopback only; documents of {} sentences \
-         (about {} bytes) drawn from {} sentences of {}",
+        "neardup bench serve: {} cores; {} s per phase; loopback only; documents of about {} \
+         bytes, each a few of the {} documents of {}",
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         args.seconds,
-        sentences.per_document,
         args.document_bytes,
-        sentences.pool.len(),
+        sentences.sources.len(),
         texts
             .iter()
             .map(|p| p.display().to_string())
@@ -257,7 +268,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 let (body, _) = &bodies[((c as u64 * 7919 + i) % bodies.len() as u64) as usize];
                 // The reply to this connection's last request: a near copy's
                 // when `i - 1` was one.
-                let last = (c as u64 * 7919 + i.wrapping_sub(1)) % bodies.len() as u64;
+                let last = (c as u64 * 7919).wrapping_add(i.wrapping_sub(1)) % bodies.len() as u64;
                 if let Some(reply) = reply
                     && bodies[last as usize].1
                 {

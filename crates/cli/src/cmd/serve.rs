@@ -303,7 +303,8 @@ fn create_settings(args: &Args) -> Result<Settings, ServiceError> {
 }
 
 /// The settings `neardup serve` gives a collection created with no flags,
-/// planned for `expected` documents.
+/// planned for `expected` documents (`neardup bench serve` creates these).
+#[cfg(feature = "bench")]
 pub fn default_settings(expected: f64) -> Result<Settings, ServiceError> {
     settings_for(&PipelineArgs::default(), None, None, false, Some(expected))
 }
