@@ -79,6 +79,8 @@ pub struct App {
     pub read_seconds: f64,
     pub build_seconds: f64,
     closer: Option<Box<dyn FnOnce() + Send>>,
+    /// Called once requests reach the collection (see [`App::when_serving`]).
+    serving: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl std::fmt::Debug for App {
@@ -102,6 +104,13 @@ impl App {
         let (store, settings) = store::Store::open_with(dir, create, options.opener.clone())?;
         let hasher = hasher_for(dir, &settings)?;
         neardup_core::with_bits!(settings.config.bits, B => start::<B>(store, settings, hasher, options, started))
+    }
+
+    /// Calls `f` once requests reach the collection, no longer answered 503
+    /// "loading" (at once when the collection opened before serving began).
+    pub fn when_serving(mut self, f: impl FnOnce() + Send + 'static) -> App {
+        self.serving = Some(Box::new(f));
+        self
     }
 
     /// Stops taking writes, lets the writer commit and answer everything it
@@ -232,6 +241,7 @@ fn start<B: Bits>(
         read_seconds,
         build_seconds,
         closer: Some(Box::new(closer)),
+        serving: None,
     })
 }
 
@@ -335,8 +345,11 @@ where
     let mut refused_logged = false;
     let router: Arc<std::sync::OnceLock<Router>> = Arc::default();
     let (mut app, mut opening) = match open {
-        Ok(a) => {
+        Ok(mut a) => {
             let _ = router.set(a.router.clone());
+            if let Some(f) = a.serving.take() {
+                f();
+            }
             (Some(a), None)
         }
         Err(open) => (None, Some(tokio::task::spawn_blocking(open))),
@@ -350,8 +363,11 @@ where
             {
                 opening = None;
                 match opened {
-                    Ok(Ok(a)) => {
+                    Ok(Ok(mut a)) => {
                         let _ = router.set(a.router.clone());
+                        if let Some(f) = a.serving.take() {
+                            f();
+                        }
                         app = Some(a);
                         continue;
                     }

@@ -246,8 +246,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             app.settings.config.summary(),
             app.settings.summary()
         );
-        eprintln!("neardup: listening on http://{local}");
-        Ok(app)
+        // Said once requests reach the collection (clients wait for it).
+        Ok(app.when_serving(move || eprintln!("neardup: listening on http://{local}")))
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
