@@ -47,7 +47,7 @@ pub fn keep_nearest<T: Ord>(items: &mut Vec<T>, cap: usize) -> bool {
 pub struct Found {
     pub id: Arc<str>,
     pub distance: u32,
-    /// The estimated Jaccard similarity of the texts, when verified.
+    /// The Jaccard similarity of the texts, when verified.
     pub similarity: Option<f64>,
 }
 

@@ -188,7 +188,7 @@ pub struct Settings {
     /// Format version of the store.
     pub version: u32,
     /// The verification a request gets when it asks for none: keep a match
-    /// when the estimated Jaccard similarity of the texts reaches this.
+    /// when the Jaccard similarity of the texts reaches this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<f64>,
 }

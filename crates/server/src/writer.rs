@@ -41,7 +41,7 @@ pub struct NewDoc<B> {
     pub fp: B,
     /// The metadata, as JSON text.
     pub meta: Option<Vec<u8>>,
-    /// The text's verification sketch (None when a fingerprint was given).
+    /// The text's verification signature (None when a fingerprint was given).
     pub sketch: Option<Signature>,
     /// The dimension of the vector it was given as, if it was.
     pub dim: Option<usize>,
@@ -64,7 +64,7 @@ pub enum Job<B> {
         docs: Vec<NewDoc<B>>,
         mode: Mode,
         k: u32,
-        /// Keep a match only when its estimated Jaccard similarity reaches this.
+        /// Keep a match only when its Jaccard similarity reaches this.
         verify: Option<f64>,
         /// Matches kept per document: the nearest.
         limit: usize,
@@ -149,7 +149,8 @@ pub fn run<B: Bits>(
     }
 }
 
-/// The matches whose estimated Jaccard similarity to `sketch` reaches
+/// The matches whose Jaccard similarity to `sketch` (a signature: exact
+/// where both keep their features, else the sketches' estimate) reaches
 /// `threshold`, each with its similarity, in their order. A match whose own
 /// sketch is unknown (stored by fingerprint, or before sketches were kept) is
 /// kept by distance alone, without a similarity. `in_batch` gives the sketch

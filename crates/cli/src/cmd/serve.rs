@@ -18,7 +18,7 @@ use crate::pipeline_args::PipelineArgs;
     after_help = "The collection's fingerprint configuration, maximum k, verification and index \
 design are fixed when it is created (the pipeline flags, --max-k, --verify, --no-verify and \
 --expected-documents apply then only). By default a collection of texts verifies: candidates \
-within k = 15 of 128-bit token fingerprints (multi-index blocks), kept when the estimated Jaccard \
+within k = 15 of 128-bit token fingerprints (multi-index blocks), kept when the Jaccard \
 similarity of the texts reaches 0.8, as `neardup dedup` decides. --no-verify creates the paper's \
 collection instead: 64-bit fingerprints, Hamming distance within k = 3 alone.
 
@@ -48,9 +48,9 @@ pub struct Args {
     pub max_k: Option<u32>,
 
     /// At creation: the verification threshold (default jaccard:0.8): a match
-    /// of texts is kept when the estimated Jaccard similarity of the texts'
-    /// verification features (from a 512-byte sketch stored per document)
-    /// reaches T. Requests may set their own ("verify": {"jaccard": T}).
+    /// of texts is kept when the Jaccard similarity of the texts' verification
+    /// features (kept per document in the store) reaches T. Requests may set
+    /// their own ("verify": {"jaccard": T}).
     #[arg(long, value_name = "jaccard:T", conflicts_with = "no_verify")]
     pub verify: Option<neardup_core::jaccard::Verify>,
 
@@ -203,9 +203,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let open = move || -> Result<App> {
         let idf_copy = args.data.join(neardup_server::IDF_FILE);
         let create = || {
-            let settings = create_settings(&args)?;
-            if settings.config.idf.is_some() {
-                copy_idf_table(&args, &idf_copy)?;
+            let (settings, idf_source) = create_settings(&args)?;
+            if let Some(from) = idf_source {
+                copy_idf_table(&from, &idf_copy)?;
             }
             Ok(settings)
         };
@@ -223,7 +223,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let app =
             app.with_context(|| format!("cannot open the collection in {}", args.data.display()))?;
         if creating_flags {
-            let wanted = create_settings(&args)?;
+            let (wanted, _) = create_settings(&args)?;
             if wanted.config != app.settings.config
                 || wanted.max_k != app.settings.max_k
                 || ((args.verify.is_some() || args.no_verify)
@@ -268,17 +268,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
 /// Copies the IDF table the flags name into the new collection's folder
 /// (through a temporary file: a copy is whole or absent).
-fn copy_idf_table(args: &Args, to: &std::path::Path) -> Result<(), ServiceError> {
-    let (config, _) = args
-        .pipeline
-        .resolve()
-        .map_err(|e| ServiceError::Config(format!("{e:#}")))?;
-    let from = config
-        .idf
-        .and_then(|r| r.path)
-        .ok_or_else(|| ServiceError::Config("the IDF table's file is not known".into()))?;
+fn copy_idf_table(from: &str, to: &std::path::Path) -> Result<(), ServiceError> {
     let tmp = to.with_extension("tsv.tmp");
-    std::fs::copy(&from, &tmp)
+    std::fs::copy(from, &tmp)
         .and_then(|_| std::fs::rename(&tmp, to))
         .map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
@@ -292,7 +284,7 @@ fn copy_idf_table(args: &Args, to: &std::path::Path) -> Result<(), ServiceError>
 /// The settings of a collection created by these arguments: by default
 /// verified as `neardup dedup` is (the candidate configuration, its k, the
 /// Jaccard threshold), on the online design the planner picks for k.
-fn create_settings(args: &Args) -> Result<Settings, ServiceError> {
+fn create_settings(args: &Args) -> Result<(Settings, Option<String>), ServiceError> {
     settings_for(
         &args.pipeline,
         args.max_k,
@@ -306,7 +298,7 @@ fn create_settings(args: &Args) -> Result<Settings, ServiceError> {
 /// planned for `expected` documents (`neardup bench serve` creates these).
 #[cfg(feature = "bench")]
 pub fn default_settings(expected: f64) -> Result<Settings, ServiceError> {
-    settings_for(&PipelineArgs::default(), None, None, false, Some(expected))
+    settings_for(&PipelineArgs::default(), None, None, false, Some(expected)).map(|(s, _)| s)
 }
 
 fn settings_for(
@@ -315,7 +307,7 @@ fn settings_for(
     verify: Option<neardup_core::jaccard::Verify>,
     no_verify: bool,
     expected: Option<f64>,
-) -> Result<Settings, ServiceError> {
+) -> Result<(Settings, Option<String>), ServiceError> {
     let config_error = |e: String| ServiceError::Config(e);
     let given_verify = verify.is_some();
     let mut pipeline = pipeline.clone();
@@ -332,11 +324,12 @@ fn settings_for(
     let (mut config, _) = pipeline
         .resolve()
         .map_err(|e| config_error(format!("{e:#}")))?;
-    // The collection keeps its own copy of a learned IDF table
-    // (`serve` copies it in once the settings are accepted).
-    if let Some(r) = &mut config.idf {
-        r.path = Some(neardup_server::IDF_FILE.into());
-    }
+    // The collection keeps its own copy of a learned IDF table (`serve`
+    // copies it in once the settings are accepted): its source is returned.
+    let idf_source = config
+        .idf
+        .as_mut()
+        .and_then(|r| r.path.replace(neardup_server::IDF_FILE.into()));
     // Verification compares texts: vectors and weighted features have none.
     let verify = match (verify, config.input) {
         (Some(_), InputKind::Text) => verify,
@@ -373,13 +366,14 @@ fn settings_for(
         Width::W128 => plan_online::<u128>(max_k, n, &[], ONLINE_BYTES_PER_DOCUMENT),
     };
     let p = planned.map_err(|e| config_error(format!("--max-k {max_k}: {e}")))?;
-    Ok(Settings {
+    let settings = Settings {
         config,
         max_k,
         design: p.design().clone(),
         version: neardup_server::store::STORE_VERSION,
         verify: verify.map(|v| v.threshold),
-    })
+    };
+    Ok((settings, idf_source))
 }
 
 fn positive_seconds(s: &str) -> Result<f64, String> {

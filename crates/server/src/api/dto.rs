@@ -66,12 +66,12 @@ pub struct DocumentsRequest {
     /// At most this many duplicates per document (default
     /// [`DEFAULT_DOCUMENT_MATCHES`], at most [`MAX_MATCHES`]).
     pub limit: Option<usize>,
-    /// Keep a match only when the texts' estimated Jaccard similarity reaches
+    /// Keep a match only when the texts' Jaccard similarity reaches
     /// this (default: the collection's, set at creation).
     pub verify: Option<VerifyIn>,
 }
 
-/// `{"jaccard": T}`: verification of matches by estimated Jaccard similarity.
+/// `{"jaccard": T}`: verification of matches by Jaccard similarity.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyIn {
@@ -170,7 +170,7 @@ pub struct QueryRequest {
 pub struct MatchOut {
     pub id: Arc<str>,
     pub distance: u32,
-    /// The texts' estimated Jaccard similarity, when the match was verified.
+    /// The texts' Jaccard similarity, when the match was verified.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub similarity: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
