@@ -206,6 +206,45 @@ pub fn plan_join_sampled<B: Bits>(
     sampled: usize,
     sampled_near: usize,
 ) -> Result<JoinDesign, Error> {
+    // The work is done by this crate's own copies for each width: a generic
+    // copy made in the caller's crate would be built with the caller's
+    // optimisation (none in debug builds, where this crate is optimised).
+    match B::WIDTH {
+        crate::Width::W64 => {
+            plan_join_sampled_u64(k, bytemuck::cast_slice(fps), sampled, sampled_near)
+        }
+        crate::Width::W128 => {
+            plan_join_sampled_u128(k, bytemuck::cast_slice(fps), sampled, sampled_near)
+        }
+    }
+}
+
+#[inline(never)]
+fn plan_join_sampled_u64(
+    k: u32,
+    fps: &[u64],
+    sampled: usize,
+    sampled_near: usize,
+) -> Result<JoinDesign, Error> {
+    plan_join_sampled_of(k, fps, sampled, sampled_near)
+}
+
+#[inline(never)]
+fn plan_join_sampled_u128(
+    k: u32,
+    fps: &[u128],
+    sampled: usize,
+    sampled_near: usize,
+) -> Result<JoinDesign, Error> {
+    plan_join_sampled_of(k, fps, sampled, sampled_near)
+}
+
+fn plan_join_sampled_of<B: Bits>(
+    k: u32,
+    fps: &[B],
+    sampled: usize,
+    sampled_near: usize,
+) -> Result<JoinDesign, Error> {
     let n = fps.len();
     if n < 1000 {
         return Ok(JoinDesign::Tables(plan_join(B::BITS, k, n as f64)?));
