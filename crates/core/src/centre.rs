@@ -152,6 +152,11 @@ impl Centre {
         Some(centre)
     }
 
+    /// The number of documents added.
+    pub fn documents(&self) -> u64 {
+        self.n
+    }
+
     /// The fingerprints' width.
     pub fn width(&self) -> Width {
         self.width

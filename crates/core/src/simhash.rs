@@ -257,6 +257,14 @@ impl SimHasher {
         SCRATCH.with(|s| self.sums_with(text, &mut s.borrow_mut()).shares())
     }
 
+    /// The plain fingerprint of `text` ([`SimHasher::fingerprint`]) and
+    /// where each of its bits leans ([`SimHasher::shares`]), from one
+    /// reading of the text: what a collection that learns its corpus's
+    /// centre from its first documents keeps of each.
+    pub fn fingerprint_and_shares(&self, text: &str) -> (Fingerprint, BitShares) {
+        SCRATCH.with(|s| self.sums_with(text, &mut s.borrow_mut()).both())
+    }
+
     /// How [`SimHasher::fingerprint_and_set`] hashes word shingles:
     /// each word by xxh3 with the configuration's seed and width (its low
     /// 64 bits), the three mixed ([`ShingleKey::Words`]). A fingerprint of
@@ -947,6 +955,13 @@ impl Sums {
             Sums::Weighted(s) => s.shares(),
         }
     }
+
+    fn both(self) -> (Fingerprint, BitShares) {
+        match self {
+            Sums::Unit(s) => (s.clone().finish(), s.shares()),
+            Sums::Weighted(s) => (s.clone().finish(), s.shares()),
+        }
+    }
 }
 
 /// Which of a configuration's features are made of the verification
@@ -1160,5 +1175,27 @@ mod tests {
         let again = hasher.fingerprint_and_set_with(text, &mut used, &mut b);
         assert_eq!((fresh, &a), (again, &b));
         assert!(!a.is_empty());
+    }
+
+    /// One reading gives what two give: the plain fingerprint and the
+    /// shares, for unit (term frequency) and real (IDF) weights.
+    #[test]
+    fn fingerprint_and_shares_are_each_as_alone() {
+        let text = "Near-duplicate pages differ in a few words, “quoted” or   spaced; \
+                    网页的近似重复检测 and more words than one, again and again.";
+        let mut idf = FingerprintConfig::candidates();
+        idf.weights = crate::config::Weights::TfIdf;
+        for config in [
+            FingerprintConfig::candidates(),
+            FingerprintConfig::default(),
+            idf,
+        ] {
+            let hasher = SimHasher::new(config).unwrap();
+            for t in [text, "", "one"] {
+                let (fp, shares) = hasher.fingerprint_and_shares(t);
+                assert_eq!(fp, hasher.fingerprint(t));
+                assert_eq!(shares, hasher.shares(t));
+            }
+        }
     }
 }

@@ -17,6 +17,7 @@ use std::hash::BuildHasher;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
+use neardup_core::centre::Centre;
 use neardup_core::index::{Bits, OnlineDesign, OnlineIndex};
 
 /// Recent additions scanned linearly before a merge is asked for.
@@ -42,6 +43,15 @@ pub fn keep_nearest<T: Ord>(items: &mut Vec<T>, cap: usize) -> bool {
     more
 }
 
+/// The fingerprint of a text whose plain fingerprint is `plain`: decided
+/// from its `shares` by the centre when there is one (and the shares).
+pub fn centred<B: Bits>(centre: Option<&Centre>, plain: B, shares: Option<&[u8]>) -> B {
+    match (centre, shares) {
+        (Some(c), Some(sh)) => B::from_u128(c.fingerprint(sh).value()),
+        _ => plain,
+    }
+}
+
 /// A document found near a query.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Found {
@@ -52,6 +62,11 @@ pub struct Found {
 }
 
 struct State<B: Bits> {
+    /// The centre texts' fingerprints are decided by, once learned.
+    centre: Option<Arc<Centre>>,
+    /// Counts the times every fingerprint was rewritten (a centre learned):
+    /// a merge built from an older snapshot is dropped.
+    generation: u64,
     main: Arc<OnlineIndex<B>>,
     mid: Arc<OnlineIndex<B>>,
     recent: Vec<(u64, B)>,
@@ -167,6 +182,9 @@ impl Ids {
 
 pub struct Collection<B: Bits> {
     design: OnlineDesign,
+    /// The k texts' plain fingerprints are searched within at most, in a
+    /// collection learning its centre.
+    plain_k: Option<u32>,
     state: RwLock<State<B>>,
     merge_wanted: Mutex<bool>,
     wake: Condvar,
@@ -218,7 +236,10 @@ impl<B: Bits> Collection<B> {
         let mid = OnlineIndex::build(design.clone(), std::iter::empty()).map_err(config)?;
         Ok(Collection {
             design,
+            plain_k: None,
             state: RwLock::new(State {
+                centre: None,
+                generation: 0,
                 main: Arc::new(main),
                 mid: Arc::new(mid),
                 recent: Vec::new(),
@@ -232,6 +253,82 @@ impl<B: Bits> Collection<B> {
 
     pub fn design(&self) -> &OnlineDesign {
         &self.design
+    }
+
+    /// This collection with texts' fingerprints decided by `centre`, and,
+    /// while a collection that centres has not learned its centre, texts'
+    /// plain fingerprints searched within at most `plain_k` (the k plain
+    /// fingerprints are verified at, as `neardup dedup --no-centre`).
+    pub fn with_centre(mut self, centre: Option<Centre>, plain_k: Option<u32>) -> Self {
+        self.state.write().expect("collection lock").centre = centre.map(Arc::new);
+        self.plain_k = plain_k;
+        self
+    }
+
+    /// The k a text is searched within: `k`, or at most the plain k while
+    /// the centre is not learned.
+    pub fn text_k(&self, centre: Option<&Centre>, k: u32) -> u32 {
+        match (centre, self.plain_k) {
+            (None, Some(plain)) => k.min(plain),
+            _ => k,
+        }
+    }
+
+    /// The centre texts' fingerprints are decided by, once learned.
+    pub fn centre(&self) -> Option<Arc<Centre>> {
+        self.state.read().expect("collection lock").centre.clone()
+    }
+
+    /// Every document's fingerprint rewritten for a centre just learned:
+    /// `rewritten` gives the new fingerprints (the others stay), and the
+    /// whole collection becomes one main index, at once for every query.
+    pub fn recentre(&self, centre: Centre, rewritten: impl IntoIterator<Item = (String, B)>) {
+        let mut s = self.state.write().expect("collection lock");
+        let mut new: std::collections::HashMap<u64, B> = std::collections::HashMap::new();
+        for (id, fp) in rewritten {
+            if let Some(e) = s.ids.find(&id) {
+                new.insert(e, fp);
+            }
+        }
+        let entries: Vec<(u64, B)> = s
+            .main
+            .entries()
+            .chain(s.mid.entries())
+            .chain(s.recent.iter().copied())
+            .filter(|(e, _)| !s.tombstones.contains(e))
+            .map(|(e, fp)| (e, new.get(&e).copied().unwrap_or(fp)))
+            .collect();
+        let build = |entries: Vec<(u64, B)>| {
+            Arc::new(OnlineIndex::build(self.design.clone(), entries).expect("the design fits"))
+        };
+        s.main = build(entries);
+        s.mid = build(Vec::new());
+        s.recent.clear();
+        s.tombstones.clear();
+        s.centre = Some(Arc::new(centre));
+        s.generation += 1;
+    }
+
+    /// [`Collection::nearest`] of a text: its fingerprint is `plain`, or
+    /// decided from its `shares` once the collection has a centre (under the
+    /// same lock as the search, so that a centre learned meanwhile never
+    /// mixes the two). Returns the fingerprint searched for too.
+    pub fn nearest_text(
+        &self,
+        plain: B,
+        shares: Option<&[u8]>,
+        k: u32,
+        cap: usize,
+        skip: impl Fn(&str) -> bool,
+    ) -> (B, Vec<Found>, bool) {
+        let s = self.state.read().expect("collection lock");
+        let fp = centred(s.centre.as_deref(), plain, shares);
+        let k = match shares {
+            Some(_) => self.text_k(s.centre.as_deref(), k),
+            None => k,
+        };
+        let (found, more) = Self::nearest_in(&s, fp, k, cap, skip);
+        (fp, found, more)
     }
 
     /// Every live document within `k` of `fp`, nearest first (ties by id),
@@ -255,10 +352,20 @@ impl<B: Bits> Collection<B> {
         cap: usize,
         skip: impl Fn(&str) -> bool,
     ) -> (Vec<Found>, bool) {
+        let s = self.state.read().expect("collection lock");
+        Self::nearest_in(&s, fp, k, cap, skip)
+    }
+
+    fn nearest_in(
+        s: &State<B>,
+        fp: B,
+        k: u32,
+        cap: usize,
+        skip: impl Fn(&str) -> bool,
+    ) -> (Vec<Found>, bool) {
         // Matches examined for `cap`: beyond these, the nearest of those
         // examined are answered (and `true` says the list is cut short).
         let enough = cap.saturating_mul(4).max(256);
-        let s = self.state.read().expect("collection lock");
         let mut near: Vec<(u32, &str)> = Vec::new();
         let mut more = false;
         let mut push = |entry: u64, distance: u32| {
@@ -379,9 +486,10 @@ impl<B: Bits> Collection<B> {
     /// One merge: `recent` into `mid`, or everything into `main` once `mid`
     /// would exceed an eighth of it. Exposed for tests.
     pub fn merge_once(&self) {
-        let (main, mid, recent, tombstones) = {
+        let (generation, main, mid, recent, tombstones) = {
             let s = self.state.read().expect("collection lock");
             (
+                s.generation,
                 Arc::clone(&s.main),
                 Arc::clone(&s.mid),
                 s.recent.clone(),
@@ -417,6 +525,10 @@ impl<B: Bits> Collection<B> {
             OnlineIndex::build(self.design.clone(), std::iter::empty()).expect("an empty index"),
         );
         let mut s = self.state.write().expect("collection lock");
+        if s.generation != generation {
+            // Every fingerprint was rewritten meanwhile: this merge is stale.
+            return;
+        }
         if into_main {
             s.main = built;
             s.mid = empty;

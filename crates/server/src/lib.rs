@@ -163,15 +163,28 @@ fn start<B: Bits>(
     let read_started = Instant::now();
     let expected = store.document_count()? as usize;
     let mut read_seconds = 0.0;
-    let collection = Arc::new(collection::Collection::new(
-        settings.design.clone(),
-        |add| {
-            let r = store.for_each(|id, fp| add(id, B::read_le(fp)));
-            read_seconds = read_started.elapsed().as_secs_f64();
-            r
-        },
-        expected,
-    )?);
+    let centre = match &settings.centring {
+        Some(c) => c.centre(settings.config.bits)?,
+        None => None,
+    };
+    let collection = Arc::new(
+        collection::Collection::new(
+            settings.design.clone(),
+            |add| {
+                let r = store.for_each(|id, fp| add(id, B::read_le(fp)));
+                read_seconds = read_started.elapsed().as_secs_f64();
+                r
+            },
+            expected,
+        )?
+        .with_centre(
+            centre,
+            settings
+                .centring
+                .as_ref()
+                .map(|_| neardup_core::dedup::default_k(settings.config.bits, true)),
+        ),
+    );
     let loaded = collection.levels().documents as u64;
     // Reading the store and filling the id table happen together; the rest is
     // building the tables.
@@ -188,14 +201,15 @@ fn start<B: Bits>(
         ..Default::default()
     });
     let writer = {
-        let (s, c, w) = (
+        let (s, c, w, set) = (
             Arc::clone(&store),
             Arc::clone(&collection),
             Arc::clone(&control),
+            settings.clone(),
         );
         std::thread::Builder::new()
             .name("neardup-writer".into())
-            .spawn(move || writer::run::<B>(s, c, rx, w))
+            .spawn(move || writer::run::<B>(s, c, rx, w, set))
             .map_err(|e| ServiceError::Config(format!("cannot start the writer: {e}")))?
     };
     let stop = Arc::new(AtomicBool::new(false));

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use neardup_core::centre::Centre;
 use neardup_core::index::OnlineDesign;
 use neardup_core::sketch::Signature;
 use neardup_core::{FingerprintConfig, TableDesign};
@@ -37,15 +38,21 @@ const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 /// then the text's features), for documents stored with their text (version
 /// 2 on; the features from version 5).
 const SKETCHES: TableDefinition<&str, &[u8]> = TableDefinition::new("sketches");
+/// Document id -> where each bit of its plain fingerprint leans (a byte per
+/// bit, [`neardup_core::centre::BitShares`]), for the documents stored by
+/// text while a collection is learning its centre (version 6 on); emptied
+/// when the centre is learned from them.
+const SHARES: TableDefinition<&str, &[u8]> = TableDefinition::new("shares");
 
 /// The store format this build writes: 2 keeps a verification sketch per
 /// document stored by text; 3 adds the records' checksums; 4 the settings';
 /// 5 stores the index design as permuted tables or multi-index blocks
-/// (`{"tables": ...}` or `{"blocks": ...}`; before, a bare table design). Older stores are upgraded
+/// (`{"tables": ...}` or `{"blocks": ...}`; before, a bare table design); 6
+/// the centring of texts' fingerprints ([`Centring`]). Older stores are upgraded
 /// when opened (one transaction: all of it or none). Version 1 documents have
 /// no sketch: they are matched by distance alone until stored again with their
 /// text, which writes the sketch.
-pub const STORE_VERSION: u32 = 5;
+pub const STORE_VERSION: u32 = 6;
 const SETTINGS_KEY: &str = "settings";
 /// The settings' checksum (version 4 on): the settings are checked before
 /// they are used, like every other byte read.
@@ -55,6 +62,7 @@ const SETTINGS_TAG: u8 = 3;
 /// its first vector, fixed with it ("dim checksum").
 const DIMENSION_KEY: &str = "vector_dim";
 const DIMENSION_TAG: u8 = 4;
+const SHARES_TAG: u8 = 5;
 /// `count xor` of the `docs` records' checksums (hexadecimal).
 const DIGEST_KEY: &str = "docs_digest";
 /// Bytes of checksum at the end of every record.
@@ -191,6 +199,58 @@ pub struct Settings {
     /// when the Jaccard similarity of the texts reaches this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<f64>,
+    /// Whether texts' fingerprints are centred on the collection's corpus,
+    /// and on what centre (None: plain fingerprints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub centring: Option<Centring>,
+}
+
+/// Texts' fingerprints centred on the collection's corpus
+/// ([`neardup_core::centre`]): each bit set where the document leans further
+/// than the corpus's mean, not further than one half, so that unrelated
+/// documents' bits are independent and a wide k finds few candidates.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Centring {
+    /// Plain fingerprints until `from` documents have been stored by text;
+    /// then the centre is learned from them (their fingerprints are
+    /// rewritten, in one transaction).
+    Learning { from: u64 },
+    /// The centre: [`Centre::to_bytes`] as words (the number of documents it
+    /// was learned from, then one sum of shares per bit).
+    Learned { sums: Vec<u64> },
+}
+
+impl Centring {
+    /// The centre, once learned (checked: a centre of the collection's width).
+    pub fn centre(&self, width: neardup_core::Width) -> Result<Option<Centre>, ServiceError> {
+        match self {
+            Centring::Learning { .. } => Ok(None),
+            Centring::Learned { sums } => {
+                let bytes: Vec<u8> = sums.iter().flat_map(|w| w.to_le_bytes()).collect();
+                match Centre::from_bytes(&bytes) {
+                    Some(c) if c.width() == width => Ok(Some(c)),
+                    _ => Err(ServiceError::Storage(format!(
+                        "the collection's centre has {} sums, not one per bit of its \
+                         {}-bit fingerprints plus a count",
+                        sums.len(),
+                        width.bits()
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// The settings' record of a learned centre.
+    pub fn learned(centre: &Centre) -> Centring {
+        Centring::Learned {
+            sums: centre
+                .to_bytes()
+                .chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                .collect(),
+        }
+    }
 }
 
 impl Settings {
@@ -206,8 +266,19 @@ impl Settings {
             Some(t) => format!("verified (Jaccard >= {t} among candidates within k)"),
             None => "Hamming distance alone (not verified)".into(),
         };
+        let centring = match &self.centring {
+            None => String::new(),
+            Some(Centring::Learning { from }) => format!(
+                "; fingerprints centred on the corpus's mean, learned from the first {from} \
+                 documents"
+            ),
+            Some(Centring::Learned { sums }) => format!(
+                "; fingerprints centred on the mean of {} documents",
+                sums.first().copied().unwrap_or(0)
+            ),
+        };
         format!(
-            "{decide}; max k = {}, {}",
+            "{decide}; max k = {}, {}{centring}",
             self.max_k,
             self.design.describe()
         )
@@ -237,6 +308,9 @@ pub enum Write<'a> {
         meta: Option<&'a [u8]>,
         /// The text's sketch; None (a fingerprint given) removes a stale one.
         sketch: Option<&'a Signature>,
+        /// The text's shares ([`SHARES`]), kept while the collection learns
+        /// its centre; None removes stale ones.
+        shares: Option<&'a [u8]>,
     },
     Delete {
         id: &'a str,
@@ -509,7 +583,7 @@ impl Store {
         self.failing.lock().expect("store lock").clone()
     }
 
-    fn damaged(&self, what: String) -> ServiceError {
+    pub(crate) fn damaged(&self, what: String) -> ServiceError {
         ServiceError::Storage(format!("{}: {what}; {RESTORE}", self.path.display()))
     }
 
@@ -540,6 +614,7 @@ impl Store {
             };
             let mut table = tx.open_table(DOCS).map_err(storage)?;
             let mut sketches = tx.open_table(SKETCHES).map_err(storage)?;
+            let mut shares_table = tx.open_table(SHARES).map_err(storage)?;
             let (mut value, mut out, mut signature) = (Vec::new(), Vec::new(), Vec::new());
             for w in writes {
                 match w {
@@ -548,6 +623,7 @@ impl Store {
                         fingerprint,
                         meta,
                         sketch,
+                        shares,
                     } => {
                         value.clear();
                         value.extend_from_slice(fingerprint);
@@ -568,12 +644,21 @@ impl Store {
                             None => sketches.remove(*id).map(drop),
                         }
                         .map_err(storage)?;
+                        match shares {
+                            Some(s) => {
+                                sealed(SHARES_TAG, id, s, &mut out);
+                                shares_table.insert(*id, out.as_slice()).map(drop)
+                            }
+                            None => shares_table.remove(*id).map(drop),
+                        }
+                        .map_err(storage)?;
                     }
                     Write::Delete { id } => {
                         if let Some(old) = table.remove(*id).map_err(storage)? {
                             digest.remove(stored_check(old.value()));
                         }
                         sketches.remove(*id).map_err(storage)?;
+                        shares_table.remove(*id).map_err(storage)?;
                     }
                     Write::Dimension(dim) => {
                         let text = format!("{dim} {:016x}", dimension_check(*dim));
@@ -619,12 +704,32 @@ impl Store {
     /// None for a document stored without its text (or before sketches were
     /// kept). A sketch whose checksum disagrees is damage, refused.
     pub fn sketches(&self, ids: &[&str]) -> Result<Vec<Option<Signature>>, ServiceError> {
+        self.signatures_with(ids, |id, stored| match stored {
+            None => Ok(None),
+            Some(bytes) => Signature::from_bytes(bytes)
+                .map(Some)
+                .ok_or_else(|| self.damaged(format!("document {id:?} has a damaged sketch"))),
+        })
+    }
+
+    /// `f(id, stored signature)` for several documents, in one read
+    /// transaction, with each signature's stored bytes read in place
+    /// ([`Signature::write`]; None for a document stored without its text).
+    /// A record whose checksum disagrees is damage, refused before `f` sees
+    /// it.
+    pub fn signatures_with<R>(
+        &self,
+        ids: &[&str],
+        mut f: impl FnMut(&str, Option<&[u8]>) -> Result<R, ServiceError>,
+    ) -> Result<Vec<R>, ServiceError> {
         guarded(&self.path, || {
             let db = self.handle()?;
             let tx = db.begin_read().map_err(storage)?;
             let table = match tx.open_table(SKETCHES) {
                 Ok(t) => t,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(vec![None; ids.len()]),
+                Err(redb::TableError::TableDoesNotExist(_)) => {
+                    return ids.iter().map(|id| f(id, None)).collect();
+                }
                 Err(e) => return Err(storage(e)),
             };
             let docs = tx.open_table(DOCS).map_err(storage)?;
@@ -635,14 +740,12 @@ impl Store {
                         Some(d) if self.checked(id, d.value())?[self.fp_bytes] == 1 => {
                             Err(self.damaged(format!("document {id:?} has lost its sketch")))
                         }
-                        _ => Ok(None),
+                        _ => f(id, None),
                     },
-                    Some(v) => unsealed(SKETCHES_TAG, id, v.value())
-                        .and_then(|(bytes, _)| Signature::from_bytes(bytes))
-                        .map(Some)
-                        .ok_or_else(|| {
-                            self.damaged(format!("document {id:?} has a damaged sketch"))
-                        }),
+                    Some(v) => match unsealed(SKETCHES_TAG, id, v.value()) {
+                        Some((bytes, _)) => f(id, Some(bytes)),
+                        None => Err(self.damaged(format!("document {id:?} has a damaged sketch"))),
+                    },
                 })
                 .collect()
         })
@@ -753,6 +856,90 @@ impl Store {
             let tx = db.begin_read().map_err(storage)?;
             let table = tx.open_table(DOCS).map_err(storage)?;
             table.len().map_err(storage)
+        })
+    }
+
+    /// Documents stored with their shares (while the centre is learned).
+    pub fn shares_count(&self) -> Result<u64, ServiceError> {
+        guarded(&self.path, || {
+            let db = self.handle()?;
+            let tx = db.begin_read().map_err(storage)?;
+            match tx.open_table(SHARES) {
+                Ok(t) => t.len().map_err(storage),
+                Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+                Err(e) => Err(storage(e)),
+            }
+        })
+    }
+
+    /// Learns the collection's centre from the shares of the documents
+    /// stored by text, in one durable transaction: the centre goes into the
+    /// settings (`settings`, returned updated), every such document's
+    /// fingerprint is rewritten centred, and the shares are let go. Returns
+    /// the centre and the rewritten documents' ids and fingerprints (little
+    /// endian). A record whose checksum disagrees is damage: nothing is
+    /// written.
+    #[allow(clippy::type_complexity)]
+    pub fn learn_centre(
+        &self,
+        settings: &Settings,
+    ) -> Result<(Settings, Centre, Vec<(String, Vec<u8>)>), ServiceError> {
+        guarded(&self.path, || {
+            let db = self.handle()?;
+            let tx = db.begin_write().map_err(storage)?;
+            let width = settings.config.bits;
+            let mut centre = Centre::new(width);
+            let mut rewritten = Vec::new();
+            let mut learned = settings.clone();
+            {
+                let mut shares = tx.open_table(SHARES).map_err(storage)?;
+                let mut all: Vec<(String, Vec<u8>)> = Vec::new();
+                for entry in shares.iter().map_err(storage)? {
+                    let (k, v) = entry.map_err(storage)?;
+                    let id = k.value();
+                    let bytes = unsealed(SHARES_TAG, id, v.value())
+                        .map(|(b, _)| b)
+                        .filter(|b| b.len() == width.bits() as usize)
+                        .ok_or_else(|| {
+                            self.damaged(format!("document {id:?} has damaged shares"))
+                        })?;
+                    centre.add(bytes);
+                    all.push((id.to_owned(), bytes.to_vec()));
+                }
+                let mut meta = tx.open_table(META).map_err(storage)?;
+                let mut digest = match meta.get(DIGEST_KEY).map_err(storage)? {
+                    Some(v) => Digest::parse(v.value()).ok_or_else(|| {
+                        self.damaged("the records' checksum is unreadable".into())
+                    })?,
+                    None => return Err(self.damaged("the records' checksum is missing".into())),
+                };
+                let mut docs = tx.open_table(DOCS).map_err(storage)?;
+                let (mut value, mut out) = (Vec::new(), Vec::new());
+                for (id, bytes) in &all {
+                    let Some(old) = docs.get(id.as_str()).map_err(storage)? else {
+                        // Shares outlive no document: a delete removes both.
+                        return Err(self.damaged(format!("document {id:?} has lost its record")));
+                    };
+                    value.clear();
+                    value.extend_from_slice(self.checked(id, old.value())?);
+                    let old_check = stored_check(old.value());
+                    drop(old);
+                    let fp = centre.fingerprint(bytes).value().to_le_bytes();
+                    value[..self.fp_bytes].copy_from_slice(&fp[..self.fp_bytes]);
+                    let c = sealed(DOCS_TAG, id, &value, &mut out);
+                    docs.insert(id.as_str(), out.as_slice()).map_err(storage)?;
+                    digest.remove(old_check);
+                    digest.add(c);
+                    rewritten.push((id.clone(), fp[..self.fp_bytes].to_vec()));
+                }
+                shares.retain(|_, _| false).map_err(storage)?;
+                meta.insert(DIGEST_KEY, digest.text().as_str())
+                    .map_err(storage)?;
+                learned.centring = Some(Centring::learned(&centre));
+                write_settings(&mut meta, &learned)?;
+            }
+            tx.commit().map_err(storage)?;
+            Ok((learned, centre, rewritten))
         })
     }
 
@@ -889,6 +1076,7 @@ mod tests {
             design: OnlineDesign::Tables(p.options[p.chosen].design.clone()),
             version,
             verify: Some(0.8),
+            centring: None,
         }
     }
 
@@ -960,6 +1148,7 @@ mod tests {
                     fingerprint: &fps[i],
                     meta: (i % 2 == 0).then(|| metas[i].as_bytes()),
                     sketch: (i % 3 != 0).then_some(&sketches[i]),
+                    shares: None,
                 })
                 .collect();
             store.commit(&writes).unwrap();
@@ -971,6 +1160,7 @@ mod tests {
                 fingerprint: &again[i],
                 meta: None,
                 sketch: None,
+                shares: None,
             })
             .collect();
         writes.extend((40..60).map(|i| Write::Delete { id: &ids[i] }));
@@ -1054,6 +1244,7 @@ mod tests {
                     fingerprint: fp,
                     meta: None,
                     sketch: None,
+                    shares: None,
                 })
                 .collect();
             store.commit(&writes).unwrap();

@@ -16,9 +16,9 @@ use neardup_core::index::Bits;
 use neardup_core::sketch::Signature;
 use tokio::sync::oneshot;
 
-use crate::collection::{Collection, Found, keep_nearest};
+use crate::collection::{Collection, Found, centred, keep_nearest};
 use crate::error::ServiceError;
-use crate::store::{Store, Write};
+use crate::store::{Centring, Settings, Store, Write};
 
 /// Most documents decided and committed in one transaction.
 const MAX_BATCH_DOCS: usize = 20_000;
@@ -45,11 +45,19 @@ pub struct NewDoc<B> {
     pub sketch: Option<Signature>,
     /// The dimension of the vector it was given as, if it was.
     pub dim: Option<usize>,
+    /// Where each bit of a text's plain fingerprint `fp` leans, in a
+    /// collection that centres texts' fingerprints: the writer decides the
+    /// fingerprint from them once the centre is learned, and keeps them
+    /// until then.
+    pub shares: Option<Box<[u8]>>,
 }
 
 /// What happened to one document.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct Outcome<B> {
+    /// The fingerprint the document was decided by (centred, for a text of a
+    /// collection with a centre).
+    pub fp: B,
     pub stored: bool,
     /// The nearest matches, at most the request's limit.
     pub duplicates: Vec<Found>,
@@ -68,7 +76,7 @@ pub enum Job<B> {
         verify: Option<f64>,
         /// Matches kept per document: the nearest.
         limit: usize,
-        reply: oneshot::Sender<Result<Vec<Outcome>, ServiceError>>,
+        reply: oneshot::Sender<Result<Vec<Outcome<B>>, ServiceError>>,
     },
     Delete {
         id: String,
@@ -128,11 +136,15 @@ pub fn run<B: Bits>(
     collection: Arc<Collection<B>>,
     rx: Receiver<Job<B>>,
     control: Arc<Control>,
+    mut settings: Settings,
 ) {
     let mut jobs: Vec<Job<B>> = Vec::new();
     // Dropped before `jobs` on a panic: the writer is marked dead before
     // the requests it held learn that it failed.
     let _watch = Watch(&control);
+    // A service stopped between the commit that completed the centre's
+    // sample and the centre's own transaction learns it now.
+    learn_when_due(&store, &collection, &mut settings);
     while let Ok(first) = rx.recv() {
         let mut size = first.size();
         jobs.push(first);
@@ -145,7 +157,49 @@ pub fn run<B: Bits>(
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        process(&store, &collection, &mut jobs, &control);
+        let learning = learning(&settings, &collection);
+        process(&store, &collection, &mut jobs, &control, learning);
+        if learning {
+            learn_when_due(&store, &collection, &mut settings);
+        }
+    }
+}
+
+/// Whether the collection is learning its centre (texts keep their shares).
+fn learning<B: Bits>(settings: &Settings, collection: &Collection<B>) -> bool {
+    matches!(settings.centring, Some(Centring::Learning { .. })) && collection.centre().is_none()
+}
+
+/// Learns the centre once the documents stored by text reach the number the
+/// settings ask for: one transaction rewrites their fingerprints and stores
+/// the centre, then the collection is rebuilt on it. A failure is logged and
+/// tried again after the next write (the collection stays plain meanwhile).
+fn learn_when_due<B: Bits>(store: &Store, collection: &Collection<B>, settings: &mut Settings) {
+    let Some(Centring::Learning { from }) = settings.centring else {
+        return;
+    };
+    match store.shares_count() {
+        Ok(n) if n >= from.max(1) => {}
+        Ok(_) => return,
+        Err(e) => {
+            tracing::error!("cannot count the documents the centre is learned from: {e}");
+            return;
+        }
+    }
+    match store.learn_centre(settings) {
+        Ok((learned, centre, rewritten)) => {
+            let n = rewritten.len();
+            collection.recentre(
+                centre,
+                rewritten.into_iter().map(|(id, le)| (id, B::read_le(&le))),
+            );
+            *settings = learned;
+            tracing::info!(
+                "the collection's centre is learned from its first {n} documents: texts' \
+                 fingerprints are centred from now on"
+            );
+        }
+        Err(e) => tracing::error!("the collection's centre was not learned: {e}"),
     }
 }
 
@@ -168,16 +222,25 @@ pub fn verify_found(
         .filter(|f| in_batch(&f.id).is_none())
         .map(|f| &*f.id)
         .collect();
-    let mut stored = store.sketches(&from_store)?.into_iter();
+    // Each stored signature read in place: the sketches' estimate screens
+    // out the clearly dissimilar before any feature is decoded.
+    let mut stored = store
+        .signatures_with(&from_store, |id, bytes| match bytes {
+            None => Ok(None),
+            Some(b) => sketch
+                .jaccard_stored(b, threshold)
+                .map(Some)
+                .ok_or_else(|| store.damaged(format!("document {id:?} has a damaged sketch"))),
+        })?
+        .into_iter();
     let mut out = Vec::with_capacity(found.len());
     for mut f in found {
-        let other = match in_batch(&f.id) {
-            Some(s) => s,
+        let similarity = match in_batch(&f.id) {
+            Some(s) => s.map(|o| sketch.jaccard(&o)),
             None => stored.next().expect("one sketch per id read"),
         };
-        match other {
-            Some(o) => {
-                let j = sketch.jaccard(&o);
+        match similarity {
+            Some(j) => {
                 if j >= threshold {
                     f.similarity = Some(j);
                     out.push(f);
@@ -282,9 +345,16 @@ fn decide<B: Bits>(
         limit,
     }: Ask,
     control: &Control,
-) -> Result<Vec<Outcome>, ServiceError> {
+) -> Result<Vec<Outcome<B>>, ServiceError> {
     let mut out = Vec::with_capacity(docs.len());
+    // Only this thread learns a centre, between batches: one for the batch.
+    let centre = collection.centre();
     for d in docs {
+        let fp = centred(centre.as_deref(), d.fp, d.shares.as_deref());
+        let k = match d.shares {
+            Some(_) => collection.text_k(centre.as_deref(), k),
+            None => k,
+        };
         if control.closing.load(Ordering::Relaxed) {
             return Err(ServiceError::ShuttingDown);
         }
@@ -315,15 +385,14 @@ fn decide<B: Bits>(
         }
         .max(1);
         // Later decisions of this batch override the collection.
-        let (mut dups, mut more) =
-            collection.nearest(d.fp, k, cap, |id| batch.last.contains_key(id));
+        let (mut dups, mut more) = collection.nearest(fp, k, cap, |id| batch.last.contains_key(id));
         let mut near: Vec<(u32, &str)> = dups.iter().map(|f| (f.distance, &*f.id)).collect();
         // As in the collection: past `enough` matches, the nearest of those
         // examined are kept.
         let enough = near.len() + cap.saturating_mul(4).max(256);
         for ((id, w), _) in batch.writes.iter().zip(&batch.live).filter(|(_, l)| **l) {
-            if let Some((fp, _)) = w {
-                let dist = d.fp.distance(*fp);
+            if let Some((other, _)) = w {
+                let dist = fp.distance(*other);
                 if dist <= k {
                     if near.len() >= enough {
                         more = true;
@@ -361,9 +430,10 @@ fn decide<B: Bits>(
             more = true;
         }
         if stored {
-            batch.push((d.id.clone(), Some((d.fp, d.sketch.clone()))));
+            batch.push((d.id.clone(), Some((fp, d.sketch.clone()))));
         }
         out.push(Outcome {
+            fp,
             stored,
             duplicates: dups,
             truncated: more,
@@ -377,12 +447,13 @@ fn process<B: Bits>(
     collection: &Collection<B>,
     jobs: &mut Vec<Job<B>>,
     control: &Control,
+    learning: bool,
 ) {
     // Decide every document against the collection and this batch's earlier
     // decisions, in arrival order. A request whose verification cannot read
     // the store fails whole, and none of its documents is written.
     let mut batch: Batch<B> = Batch::new();
-    let mut outcomes: Vec<Option<Result<Vec<Outcome>, ServiceError>>> =
+    let mut outcomes: Vec<Option<Result<Vec<Outcome<B>>, ServiceError>>> =
         Vec::with_capacity(jobs.len());
     let mut deleted: Vec<Option<bool>> = Vec::with_capacity(jobs.len());
     for job in jobs.iter() {
@@ -432,11 +503,11 @@ fn process<B: Bits>(
     let mut writes: Vec<Write<'_>> = Vec::new();
     {
         for (job, out) in jobs.iter().zip(&outcomes) {
-            if let (Job::Upsert { docs, .. }, Some(Ok(out))) = (job, out) {
-                for (d, o) in docs.iter().zip(out) {
+            if let (Job::Upsert { .. }, Some(Ok(out))) = (job, out) {
+                for o in out {
                     if o.stored {
                         let mut b = Vec::with_capacity(16);
-                        d.fp.write_le(&mut b);
+                        o.fp.write_le(&mut b);
                         fp_bytes.push(b);
                     }
                 }
@@ -453,6 +524,7 @@ fn process<B: Bits>(
                                 fingerprint: &fp_bytes[fi],
                                 meta: d.meta.as_deref(),
                                 sketch: d.sketch.as_ref(),
+                                shares: d.shares.as_deref().filter(|_| learning),
                             });
                             fi += 1;
                         }
@@ -528,13 +600,14 @@ mod tests {
             design: design.clone(),
             version: crate::store::STORE_VERSION,
             verify: None,
+            centring: None,
         };
         let (store, _) = Store::open_or_create(dir, || Ok(settings)).unwrap();
         let c = Collection::new(design, |_| Ok(()), 0).unwrap();
         (Arc::new(store), Arc::new(c))
     }
 
-    type Reply = oneshot::Receiver<Result<Vec<Outcome>, ServiceError>>;
+    type Reply = oneshot::Receiver<Result<Vec<Outcome<u64>>, ServiceError>>;
 
     fn upsert(docs: &[(String, u64)], mode: Mode, k: u32, limit: usize) -> (Job<u64>, Reply) {
         let (tx, rx) = oneshot::channel();
@@ -546,6 +619,7 @@ mod tests {
                 meta: None,
                 sketch: None,
                 dim: None,
+                shares: None,
             })
             .collect();
         let job = Job::Upsert {
@@ -569,10 +643,10 @@ mod tests {
         let control = Control::default();
         let stored: Vec<(String, u64)> = (0..1000).map(|i| (format!("old{i:04}"), 7)).collect();
         let (job, _) = upsert(&stored, Mode::Insert, 0, 10);
-        process(&store, &collection, &mut vec![job], &control);
+        process(&store, &collection, &mut vec![job], &control, false);
         let docs: Vec<(String, u64)> = (0..10_000).map(|i| (format!("x{i:05}"), 7)).collect();
         let (job, mut rx) = upsert(&docs, Mode::Insert, 3, 5);
-        process(&store, &collection, &mut vec![job], &control);
+        process(&store, &collection, &mut vec![job], &control, false);
         let out = rx.try_recv().unwrap().unwrap();
         assert_eq!(out.len(), 10_000);
         for o in &out {
@@ -603,7 +677,7 @@ mod tests {
             id: "d1".into(),
             reply: tx,
         };
-        process(&store, &collection, &mut vec![job, delete], &control);
+        process(&store, &collection, &mut vec![job, delete], &control, false);
         assert!(matches!(
             rx.try_recv().unwrap(),
             Err(ServiceError::ShuttingDown)
@@ -679,7 +753,7 @@ mod tests {
                         }
                     }
                 }
-                process(&store, &collection, &mut jobs, &control);
+                process(&store, &collection, &mut jobs, &control, false);
                 let (mut replies, mut dels) = (replies.into_iter(), dels.into_iter());
                 for op in &round {
                     match op {

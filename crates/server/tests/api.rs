@@ -26,6 +26,7 @@ fn settings(bits: u32, max_k: u32) -> Settings {
         design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
         version: neardup_server::store::STORE_VERSION,
         verify: None,
+        centring: None,
     }
 }
 
@@ -332,6 +333,7 @@ fn token_settings(verify: Option<f64>) -> Settings {
         design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
         version: neardup_server::store::STORE_VERSION,
         verify,
+        centring: None,
     }
 }
 
@@ -956,4 +958,179 @@ async fn a_full_disk_fails_writes_until_it_has_room_again() {
     // Opened again from disk: the acknowledged documents, checksums sound.
     let app = open(dir.path(), Options::default());
     assert_eq!(app.loaded, 2);
+}
+
+/// Texts of unrelated words: `n` documents of about 150 words each, drawn
+/// from a vocabulary of made-up words.
+fn unrelated_texts(n: usize) -> Vec<String> {
+    let mut r = neardup_core::rng::SplitMix64(0x5eed);
+    let syllables = [
+        "ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "vu", "de", "zo", "ha",
+    ];
+    let vocabulary: Vec<String> = (0..600)
+        .map(|_| {
+            (0..2 + r.next() % 3)
+                .map(|_| syllables[(r.next() % 12) as usize])
+                .collect()
+        })
+        .collect();
+    (0..n)
+        .map(|_| {
+            (0..150)
+                .map(|_| vocabulary[(r.next() % 600) as usize].as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// A verified collection that centres its texts' fingerprints keeps them
+/// plain until `from` documents are stored by text; then the centre is the
+/// mean of exactly those documents' shares, every one of them is stored
+/// under its centred fingerprint, later documents too, near copies are
+/// found before and after, and a restart keeps the centre.
+#[tokio::test]
+async fn a_collection_learns_its_centre_from_its_first_documents() {
+    use neardup_core::centre::Centre;
+    use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
+    use neardup_core::{Fingerprint, SimHasher};
+    use neardup_server::store::Centring;
+    const FROM: usize = 40;
+    let config = FingerprintConfig::candidates();
+    let hasher = SimHasher::new(config.clone()).unwrap();
+    let design = plan_online::<u128>(19, 1e5, &[], ONLINE_BYTES_PER_DOCUMENT)
+        .unwrap()
+        .design()
+        .clone();
+    let settings = Settings {
+        config,
+        max_k: 19,
+        design,
+        version: neardup_server::store::STORE_VERSION,
+        verify: Some(0.8),
+        centring: Some(Centring::Learning { from: FROM as u64 }),
+    };
+    let texts = unrelated_texts(60);
+    let near = |i: usize| texts[i].replacen(' ', " extra ", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path(), || Ok(settings), Options::default()).unwrap();
+    let r = &app.router;
+    let stored_fp =
+        |body: &Value| Fingerprint::parse_hex(body["simhash"].as_str().unwrap()).unwrap();
+    for (i, t) in texts[..FROM - 1].iter().enumerate() {
+        let (s, b) = call(
+            r,
+            "POST",
+            "/v1/documents",
+            Some(
+                json!({"documents": [{"id": format!("d{i}"), "text": t}], "mode": "insert_if_new"}),
+            ),
+        )
+        .await;
+        assert_eq!(
+            (s, &b["results"][0]["stored"]),
+            (StatusCode::OK, &json!(true)),
+            "{b}"
+        );
+    }
+    let (_, stats) = call(r, "GET", "/v1/stats", None).await;
+    assert_eq!(
+        stats["centring"],
+        json!({"mode": "learning", "from": FROM}),
+        "{stats}"
+    );
+    let (_, b) = call(r, "GET", "/v1/documents/d0", None).await;
+    assert_eq!(
+        stored_fp(&b),
+        hasher.fingerprint(&texts[0]),
+        "plain while learning"
+    );
+    let check = |i: usize| json!({"documents": [{"id": "q", "text": near(i)}], "mode": "check"});
+    let (_, b) = call(r, "POST", "/v1/documents", Some(check(3))).await;
+    assert_eq!(b["results"][0]["duplicates"][0]["id"], "d3", "{b}");
+    // The document that completes the sample: the centre is learned after
+    // its batch is committed (bounded wait).
+    let (_, b) = call(
+        r,
+        "POST",
+        "/v1/documents",
+        Some(json!({"documents": [{"id": format!("d{}", FROM - 1), "text": texts[FROM - 1]}]})),
+    )
+    .await;
+    assert_eq!(b["results"][0]["stored"], true, "{b}");
+    let mut centred = false;
+    for _ in 0..500 {
+        let (_, stats) = call(r, "GET", "/v1/stats", None).await;
+        if stats["centring"]["mode"] == "centred" {
+            assert_eq!(stats["centring"]["documents"], FROM, "{stats}");
+            centred = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(centred, "the centre was not learned");
+    let mut centre = Centre::new(neardup_core::Width::W128);
+    for t in &texts[..FROM] {
+        centre.add(hasher.shares(t).as_bytes());
+    }
+    let want = |i: usize| centre.fingerprint(hasher.shares(&texts[i]).as_bytes());
+    for i in 0..FROM {
+        let (_, b) = call(r, "GET", &format!("/v1/documents/d{i}"), None).await;
+        assert_eq!(stored_fp(&b), want(i), "d{i} rewritten centred");
+    }
+    // Centred fingerprints differ from plain ones: the rewrite is visible.
+    assert!((0..FROM).any(|i| want(i) != hasher.fingerprint(&texts[i])));
+    for (i, t) in texts.iter().enumerate().skip(FROM) {
+        let (_, b) = call(
+            r,
+            "POST",
+            "/v1/documents",
+            Some(
+                json!({"documents": [{"id": format!("d{i}"), "text": t}], "mode": "insert_if_new"}),
+            ),
+        )
+        .await;
+        assert_eq!(b["results"][0]["stored"], true, "{b}");
+        assert_eq!(stored_fp(&b["results"][0]), want(i), "{b}");
+    }
+    for i in [3, 50] {
+        let (_, b) = call(r, "POST", "/v1/documents", Some(check(i))).await;
+        assert_eq!(
+            b["results"][0]["duplicates"][0]["id"],
+            format!("d{i}"),
+            "{b}"
+        );
+        assert!(
+            b["results"][0]["duplicates"][0]["similarity"]
+                .as_f64()
+                .unwrap()
+                >= 0.8,
+            "{b}"
+        );
+        assert_eq!(
+            b["results"][0]["duplicates"].as_array().unwrap().len(),
+            1,
+            "{b}"
+        );
+    }
+    drop(app);
+    let app = App::open(
+        dir.path(),
+        || panic!("the collection exists"),
+        Options::default(),
+    )
+    .unwrap();
+    let r = &app.router;
+    let (_, stats) = call(r, "GET", "/v1/stats", None).await;
+    assert_eq!(
+        stats["centring"],
+        json!({"mode": "centred", "documents": FROM}),
+        "{stats}"
+    );
+    let (_, b) = call(r, "POST", "/v1/documents", Some(check(50))).await;
+    assert_eq!(b["results"][0]["duplicates"][0]["id"], "d50", "{b}");
+    assert_eq!(
+        stored_fp(&b["results"][0]),
+        centre.fingerprint(hasher.shares(&near(50)).as_bytes())
+    );
 }

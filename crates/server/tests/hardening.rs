@@ -27,6 +27,7 @@ fn settings(config: FingerprintConfig) -> Settings {
         design: neardup_core::index::OnlineDesign::Tables(p.options[p.chosen].design.clone()),
         version: neardup_server::store::STORE_VERSION,
         verify: None,
+        centring: None,
     }
 }
 

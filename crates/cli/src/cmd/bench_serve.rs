@@ -1,6 +1,6 @@
 //! `neardup bench serve`: the service as a user runs it, under load on
 //! loopback. A collection of N documents of real text (about 4 KB each, made
-//! of whole documents of the given corpora) is created with `neardup serve`'s
+//! of runs of sentences of the given corpora) is created with `neardup serve`'s
 //! defaults and bulk-loaded through the store; the real `neardup serve`
 //! process then opens it (the restart time, every record's checksum
 //! checked) and keep-alive HTTP clients in this process drive it for a
@@ -18,11 +18,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use neardup_core::centre::Centre;
 use neardup_core::jaccard::shingles_for;
 use neardup_core::rng::SplitMix64;
 use neardup_core::sketch::Signature;
 use neardup_core::{Input, SimHasher};
-use neardup_server::store::{Store, Write as StoreWrite};
+use neardup_server::store::{Centring, Store, Write as StoreWrite};
 use rayon::prelude::*;
 
 #[derive(clap::Args, Debug)]
@@ -62,7 +63,7 @@ pub struct ServeArgs {
 }
 
 /// Documents made of real ones: each stored document joins a few source
-/// documents of the given corpora, picked at random, whole, until it has
+/// documents of the given corpora ([`Sentences::picks`]), until it has
 /// about the asked bytes (a page about a few topics, in one or two
 /// languages). A document is its list of sentence numbers, so that a near
 /// copy (one sentence in twenty replaced by another) is cheap to make.
@@ -110,12 +111,20 @@ impl Sentences {
         })
     }
 
+    /// Document `seed`'s sentences: runs of 4 to 16 consecutive sentences
+    /// of source documents picked at random (a page about a few topics),
+    /// until it has the asked bytes. Whole source documents would repeat:
+    /// a thousand sources make a million documents of a few hundred
+    /// thousand distinct combinations, and a source longer than a page,
+    /// picked alone, the same page a thousand times.
     fn picks(&self, seed: u64) -> Vec<usize> {
         let mut r = SplitMix64(seed ^ 0x0b5e_55ed);
         let (mut picks, mut bytes) = (Vec::new(), 0);
         while bytes < self.document_bytes {
             let source = &self.sources[(r.next() % self.sources.len() as u64) as usize];
-            for p in source.clone() {
+            let start = source.start + (r.next() % source.len() as u64) as usize;
+            let end = (start + 4 + (r.next() % 13) as usize).min(source.end);
+            for p in start..end {
                 bytes += self.pool[p].len() + 1;
                 picks.push(p);
             }
@@ -170,7 +179,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     writeln!(
         out,
         "neardup bench serve: {} cores; {} s per phase; loopback only; documents of about {} \
-         bytes, each a few of the {} documents of {}",
+         bytes, each runs of sentences of a few of the {} documents of {}",
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         args.seconds,
         args.document_bytes,
@@ -201,9 +210,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         }
         let settings = super::serve::default_settings(n as f64)?;
         let config = settings.config.clone();
-        writeln!(out, "\n{n} documents; {}", settings.summary())?;
         let started = Instant::now();
-        load(&dir, settings, &sentences, n)?;
+        let (settings, centre) = load(&dir, settings, &sentences, n)?;
+        writeln!(out, "\n{n} documents; {}", settings.summary())?;
         let load_secs = started.elapsed().as_secs_f64();
         let disk = std::fs::metadata(dir.join(neardup_server::store::DB_FILE))?.len();
         let (mut server, addr, open_secs) = Server::start(&dir)?;
@@ -239,14 +248,16 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             })
             .collect();
         let hasher = SimHasher::new(config)?;
+        // The fingerprints the collection stores: centred when it centres.
         let fps: Vec<String> = bodies
             .par_iter()
-            .map(|(t, _)| {
-                hasher
+            .map(|(t, _)| match &centre {
+                Some(c) => Ok(c.fingerprint(hasher.shares(t).as_bytes()).to_string()),
+                None => hasher
                     .fingerprint_input(Input::Text(t))
-                    .map(|f| f.to_string())
+                    .map(|f| f.to_string()),
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, neardup_core::Error>>()?;
         let text_bodies: Arc<Vec<(String, bool)>> = Arc::new(
             bodies
                 .iter()
@@ -344,16 +355,31 @@ fn mb(bytes: u64) -> f64 {
 
 /// Fills a new collection in `dir` with `n` documents, by the store (as a
 /// long-running service would have them): each text's fingerprint and
-/// sketch made as the service makes them, in parallel.
+/// sketch made as the service makes them, in parallel. A collection that
+/// learns its centre has learned it from its first documents, as the
+/// service does. Returns the settings stored and the centre.
 fn load(
     dir: &Path,
-    settings: neardup_server::Settings,
+    mut settings: neardup_server::Settings,
     sentences: &Sentences,
     n: u64,
-) -> Result<()> {
+) -> Result<(neardup_server::Settings, Option<Centre>)> {
     let hasher = SimHasher::new(settings.config.clone())?;
     let normalize = settings.config.normalize;
-    let (store, _) = Store::open_or_create(dir, move || Ok(settings))?;
+    let centre = match settings.centring {
+        Some(Centring::Learning { from }) => {
+            let mut centre = Centre::new(settings.config.bits);
+            for i in 0..from.min(n) {
+                centre.add(hasher.shares(&sentences.document(i)).as_bytes());
+            }
+            settings.centring = Some(Centring::learned(&centre));
+            Some(centre)
+        }
+        Some(Centring::Learned { .. }) => bail!("a new collection has not learned a centre"),
+        None => None,
+    };
+    let stored = settings.clone();
+    let (store, _) = Store::open_or_create(dir, move || Ok(stored))?;
     const CHUNK: u64 = 100_000;
     let mut done = 0;
     while done < n {
@@ -362,7 +388,10 @@ fn load(
             .into_par_iter()
             .map(|i| {
                 let text = sentences.document(i);
-                let fp = hasher.fingerprint_input(Input::Text(&text))?;
+                let fp = match &centre {
+                    Some(c) => c.fingerprint(hasher.shares(&text).as_bytes()),
+                    None => hasher.fingerprint_input(Input::Text(&text))?,
+                };
                 let sketch = Signature::of(&shingles_for(&text, &normalize));
                 let bytes = fp.width().bits() as usize / 8;
                 let le = fp.value().to_le_bytes()[..bytes].to_vec();
@@ -376,12 +405,13 @@ fn load(
                 fingerprint: fp,
                 meta: None,
                 sketch: Some(sketch),
+                shares: None,
             })
             .collect();
         store.commit(&writes)?;
         done += m;
     }
-    Ok(())
+    Ok((settings, centre))
 }
 
 /// A `neardup serve` process of this executable on a loopback port.

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use neardup_core::dedup::default_k;
+use neardup_core::dedup::{centred_k, default_k};
 use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
 use neardup_core::{FingerprintConfig, InputKind, Width};
+use neardup_server::store::Centring;
 use neardup_server::{App, Options, Protect, ServiceError, Settings};
 
 use crate::pipeline_args::PipelineArgs;
@@ -17,10 +18,13 @@ use crate::pipeline_args::PipelineArgs;
 #[command(
     after_help = "The collection's fingerprint configuration, maximum k, verification and index \
 design are fixed when it is created (the pipeline flags, --max-k, --verify, --no-verify and \
---expected-documents apply then only). By default a collection of texts verifies: candidates \
-within k = 15 of 128-bit token fingerprints (multi-index blocks), kept when the Jaccard \
-similarity of the texts reaches 0.8, as `neardup dedup` decides. --no-verify creates the paper's \
-collection instead: 64-bit fingerprints, Hamming distance within k = 3 alone.
+--no-centre, --centre-from and --expected-documents apply then only). By default a collection of \
+texts verifies as `neardup dedup` decides: candidates within k = 19 of 128-bit token \
+fingerprints centred on the collection's corpus (the mean learned from its first 1000 \
+documents; plain fingerprints until then), searched through multi-index blocks, kept when the \
+Jaccard similarity of the texts reaches 0.8. --no-centre keeps plain fingerprints (k = 15). \
+--no-verify creates the paper's collection instead: 64-bit fingerprints, Hamming distance within \
+k = 3 alone.
 
 API (see /openapi.json, or crates/server/openapi.json):
   POST /v1/documents   {\"documents\": [{\"id\", \"text\" | \"simhash\", \"meta\"}], \"mode\": \"insert\" | \"insert_if_new\" | \"check\", \"k\"}
@@ -42,8 +46,9 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub addr: SocketAddr,
 
-    /// At creation: the largest k a request may ask for (default: 15 at 128
-    /// bits and 7 at 64 when verified, as `neardup dedup`; 3 with --no-verify).
+    /// At creation: the largest k a request may ask for (default, as
+    /// `neardup dedup`: 19 at 128 bits and 10 at 64 when verified and centred,
+    /// 15 and 7 with --no-centre; 3 with --no-verify).
     #[arg(long, visible_alias = "k", value_parser = clap::value_parser!(u32).range(0..=32))]
     pub max_k: Option<u32>,
 
@@ -58,6 +63,22 @@ pub struct Args {
     /// 64-bit fingerprints, k = 3 by default), without verification.
     #[arg(long)]
     pub no_verify: bool,
+
+    /// At creation: plain fingerprints for texts. By default a verified
+    /// collection centres them on its corpus, as `neardup dedup` does (each
+    /// bit set where a document leans further than the corpus's mean, not
+    /// further than one half: unrelated documents then lie about 64 of 128
+    /// bits apart instead of 45, so the wide k finds far fewer candidates),
+    /// with the mean learned from the first documents stored.
+    #[arg(long)]
+    pub no_centre: bool,
+
+    /// At creation: how many documents stored by text the centre is learned
+    /// from (default 1000). Until then fingerprints are plain; when the
+    /// centre is learned, those documents' fingerprints are rewritten in one
+    /// transaction.
+    #[arg(long, value_name = "N", conflicts_with = "no_centre", value_parser = clap::value_parser!(u64).range(1..))]
+    pub centre_from: Option<u64>,
 
     /// At creation: how many documents the table design is planned for.
     #[arg(long, value_name = "N")]
@@ -108,6 +129,8 @@ pub struct Args {
 
 /// Default maximum k of a new collection.
 const DEFAULT_MAX_K: u32 = 3;
+/// Default number of documents a new collection learns its centre from.
+const DEFAULT_CENTRE_FROM: u64 = 1000;
 /// Default planned size of a new collection.
 const DEFAULT_EXPECTED: f64 = 1e7;
 
@@ -135,6 +158,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let creating_flags = args.max_k.is_some()
         || args.verify.is_some()
         || args.no_verify
+        || args.no_centre
+        || args.centre_from.is_some()
         || args.expected_documents.is_some()
         || args.pipeline.any_given();
     if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
@@ -228,11 +253,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 || wanted.max_k != app.settings.max_k
                 || ((args.verify.is_some() || args.no_verify)
                     && wanted.verify != app.settings.verify)
+                || ((args.no_centre || args.centre_from.is_some())
+                    && wanted.centring.is_some() != app.settings.centring.is_some())
             {
                 bail!(
                     "the collection in {} was created with other settings (fixed at creation: {}): \
-                     drop the pipeline, --max-k, --verify and --no-verify flags, or give an empty \
-                     folder",
+                     drop the pipeline, --max-k, --verify, --no-verify, --no-centre and \
+                     --centre-from flags, or give an empty folder",
                     args.data.display(),
                     app.settings.summary()
                 );
@@ -289,7 +316,10 @@ fn create_settings(args: &Args) -> Result<(Settings, Option<String>), ServiceErr
         &args.pipeline,
         args.max_k,
         args.verify,
-        args.no_verify,
+        (
+            args.no_verify,
+            args.no_centre.then_some(0).or(args.centre_from),
+        ),
         args.expected_documents,
     )
 }
@@ -298,14 +328,23 @@ fn create_settings(args: &Args) -> Result<(Settings, Option<String>), ServiceErr
 /// planned for `expected` documents (`neardup bench serve` creates these).
 #[cfg(feature = "bench")]
 pub fn default_settings(expected: f64) -> Result<Settings, ServiceError> {
-    settings_for(&PipelineArgs::default(), None, None, false, Some(expected)).map(|(s, _)| s)
+    settings_for(
+        &PipelineArgs::default(),
+        None,
+        None,
+        (false, None),
+        Some(expected),
+    )
+    .map(|(s, _)| s)
 }
 
 fn settings_for(
     pipeline: &PipelineArgs,
     max_k: Option<u32>,
     verify: Option<neardup_core::jaccard::Verify>,
-    no_verify: bool,
+    // --no-verify; the number of documents the centre is learned from
+    // (Some(0): --no-centre).
+    (no_verify, centre_from): (bool, Option<u64>),
     expected: Option<f64>,
 ) -> Result<(Settings, Option<String>), ServiceError> {
     let config_error = |e: String| ServiceError::Config(e);
@@ -315,10 +354,10 @@ fn settings_for(
         (_, true) => None,
         (v, false) => Some(v.unwrap_or_default()),
     };
-    if pipeline
+    let preset = pipeline
         .overrides()
-        .starts_from_candidates(verify.is_some(), pipeline.config.is_some())
-    {
+        .starts_from_candidates(verify.is_some(), pipeline.config.is_some());
+    if preset {
         pipeline.preset = Some(FingerprintConfig::candidates());
     }
     let (mut config, _) = pipeline
@@ -342,8 +381,26 @@ fn settings_for(
         _ => None,
     };
     let width = config.bits;
+    // Centred as `neardup dedup` centres: the candidate configuration, verified.
+    let centring = match centre_from {
+        Some(0) => None,
+        _ if !(preset && verify.is_some() && config.input == InputKind::Text) => {
+            if centre_from.is_some() {
+                return Err(config_error(
+                    "--centre-from centres the candidate fingerprints of a verified collection \
+                     of texts: drop it (or --no-verify, --config, --profile)"
+                        .into(),
+                ));
+            }
+            None
+        }
+        from => Some(Centring::Learning {
+            from: from.unwrap_or(DEFAULT_CENTRE_FROM),
+        }),
+    };
     let max_k = match (max_k, verify.is_some(), config.input) {
         (Some(k), _, _) => k,
+        (None, true, _) if centring.is_some() => centred_k(width),
         (None, true, _) => default_k(width, true),
         (None, false, InputKind::Text) => DEFAULT_MAX_K,
         (None, false, _) => DEFAULT_MAX_K.max(default_k(width, false)),
@@ -372,6 +429,7 @@ fn settings_for(
         design: p.design().clone(),
         version: neardup_server::store::STORE_VERSION,
         verify: verify.map(|v| v.threshold),
+        centring,
     };
     Ok((settings, idf_source))
 }

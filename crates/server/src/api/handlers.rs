@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use neardup_core::index::Bits;
 use neardup_core::index::bits::word_of;
-use neardup_core::{Fingerprint, Input};
+use neardup_core::{Fingerprint, Input, InputKind};
 
 use crate::collection::Found;
 use crate::error::{ApiError, ServiceError};
@@ -145,6 +145,10 @@ impl<B: Bits> Service<B> {
     }
 }
 
+/// One content's fingerprint (plain), its verification sketch and, in a
+/// collection that centres texts, its shares (a text's).
+pub(super) type Fingerprinted<B> = (usize, B, Option<Signature>, Option<Box<[u8]>>);
+
 /// Fingerprints of documents' contents, with a text's verification sketch,
 /// off the async threads when there is real work; a content the collection
 /// cannot fingerprint (a vector of another dimension, a text for a collection
@@ -153,7 +157,7 @@ pub(super) async fn fingerprint_contents<B: Bits>(
     s: &Arc<Service<B>>,
     contents: Vec<(usize, Content)>,
     place: fn(usize) -> String,
-) -> Result<Vec<(usize, B, Option<Signature>)>, ApiError> {
+) -> Result<Vec<Fingerprinted<B>>, ApiError> {
     // Vectors are checked against the collection's dimension before any
     // work that scales with them (the hyperplanes are dimension x bits).
     let fixed = s.control.dim.load(std::sync::atomic::Ordering::SeqCst);
@@ -204,6 +208,7 @@ pub(super) async fn fingerprint_contents<B: Bits>(
         })
         .sum();
     let s2 = Arc::clone(s);
+    let centres = s.settings.centring.is_some();
     let job = move || {
         contents
             .into_iter()
@@ -213,7 +218,14 @@ pub(super) async fn fingerprint_contents<B: Bits>(
                     Content::Vector(v) => Input::Vector(v),
                     Content::Features(f) => Input::Features(f),
                 };
-                let fp = s2.hasher.fingerprint_input(input).map_err(|e| {
+                let (fp, shares) = match input {
+                    Input::Text(t) if centres && s2.hasher.config().input == InputKind::Text => {
+                        let (fp, shares) = s2.hasher.fingerprint_and_shares(t);
+                        (Ok(fp), Some(Box::<[u8]>::from(shares.as_bytes())))
+                    }
+                    input => (s2.hasher.fingerprint_input(input), None),
+                };
+                let fp = fp.map_err(|e| {
                     ApiError::bad_request("invalid_document", format!("{}: {e}", place(i)))
                 })?;
                 let sketch = match &c {
@@ -227,6 +239,7 @@ pub(super) async fn fingerprint_contents<B: Bits>(
                     i,
                     word_of::<B>(fp).expect("the hasher's width is the collection's"),
                     sketch,
+                    shares,
                 ))
             })
             .collect::<Result<Vec<_>, ApiError>>()
@@ -330,29 +343,37 @@ pub(super) async fn post_documents<B: Bits>(
         ids.push(d.id);
     }
     let mut sketches: Vec<Option<Signature>> = vec![None; fps.len()];
-    for (i, fp, sketch) in fingerprint_contents(&s, texts, |i| format!("documents[{i}]")).await? {
+    let mut shares: Vec<Option<Box<[u8]>>> = vec![None; fps.len()];
+    for (i, fp, sketch, sh) in
+        fingerprint_contents(&s, texts, |i| format!("documents[{i}]")).await?
+    {
         fps[i] = Some(fp);
         sketches[i] = sketch;
+        shares[i] = sh;
     }
     let fps: Vec<B> = fps
         .into_iter()
         .map(|f| f.expect("every document has one"))
         .collect();
-    let outcomes: Vec<Outcome> = if req.mode == Mode::Check {
+    let outcomes: Vec<Outcome<B>> = if req.mode == Mode::Check {
         let s2 = Arc::clone(&s);
         let fps2 = fps.clone();
         let run = move || {
             fps2.iter()
                 .zip(&sketches)
-                .map(|(&fp, sketch)| {
+                .zip(&shares)
+                .map(|((&plain, sketch), shares)| {
                     let verified = verify.is_some() && sketch.is_some();
                     let cap = Service::<B>::candidates(limit, verified);
-                    let (found, more) = s2.collection.nearest(fp, k, cap, |_| false);
+                    let (fp, found, more) =
+                        s2.collection
+                            .nearest_text(plain, shares.as_deref(), k, cap, |_| false);
                     let duplicates = match (verify, sketch) {
                         (Some(t), Some(sk)) => verify_found(&s2.store, found, sk, t, |_| None)?,
                         _ => found,
                     };
                     Ok(Outcome {
+                        fp,
                         stored: false,
                         duplicates,
                         truncated: more,
@@ -375,12 +396,14 @@ pub(super) async fn post_documents<B: Bits>(
             .zip(metas)
             .zip(sketches)
             .zip(dims)
-            .map(|((((id, &fp), meta), sketch), dim)| NewDoc {
+            .zip(shares)
+            .map(|(((((id, &fp), meta), sketch), dim), shares)| NewDoc {
                 id: id.clone(),
                 fp,
                 meta,
                 sketch,
                 dim,
+                shares,
             })
             .collect();
         let sender = s.sender()?;
@@ -405,7 +428,8 @@ pub(super) async fn post_documents<B: Bits>(
     let mut budget = s
         .max_body
         .saturating_sub(ids.iter().map(|i| 6 * i.len() + 128).sum());
-    for ((id, fp), mut o) in ids.into_iter().zip(fps).zip(outcomes) {
+    for (id, mut o) in ids.into_iter().zip(outcomes) {
+        let fp = o.fp;
         let mut truncated = o.truncated || o.duplicates.len() > limit;
         o.duplicates.truncate(limit);
         let (duplicates, cut) = s.with_meta(o.duplicates, &mut budget)?;
@@ -434,13 +458,13 @@ pub(super) async fn post_query<B: Bits>(
         vector: req.vector,
         features: req.features,
     };
-    let (fp, sketch) = match body.split() {
+    let (fp, sketch, shares) = match body.split() {
         Ok(Err(content)) => {
-            let (_, fp, sketch) =
+            let (_, fp, sketch, shares) =
                 fingerprint_contents(&s, vec![(0, content)], |_| "the query".into())
                     .await?
                     .remove(0);
-            (fp, sketch)
+            (fp, sketch, shares)
         }
         Ok(Ok(_)) if req.verify.is_some() => {
             return Err(ApiError::bad_request(
@@ -448,11 +472,13 @@ pub(super) async fn post_query<B: Bits>(
                 "\"verify\" compares texts; query with \"text\"",
             ));
         }
-        Ok(Ok(h)) => (s.parse_simhash(&h)?, None),
+        Ok(Ok(h)) => (s.parse_simhash(&h)?, None, None),
         Err(msg) => return Err(ApiError::bad_request("invalid_query", msg)),
     };
     let cap = Service::<B>::candidates(limit, verify.is_some() && sketch.is_some());
-    let (mut found, mut truncated) = s.collection.nearest(fp, k, cap, |_| false);
+    let (_, mut found, mut truncated) =
+        s.collection
+            .nearest_text(fp, shares.as_deref(), k, cap, |_| false);
     if let (Some(t), Some(sk)) = (verify, sketch) {
         let s2 = Arc::clone(&s);
         found =
@@ -528,6 +554,7 @@ pub(super) async fn stats<B: Bits>(State(s): State<Arc<Service<B>>>) -> Json<Val
         "fingerprints": l.main + l.mid + l.recent - l.tombstones.min(l.main + l.mid + l.recent),
         "design": design(&s.settings),
         "verification": verification(&s.settings),
+        "centring": centring(&s),
         "config": s.settings.config,
         "index": {"main": l.main, "mid": l.mid, "recent": l.recent, "tombstones": l.tombstones},
         "memory_bytes": l.index_bytes,
@@ -605,6 +632,21 @@ fn design(settings: &crate::Settings) -> Value {
         }
     }
     v
+}
+
+/// Whether texts' fingerprints are centred, for `/v1/stats`: `"plain"`,
+/// `"learning"` (plain until `from` documents are stored by text) or
+/// `"centred"` (on the mean of `documents`).
+fn centring<B: Bits>(s: &Service<B>) -> Value {
+    use crate::store::Centring;
+    match (&s.settings.centring, s.collection.centre()) {
+        (None, _) => serde_json::json!({"mode": "plain"}),
+        (Some(_), Some(c)) => serde_json::json!({"mode": "centred", "documents": c.documents()}),
+        (Some(Centring::Learning { from }), None) => {
+            serde_json::json!({"mode": "learning", "from": from})
+        }
+        (Some(Centring::Learned { .. }), None) => serde_json::json!({"mode": "centred"}),
+    }
 }
 
 /// What the collection decides by: `"verified"` (with the default
