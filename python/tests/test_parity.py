@@ -123,11 +123,10 @@ def test_a_default_value_given_is_applied():
     assert neardup.dedup(texts, verify=0.8).k == neardup.dedup(texts, verify="jaccard:0.8").k
 
 
-# The Spark job's flags (a few: each run starts Spark jobs; test_spark.py
-# covers the defaults and its other paths).
+# The Spark job's flags, several in one run (each run starts Spark jobs;
+# test_spark.py covers the defaults and its other paths).
 SPARK_CASES = [
-    ["--bits", "64"],
-    ["--verify", "0.7", "--tokenizer", "auto", "--features", "shingles:3"],
+    ["--bits", "64", "--verify", "0.7", "--tokenizer", "auto", "--features", "shingles:3"],
 ]
 
 

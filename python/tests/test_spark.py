@@ -22,16 +22,16 @@ N_BASE = 4_000
 N_DUPS = 1_000
 
 
-def make_corpus(path, seed=11):
+def make_corpus(path, seed=11, n_base=N_BASE, n_dups=N_DUPS):
     rng = random.Random(seed)
     vocab = [f"w{i}" for i in range(6000)]
     weights = [1.0 / (i + 1) ** 0.9 for i in range(len(vocab))]
     docs = []
-    for i in range(N_BASE):
+    for i in range(n_base):
         words = rng.choices(vocab, weights, k=rng.randrange(60, 200))
         docs.append((f"doc-{i}", words))
-    for j in range(N_DUPS):
-        base_id, words = docs[rng.randrange(N_BASE)]
+    for j in range(n_dups):
+        base_id, words = docs[rng.randrange(n_base)]
         words = list(words)
         kind = rng.choice(["edit", "truncate", "boilerplate", "copy"])
         if kind == "edit":
@@ -136,7 +136,8 @@ def test_distributed_path_equals_cli(spark, tmp_path):
     from neardup.spark import dedup, write
 
     corpus = tmp_path / "corpus.jsonl"
-    n = make_corpus(corpus)
+    # A smaller corpus: the distributed path runs several Spark jobs a round.
+    n = make_corpus(corpus, n_base=1_500, n_dups=500)
     want_pairs, want_clusters = cli_dedup(corpus, tmp_path, [])
     df = spark.read.json(str(corpus))
     result = dedup(spark, df, max_group=64, driver_documents=0)
