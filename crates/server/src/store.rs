@@ -308,7 +308,7 @@ pub enum Write<'a> {
         meta: Option<&'a [u8]>,
         /// The text's sketch; None (a fingerprint given) removes a stale one.
         sketch: Option<&'a Signature>,
-        /// The text's shares ([`SHARES`]), kept while the collection learns
+        /// The text's shares (the `shares` table), kept while the collection learns
         /// its centre; None removes stale ones.
         shares: Option<&'a [u8]>,
     },
