@@ -2120,7 +2120,8 @@ fn serve_refuses_an_empty_token() {
 /// Flags whose collection could not do what they ask are refused at
 /// creation, with the fix, and leave the folder as it was: verification
 /// (the default) over a k too narrow for its candidates, --verify on
-/// vectors, --verify with --no-verify, a k beyond any online design.
+/// weighted features, --verify with --no-verify, a k beyond any online
+/// design.
 #[test]
 fn serve_refuses_flags_that_make_no_sense_together() {
     let dir = tempfile::tempdir().unwrap();
@@ -2134,8 +2135,8 @@ fn serve_refuses_flags_that_make_no_sense_together() {
             "--max-k 9 is too narrow to verify at 128 bits",
         ),
         (
-            &["--verify", "jaccard:0.8", "--kind", "vector", "--dim", "8"],
-            "--verify compares texts",
+            &["--verify", "jaccard:0.8", "--kind", "features"],
+            "--verify compares texts or vectors",
         ),
         (
             &["--verify", "jaccard:0.8", "--no-verify"],

@@ -43,12 +43,17 @@ const SKETCHES: TableDefinition<&str, &[u8]> = TableDefinition::new("sketches");
 /// text while a collection is learning its centre (version 6 on); emptied
 /// when the centre is learned from them.
 const SHARES: TableDefinition<&str, &[u8]> = TableDefinition::new("shares");
+/// Document id -> its vector (little-endian f32s), for the documents of a
+/// verified collection of vectors (version 6 on): matches are kept by the
+/// exact cosine of the vectors.
+const VECTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("vectors");
 
 /// The store format this build writes: 2 keeps a verification sketch per
 /// document stored by text; 3 adds the records' checksums; 4 the settings';
 /// 5 stores the index design as permuted tables or multi-index blocks
 /// (`{"tables": ...}` or `{"blocks": ...}`; before, a bare table design); 6
-/// the centring of texts' fingerprints ([`Centring`]). Older stores are upgraded
+/// the centring of texts' fingerprints ([`Centring`]) and the vectors of a
+/// verified collection of vectors. Older stores are upgraded
 /// when opened (one transaction: all of it or none). Version 1 documents have
 /// no sketch: they are matched by distance alone until stored again with their
 /// text, which writes the sketch.
@@ -63,6 +68,7 @@ const SETTINGS_TAG: u8 = 3;
 const DIMENSION_KEY: &str = "vector_dim";
 const DIMENSION_TAG: u8 = 4;
 const SHARES_TAG: u8 = 5;
+const VECTORS_TAG: u8 = 6;
 /// `count xor` of the `docs` records' checksums (hexadecimal).
 const DIGEST_KEY: &str = "docs_digest";
 /// Bytes of checksum at the end of every record.
@@ -196,7 +202,8 @@ pub struct Settings {
     /// Format version of the store.
     pub version: u32,
     /// The verification a request gets when it asks for none: keep a match
-    /// when the Jaccard similarity of the texts reaches this.
+    /// when the Jaccard similarity of the texts (the cosine of the vectors,
+    /// in a collection of vectors) reaches this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<f64>,
     /// Whether texts' fingerprints are centred on the collection's corpus,
@@ -263,6 +270,9 @@ impl Settings {
     /// One line for logs: what the collection decides by, and its design.
     pub fn summary(&self) -> String {
         let decide = match self.verify {
+            Some(t) if self.config.input == neardup_core::InputKind::Vector => {
+                format!("verified (exact cosine >= {t} among candidates within k)")
+            }
             Some(t) => format!("verified (Jaccard >= {t} among candidates within k)"),
             None => "Hamming distance alone (not verified)".into(),
         };
@@ -311,6 +321,9 @@ pub enum Write<'a> {
         /// The text's shares (the `shares` table), kept while the collection learns
         /// its centre; None removes stale ones.
         shares: Option<&'a [u8]>,
+        /// The vector, in a verified collection of vectors; None removes a
+        /// stale one.
+        vector: Option<&'a [f32]>,
     },
     Delete {
         id: &'a str,
@@ -615,6 +628,7 @@ impl Store {
             let mut table = tx.open_table(DOCS).map_err(storage)?;
             let mut sketches = tx.open_table(SKETCHES).map_err(storage)?;
             let mut shares_table = tx.open_table(SHARES).map_err(storage)?;
+            let mut vectors = tx.open_table(VECTORS).map_err(storage)?;
             let (mut value, mut out, mut signature) = (Vec::new(), Vec::new(), Vec::new());
             for w in writes {
                 match w {
@@ -624,10 +638,12 @@ impl Store {
                         meta,
                         sketch,
                         shares,
+                        vector,
                     } => {
                         value.clear();
                         value.extend_from_slice(fingerprint);
-                        value.push(u8::from(sketch.is_some()));
+                        // Whether the document has what it is verified by.
+                        value.push(u8::from(sketch.is_some() || vector.is_some()));
                         value.extend_from_slice(meta.unwrap_or_default());
                         let c = sealed(DOCS_TAG, id, &value, &mut out);
                         if let Some(old) = table.insert(*id, out.as_slice()).map_err(storage)? {
@@ -652,6 +668,16 @@ impl Store {
                             None => shares_table.remove(*id).map(drop),
                         }
                         .map_err(storage)?;
+                        match vector {
+                            Some(v) => {
+                                signature.clear();
+                                signature.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+                                sealed(VECTORS_TAG, id, &signature, &mut out);
+                                vectors.insert(*id, out.as_slice()).map(drop)
+                            }
+                            None => vectors.remove(*id).map(drop),
+                        }
+                        .map_err(storage)?;
                     }
                     Write::Delete { id } => {
                         if let Some(old) = table.remove(*id).map_err(storage)? {
@@ -659,6 +685,7 @@ impl Store {
                         }
                         sketches.remove(*id).map_err(storage)?;
                         shares_table.remove(*id).map_err(storage)?;
+                        vectors.remove(*id).map_err(storage)?;
                     }
                     Write::Dimension(dim) => {
                         let text = format!("{dim} {:016x}", dimension_check(*dim));
@@ -746,6 +773,50 @@ impl Store {
                         Some((bytes, _)) => f(id, Some(bytes)),
                         None => Err(self.damaged(format!("document {id:?} has a damaged sketch"))),
                     },
+                })
+                .collect()
+        })
+    }
+
+    /// `f(id, stored vector)` for several documents, in one read
+    /// transaction, with each vector's little-endian bytes read in place
+    /// (None for a document stored without one: by fingerprint, or in a
+    /// collection that does not verify). A record whose checksum disagrees,
+    /// or a document that says it has a vector and has none, is damage.
+    pub fn vectors_with<R>(
+        &self,
+        ids: &[&str],
+        mut f: impl FnMut(&str, Option<&[u8]>) -> Result<R, ServiceError>,
+    ) -> Result<Vec<R>, ServiceError> {
+        guarded(&self.path, || {
+            let db = self.handle()?;
+            let tx = db.begin_read().map_err(storage)?;
+            let table = match tx.open_table(VECTORS) {
+                Ok(t) => Some(t),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(storage(e)),
+            };
+            let docs = tx.open_table(DOCS).map_err(storage)?;
+            ids.iter()
+                .map(|id| {
+                    let found = match &table {
+                        Some(t) => t.get(*id).map_err(storage)?,
+                        None => None,
+                    };
+                    match found {
+                        None => match docs.get(*id).map_err(storage)? {
+                            Some(d) if self.checked(id, d.value())?[self.fp_bytes] == 1 => {
+                                Err(self.damaged(format!("document {id:?} has lost its vector")))
+                            }
+                            _ => f(id, None),
+                        },
+                        Some(v) => match unsealed(VECTORS_TAG, id, v.value()) {
+                            Some((bytes, _)) => f(id, Some(bytes)),
+                            None => {
+                                Err(self.damaged(format!("document {id:?} has a damaged vector")))
+                            }
+                        },
+                    }
                 })
                 .collect()
         })
@@ -1149,6 +1220,7 @@ mod tests {
                     meta: (i % 2 == 0).then(|| metas[i].as_bytes()),
                     sketch: (i % 3 != 0).then_some(&sketches[i]),
                     shares: None,
+                    vector: None,
                 })
                 .collect();
             store.commit(&writes).unwrap();
@@ -1161,6 +1233,7 @@ mod tests {
                 meta: None,
                 sketch: None,
                 shares: None,
+                vector: None,
             })
             .collect();
         writes.extend((40..60).map(|i| Write::Delete { id: &ids[i] }));
@@ -1245,6 +1318,7 @@ mod tests {
                     meta: None,
                     sketch: None,
                     shares: None,
+                    vector: None,
                 })
                 .collect();
             store.commit(&writes).unwrap();

@@ -14,6 +14,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 
 use neardup_core::index::Bits;
 use neardup_core::sketch::Signature;
+use neardup_core::vector::cosine;
 use tokio::sync::oneshot;
 
 use crate::collection::{Collection, Found, centred, keep_nearest};
@@ -41,8 +42,9 @@ pub struct NewDoc<B> {
     pub fp: B,
     /// The metadata, as JSON text.
     pub meta: Option<Vec<u8>>,
-    /// The text's verification signature (None when a fingerprint was given).
-    pub sketch: Option<Signature>,
+    /// What the document is verified by: its text's signature or its
+    /// vector (None when a fingerprint was given).
+    pub evidence: Option<Evidence>,
     /// The dimension of the vector it was given as, if it was.
     pub dim: Option<usize>,
     /// Where each bit of a text's plain fingerprint `fp` leans, in a
@@ -50,6 +52,40 @@ pub struct NewDoc<B> {
     /// fingerprint from them once the centre is learned, and keeps them
     /// until then.
     pub shares: Option<Box<[u8]>>,
+}
+
+/// What a document is verified by.
+#[derive(Clone, Debug)]
+pub enum Evidence {
+    /// Its text's signature: matches by the Jaccard similarity of texts.
+    Text(Box<Signature>),
+    /// Its vector: matches by the exact cosine of vectors.
+    Vector(Arc<[f32]>),
+}
+
+impl Evidence {
+    /// The similarity of two documents by their evidence: the Jaccard
+    /// similarity of texts, the cosine of vectors; None across kinds.
+    pub fn similarity(&self, other: &Evidence) -> Option<f64> {
+        match (self, other) {
+            (Evidence::Text(a), Evidence::Text(b)) => Some(a.jaccard(b)),
+            (Evidence::Vector(a), Evidence::Vector(b)) if a.len() == b.len() => Some(cosine(a, b)),
+            _ => None,
+        }
+    }
+}
+
+/// The cosine of `v` and a stored vector's little-endian bytes, or None
+/// when they are not a vector of `v`'s dimension.
+fn stored_cosine(v: &[f32], bytes: &[u8]) -> Option<f64> {
+    if bytes.len() != 4 * v.len() {
+        return None;
+    }
+    let other: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect();
+    Some(cosine(v, &other))
 }
 
 /// What happened to one document.
@@ -203,41 +239,49 @@ fn learn_when_due<B: Bits>(store: &Store, collection: &Collection<B>, settings: 
     }
 }
 
-/// The matches whose Jaccard similarity to `sketch` (a signature: exact
-/// where both keep their features, else the sketches' estimate) reaches
-/// `threshold`, each with its similarity, in their order. A match whose own
-/// sketch is unknown (stored by fingerprint, or before sketches were kept) is
-/// kept by distance alone, without a similarity. `in_batch` gives the sketch
-/// of a document decided earlier in the same write batch (Some), or says to
-/// read it from the store (None).
+/// The matches whose similarity to `probe` (texts: the Jaccard similarity
+/// of their signatures, exact where both keep their features, else the
+/// sketches' estimate; vectors: their exact cosine) reaches `threshold`,
+/// each with its similarity, in their order. A match whose own evidence is
+/// unknown (stored by fingerprint, or before sketches were kept) is kept by
+/// distance alone, without a similarity. `in_batch` gives the similarity to
+/// a document decided earlier in the same write batch (Some, None inside
+/// when it has no evidence), or says to read it from the store (None).
 pub fn verify_found(
     store: &Store,
     found: Vec<Found>,
-    sketch: &Signature,
+    probe: &Evidence,
     threshold: f64,
-    in_batch: impl Fn(&str) -> Option<Option<Signature>>,
+    in_batch: impl Fn(&str) -> Option<Option<f64>>,
 ) -> Result<Vec<Found>, ServiceError> {
     let from_store: Vec<&str> = found
         .iter()
         .filter(|f| in_batch(&f.id).is_none())
         .map(|f| &*f.id)
         .collect();
-    // Each stored signature read in place: the sketches' estimate screens
-    // out the clearly dissimilar before any feature is decoded.
-    let mut stored = store
-        .signatures_with(&from_store, |id, bytes| match bytes {
+    let mut stored = match probe {
+        // Each stored signature read in place: the sketches' estimate
+        // screens out the clearly dissimilar before any feature is decoded.
+        Evidence::Text(sketch) => store.signatures_with(&from_store, |id, bytes| match bytes {
             None => Ok(None),
             Some(b) => sketch
                 .jaccard_stored(b, threshold)
                 .map(Some)
                 .ok_or_else(|| store.damaged(format!("document {id:?} has a damaged sketch"))),
-        })?
-        .into_iter();
+        })?,
+        Evidence::Vector(v) => store.vectors_with(&from_store, |id, bytes| match bytes {
+            None => Ok(None),
+            Some(b) => stored_cosine(v, b)
+                .map(Some)
+                .ok_or_else(|| store.damaged(format!("document {id:?} has a damaged vector"))),
+        })?,
+    }
+    .into_iter();
     let mut out = Vec::with_capacity(found.len());
     for mut f in found {
         let similarity = match in_batch(&f.id) {
-            Some(s) => s.map(|o| sketch.jaccard(&o)),
-            None => stored.next().expect("one sketch per id read"),
+            Some(s) => s,
+            None => stored.next().expect("one record per id read"),
         };
         match similarity {
             Some(j) => {
@@ -252,9 +296,9 @@ pub fn verify_found(
     Ok(out)
 }
 
-/// A write decided in this batch: the id, its fingerprint and sketch (None
-/// for a delete).
-type Pending<B> = (String, Option<(B, Option<Signature>)>);
+/// A write decided in this batch: the id, its fingerprint and evidence
+/// (None for a delete).
+type Pending<B> = (String, Option<(B, Option<Evidence>)>);
 
 /// The writes decided so far in one write batch, in order, with the latest
 /// of each id found by a hash lookup: later decisions of the batch override
@@ -290,7 +334,7 @@ impl<B: Bits> Batch<B> {
     }
 
     /// The latest write of `id` in this batch: Some(None) for a delete.
-    fn latest(&self, id: &str) -> Option<&Option<(B, Option<Signature>)>> {
+    fn latest(&self, id: &str) -> Option<&Option<(B, Option<Evidence>)>> {
         self.last.get(id).map(|&i| &self.writes[i].1)
     }
 
@@ -379,7 +423,7 @@ fn decide<B: Bits>(
                 None => batch.dim = Some(dim),
             }
         }
-        let cap = match (verify, &d.sketch) {
+        let cap = match (verify, &d.evidence) {
             (Some(_), Some(_)) => limit.max(VERIFY_CANDIDATES),
             _ => limit,
         }
@@ -412,13 +456,15 @@ fn decide<B: Bits>(
             })
             .collect();
         dups = near;
-        if let (Some(t), Some(sketch)) = (verify, &d.sketch) {
+        if let (Some(t), Some(probe)) = (verify, &d.evidence) {
             let in_batch = |id: &str| {
-                batch
-                    .latest(id)
-                    .map(|w| w.as_ref().and_then(|(_, s)| s.clone()))
+                batch.latest(id).map(|w| {
+                    w.as_ref()
+                        .and_then(|(_, e)| e.as_ref())
+                        .and_then(|e| probe.similarity(e))
+                })
             };
-            dups = verify_found(store, dups, sketch, t, in_batch)?;
+            dups = verify_found(store, dups, probe, t, in_batch)?;
         }
         let stored = match mode {
             Mode::Insert => true,
@@ -430,7 +476,7 @@ fn decide<B: Bits>(
             more = true;
         }
         if stored {
-            batch.push((d.id.clone(), Some((fp, d.sketch.clone()))));
+            batch.push((d.id.clone(), Some((fp, d.evidence.clone()))));
         }
         out.push(Outcome {
             fp,
@@ -523,8 +569,15 @@ fn process<B: Bits>(
                                 id: &d.id,
                                 fingerprint: &fp_bytes[fi],
                                 meta: d.meta.as_deref(),
-                                sketch: d.sketch.as_ref(),
+                                sketch: match &d.evidence {
+                                    Some(Evidence::Text(s)) => Some(&**s),
+                                    _ => None,
+                                },
                                 shares: d.shares.as_deref().filter(|_| learning),
+                                vector: match &d.evidence {
+                                    Some(Evidence::Vector(v)) => Some(v),
+                                    _ => None,
+                                },
                             });
                             fi += 1;
                         }
@@ -617,7 +670,7 @@ mod tests {
                 id: id.clone(),
                 fp: *fp,
                 meta: None,
-                sketch: None,
+                evidence: None,
                 dim: None,
                 shares: None,
             })

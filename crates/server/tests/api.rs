@@ -1134,3 +1134,141 @@ async fn a_collection_learns_its_centre_from_its_first_documents() {
         centre.fingerprint(hasher.shares(&near(50)).as_bytes())
     );
 }
+
+/// A verified collection of vectors keeps its vectors and answers by their
+/// exact cosine: a stored vector's near copy (cosine 0.99) is found with its
+/// cosine, one at cosine about 0.94 within the same Hamming reach is not, a
+/// request may ask for its own threshold, and insert_if_new decides by it,
+/// against stored documents and earlier ones of its own request alike.
+#[tokio::test]
+async fn a_collection_of_vectors_verifies_by_exact_cosine() {
+    use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
+    use neardup_core::vector::cosine;
+    const DIM: usize = 64;
+    let design = plan_online::<u128>(16, 1e5, &[], ONLINE_BYTES_PER_DOCUMENT)
+        .unwrap()
+        .design()
+        .clone();
+    let settings = Settings {
+        config: FingerprintConfig::vectors(neardup_core::Width::W128, Some(DIM), 7),
+        max_k: 16,
+        design,
+        version: neardup_server::store::STORE_VERSION,
+        verify: Some(0.95),
+        centring: None,
+    };
+    let mut r = neardup_core::rng::SplitMix64(17);
+    let mut gauss = move || {
+        // The sum of twelve uniforms, centred: close enough to normal.
+        (0..12).map(|_| r.unit()).sum::<f64>() - 6.0
+    };
+    let base: Vec<f32> = (0..DIM).map(|_| gauss() as f32).collect();
+    let noise: Vec<f32> = (0..DIM).map(|_| gauss() as f32).collect();
+    // base + e * noise, of a chosen cosine with base (noise nearly orthogonal).
+    let mix = |e: f32| -> Vec<f32> { base.iter().zip(&noise).map(|(b, n)| b + e * n).collect() };
+    // The mix whose cosine with base is `c` (it falls as e grows), by bisection.
+    let of_cosine = |c: f64| {
+        let (mut lo, mut hi) = (0f32, 4f32);
+        for _ in 0..60 {
+            let e = (lo + hi) / 2.0;
+            if cosine(&base, &mix(e)) > c {
+                lo = e
+            } else {
+                hi = e
+            }
+        }
+        mix(lo)
+    };
+    let near = of_cosine(0.99);
+    let far = of_cosine(0.94);
+    let (c_near, c_far) = (cosine(&base, &near), cosine(&base, &far));
+    assert!(
+        (c_near - 0.99).abs() < 1e-4 && (c_far - 0.94).abs() < 1e-4,
+        "{c_near} {c_far}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path(), || Ok(settings), Options::default()).unwrap();
+    let r = &app.router;
+    let (_, stats) = call(r, "GET", "/v1/stats", None).await;
+    assert_eq!(
+        stats["verification"],
+        json!({"mode": "verified", "cosine": 0.95}),
+        "{stats}"
+    );
+    let (s, b) = call(
+        r,
+        "POST",
+        "/v1/documents",
+        Some(json!({"documents": [{"id": "base", "vector": base}], "mode": "insert"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let query = |v: &Vec<f32>, verify: Option<Value>| {
+        let mut body = json!({"vector": v, "k": 16});
+        if let Some(t) = verify {
+            body["verify"] = t;
+        }
+        call(r, "POST", "/v1/query", Some(body))
+    };
+    let (_, b) = query(&near, None).await;
+    assert_eq!(b["matches"][0]["id"], "base", "{b}");
+    let got = b["matches"][0]["similarity"].as_f64().unwrap();
+    assert!((got - c_near).abs() < 1e-3, "{got} against {c_near}");
+    // Not kept by its cosine, whatever its distance.
+    let (_, b) = query(&far, None).await;
+    assert_eq!(b["matches"], json!([]), "{b}");
+    let (_, b) = query(&far, Some(json!({"cosine": 0.9}))).await;
+    assert_eq!(b["matches"][0]["id"], "base", "{b}");
+    let got = b["matches"][0]["similarity"].as_f64().unwrap();
+    assert!((got - c_far).abs() < 1e-3, "{got} against {c_far}");
+    // A text's measure is refused for vectors.
+    let (s, b) = query(&far, Some(json!({"jaccard": 0.8}))).await;
+    assert_error(s, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_verify");
+    // insert_if_new: the near copy is refused, the far one stored; within
+    // one request, a second near copy of a new vector is refused by the
+    // first.
+    let other: Vec<f32> = noise.iter().map(|x| -x).collect();
+    let other_near: Vec<f32> = other.iter().zip(&base).map(|(o, b)| o + 0.1 * b).collect();
+    let (_, b) = call(
+        r,
+        "POST",
+        "/v1/documents",
+        Some(json!({"documents": [
+        {"id": "near", "vector": near}, {"id": "far", "vector": far},
+        {"id": "other", "vector": other}, {"id": "other-near", "vector": other_near}],
+        "mode": "insert_if_new"})),
+    )
+    .await;
+    let stored: Vec<bool> = b["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["stored"] == true)
+        .collect();
+    assert_eq!(stored, [false, true, true, false], "{b}");
+    assert_eq!(b["results"][3]["duplicates"][0]["id"], "other", "{b}");
+    // The vectors survive a restart.
+    drop(app);
+    let app = App::open(
+        dir.path(),
+        || panic!("the collection exists"),
+        Options::default(),
+    )
+    .unwrap();
+    let (_, b) = call(
+        &app.router,
+        "POST",
+        "/v1/query",
+        Some(json!({"vector": near})),
+    )
+    .await;
+    let base_match = b["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "base");
+    assert!(
+        base_match.unwrap()["similarity"].as_f64().unwrap() > 0.98,
+        "{b}"
+    );
+}

@@ -406,6 +406,7 @@ fn load(
                 meta: None,
                 sketch: Some(sketch),
                 shares: None,
+                vector: None,
             })
             .collect();
         store.commit(&writes)?;

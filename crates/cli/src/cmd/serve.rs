@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use neardup_core::dedup::{centred_k, default_k};
 use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
+use neardup_core::vector::default_vector_k;
 use neardup_core::{FingerprintConfig, InputKind, Width};
 use neardup_server::store::Centring;
 use neardup_server::{App, Options, Protect, ServiceError, Settings};
@@ -54,8 +55,10 @@ pub struct Args {
 
     /// At creation: the verification threshold (default jaccard:0.8): a match
     /// of texts is kept when the Jaccard similarity of the texts' verification
-    /// features (kept per document in the store) reaches T. Requests may set
-    /// their own ("verify": {"jaccard": T}).
+    /// features (kept per document in the store) reaches T; in a collection of
+    /// vectors (default 0.95), when the exact cosine of the stored vectors
+    /// does. Requests may set their own ("verify": {"jaccard": T} or
+    /// {"cosine": S}).
     #[arg(long, value_name = "jaccard:T", conflicts_with = "no_verify")]
     pub verify: Option<neardup_core::jaccard::Verify>,
 
@@ -129,6 +132,9 @@ pub struct Args {
 
 /// Default maximum k of a new collection.
 const DEFAULT_MAX_K: u32 = 3;
+/// Default cosine a verified collection of vectors keeps matches at (as
+/// `neardup dedup` on vectors).
+const DEFAULT_COSINE: f64 = 0.95;
 /// Default number of documents a new collection learns its centre from.
 const DEFAULT_CENTRE_FROM: u64 = 1000;
 /// Default planned size of a new collection.
@@ -369,17 +375,21 @@ fn settings_for(
         .idf
         .as_mut()
         .and_then(|r| r.path.replace(neardup_server::IDF_FILE.into()));
-    // Verification compares texts: vectors and weighted features have none.
-    let verify = match (verify, config.input) {
-        (Some(_), InputKind::Text) => verify,
+    // Verification compares texts (Jaccard) or vectors (exact cosine, at
+    // dedup's threshold by default); weighted features have neither.
+    let threshold = match (verify, config.input) {
+        (Some(v), InputKind::Text) => Some(v.threshold),
+        (Some(v), InputKind::Vector) if given_verify => Some(v.threshold),
+        (Some(_), InputKind::Vector) => Some(DEFAULT_COSINE),
         (Some(_), kind) if given_verify => {
             return Err(config_error(format!(
-                "--verify compares texts, and this collection holds {}: drop --verify",
+                "--verify compares texts or vectors, and this collection holds {}: drop --verify",
                 kind.plural()
             )));
         }
         _ => None,
     };
+    let verify = verify.filter(|_| threshold.is_some());
     let width = config.bits;
     // Centred as `neardup dedup` centres: the candidate configuration, verified.
     let centring = match centre_from {
@@ -400,12 +410,15 @@ fn settings_for(
     };
     let max_k = match (max_k, verify.is_some(), config.input) {
         (Some(k), _, _) => k,
+        (None, true, InputKind::Vector) => {
+            default_vector_k(width, threshold.unwrap_or(DEFAULT_COSINE), true)
+        }
         (None, true, _) if centring.is_some() => centred_k(width),
         (None, true, _) => default_k(width, true),
         (None, false, InputKind::Text) => DEFAULT_MAX_K,
         (None, false, _) => DEFAULT_MAX_K.max(default_k(width, false)),
     };
-    if let Some(v) = verify {
+    if let Some(v) = verify.filter(|_| config.input == InputKind::Text) {
         let least = default_k(width, true);
         if max_k < least {
             return Err(config_error(format!(
@@ -428,7 +441,7 @@ fn settings_for(
         max_k,
         design: p.design().clone(),
         version: neardup_server::store::STORE_VERSION,
-        verify: verify.map(|v| v.threshold),
+        verify: threshold,
         centring,
     };
     Ok((settings, idf_source))

@@ -71,11 +71,15 @@ pub struct DocumentsRequest {
     pub verify: Option<VerifyIn>,
 }
 
-/// `{"jaccard": T}`: verification of matches by Jaccard similarity.
+/// `{"jaccard": T}`: verification of matches of texts by their Jaccard
+/// similarity; `{"cosine": S}`: of vectors, by their exact cosine.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyIn {
-    pub jaccard: f64,
+    #[serde(default)]
+    pub jaccard: Option<f64>,
+    #[serde(default)]
+    pub cosine: Option<f64>,
 }
 
 pub(super) fn default_mode() -> Mode {
@@ -170,7 +174,8 @@ pub struct QueryRequest {
 pub struct MatchOut {
     pub id: Arc<str>,
     pub distance: u32,
-    /// The texts' Jaccard similarity, when the match was verified.
+    /// The texts' Jaccard similarity (the vectors' cosine), when the match
+    /// was verified.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub similarity: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

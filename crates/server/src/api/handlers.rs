@@ -16,7 +16,7 @@ use neardup_core::{Fingerprint, Input, InputKind};
 
 use crate::collection::Found;
 use crate::error::{ApiError, ServiceError};
-use crate::writer::{Job, JobSender, Mode, NewDoc, Outcome, verify_found};
+use crate::writer::{Evidence, Job, JobSender, Mode, NewDoc, Outcome, verify_found};
 use neardup_core::jaccard::shingles_for;
 use neardup_core::sketch::Signature;
 
@@ -109,19 +109,55 @@ impl<B: Bits> Service<B> {
         }
     }
 
-    /// The verification threshold of a request: its own, else the
-    /// collection's default, else none.
+    /// Whether the collection keeps its documents' vectors: a verified
+    /// collection of vectors.
+    pub(super) fn keeps_vectors(&self) -> bool {
+        self.settings.config.input == InputKind::Vector && self.settings.verify.is_some()
+    }
+
+    /// The verification threshold of a request: its own (`jaccard` for
+    /// texts, `cosine` for vectors), else the collection's default, else
+    /// none.
     pub(super) fn threshold(&self, asked: Option<VerifyIn>) -> Result<Option<f64>, ApiError> {
-        match asked {
-            None => Ok(self.settings.verify),
-            Some(VerifyIn { jaccard }) if jaccard > 0.0 && jaccard <= 1.0 => Ok(Some(jaccard)),
-            Some(VerifyIn { jaccard }) => Err(ApiError::bad_request(
+        let vectors = self.settings.config.input == InputKind::Vector;
+        let (name, t) = match asked {
+            None => return Ok(self.settings.verify),
+            Some(VerifyIn {
+                jaccard: Some(t),
+                cosine: None,
+            }) if !vectors => ("jaccard", t),
+            Some(VerifyIn {
+                jaccard: None,
+                cosine: Some(t),
+            }) if vectors => ("cosine", t),
+            Some(_) if vectors => {
+                return Err(ApiError::bad_request(
+                    "invalid_verify",
+                    "this collection holds vectors: verify by their cosine, \
+                     \"verify\": {\"cosine\": S}",
+                ));
+            }
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "invalid_verify",
+                    "verify texts by their Jaccard similarity: \"verify\": {\"jaccard\": T}",
+                ));
+            }
+        };
+        if !(t > 0.0 && t <= 1.0) {
+            return Err(ApiError::bad_request(
                 "invalid_verify",
-                format!(
-                    "verify.jaccard {jaccard} is out of range: use a similarity in (0, 1], e.g. 0.8"
-                ),
-            )),
+                format!("verify.{name} {t} is out of range: use a similarity in (0, 1], e.g. 0.8"),
+            ));
         }
+        if vectors && !self.keeps_vectors() {
+            return Err(ApiError::bad_request(
+                "invalid_verify",
+                "this collection keeps no vectors (created with --no-verify): its matches \
+                 are decided by Hamming distance alone; drop \"verify\"",
+            ));
+        }
+        Ok(Some(t))
     }
 
     pub(super) fn sender(&self) -> Result<JobSender<B>, ApiError> {
@@ -145,9 +181,10 @@ impl<B: Bits> Service<B> {
     }
 }
 
-/// One content's fingerprint (plain), its verification sketch and, in a
+/// One content's fingerprint (plain), what it is verified by (a text's
+/// signature; a vector, in a verified collection of vectors) and, in a
 /// collection that centres texts, its shares (a text's).
-pub(super) type Fingerprinted<B> = (usize, B, Option<Signature>, Option<Box<[u8]>>);
+pub(super) type Fingerprinted<B> = (usize, B, Option<Evidence>, Option<Box<[u8]>>);
 
 /// Fingerprints of documents' contents, with a text's verification sketch,
 /// off the async threads when there is real work; a content the collection
@@ -209,6 +246,7 @@ pub(super) async fn fingerprint_contents<B: Bits>(
         .sum();
     let s2 = Arc::clone(s);
     let centres = s.settings.centring.is_some();
+    let keeps_vectors = s.keeps_vectors();
     let job = move || {
         contents
             .into_iter()
@@ -228,17 +266,20 @@ pub(super) async fn fingerprint_contents<B: Bits>(
                 let fp = fp.map_err(|e| {
                     ApiError::bad_request("invalid_document", format!("{}: {e}", place(i)))
                 })?;
-                let sketch = match &c {
+                let evidence = match c {
                     Content::Text(t) => {
                         let normalize = &s2.hasher.config().normalize;
-                        Some(Signature::of(&shingles_for(t, normalize)))
+                        Some(Evidence::Text(Box::new(Signature::of(&shingles_for(
+                            &t, normalize,
+                        )))))
                     }
+                    Content::Vector(v) if keeps_vectors => Some(Evidence::Vector(v.into())),
                     _ => None,
                 };
                 Ok((
                     i,
                     word_of::<B>(fp).expect("the hasher's width is the collection's"),
-                    sketch,
+                    evidence,
                     shares,
                 ))
             })
@@ -342,13 +383,11 @@ pub(super) async fn post_documents<B: Bits>(
         );
         ids.push(d.id);
     }
-    let mut sketches: Vec<Option<Signature>> = vec![None; fps.len()];
+    let mut evidence: Vec<Option<Evidence>> = vec![None; fps.len()];
     let mut shares: Vec<Option<Box<[u8]>>> = vec![None; fps.len()];
-    for (i, fp, sketch, sh) in
-        fingerprint_contents(&s, texts, |i| format!("documents[{i}]")).await?
-    {
+    for (i, fp, ev, sh) in fingerprint_contents(&s, texts, |i| format!("documents[{i}]")).await? {
         fps[i] = Some(fp);
-        sketches[i] = sketch;
+        evidence[i] = ev;
         shares[i] = sh;
     }
     let fps: Vec<B> = fps
@@ -360,16 +399,16 @@ pub(super) async fn post_documents<B: Bits>(
         let fps2 = fps.clone();
         let run = move || {
             fps2.iter()
-                .zip(&sketches)
+                .zip(&evidence)
                 .zip(&shares)
-                .map(|((&plain, sketch), shares)| {
-                    let verified = verify.is_some() && sketch.is_some();
+                .map(|((&plain, evidence), shares)| {
+                    let verified = verify.is_some() && evidence.is_some();
                     let cap = Service::<B>::candidates(limit, verified);
                     let (fp, found, more) =
                         s2.collection
                             .nearest_text(plain, shares.as_deref(), k, cap, |_| false);
-                    let duplicates = match (verify, sketch) {
-                        (Some(t), Some(sk)) => verify_found(&s2.store, found, sk, t, |_| None)?,
+                    let duplicates = match (verify, evidence) {
+                        (Some(t), Some(e)) => verify_found(&s2.store, found, e, t, |_| None)?,
                         _ => found,
                     };
                     Ok(Outcome {
@@ -394,14 +433,14 @@ pub(super) async fn post_documents<B: Bits>(
             .iter()
             .zip(&fps)
             .zip(metas)
-            .zip(sketches)
+            .zip(evidence)
             .zip(dims)
             .zip(shares)
-            .map(|(((((id, &fp), meta), sketch), dim), shares)| NewDoc {
+            .map(|(((((id, &fp), meta), evidence), dim), shares)| NewDoc {
                 id: id.clone(),
                 fp,
                 meta,
-                sketch,
+                evidence,
                 dim,
                 shares,
             })
@@ -458,13 +497,13 @@ pub(super) async fn post_query<B: Bits>(
         vector: req.vector,
         features: req.features,
     };
-    let (fp, sketch, shares) = match body.split() {
+    let (fp, evidence, shares) = match body.split() {
         Ok(Err(content)) => {
-            let (_, fp, sketch, shares) =
+            let (_, fp, evidence, shares) =
                 fingerprint_contents(&s, vec![(0, content)], |_| "the query".into())
                     .await?
                     .remove(0);
-            (fp, sketch, shares)
+            (fp, evidence, shares)
         }
         Ok(Ok(_)) if req.verify.is_some() => {
             return Err(ApiError::bad_request(
@@ -475,14 +514,14 @@ pub(super) async fn post_query<B: Bits>(
         Ok(Ok(h)) => (s.parse_simhash(&h)?, None, None),
         Err(msg) => return Err(ApiError::bad_request("invalid_query", msg)),
     };
-    let cap = Service::<B>::candidates(limit, verify.is_some() && sketch.is_some());
+    let cap = Service::<B>::candidates(limit, verify.is_some() && evidence.is_some());
     let (_, mut found, mut truncated) =
         s.collection
             .nearest_text(fp, shares.as_deref(), k, cap, |_| false);
-    if let (Some(t), Some(sk)) = (verify, sketch) {
+    if let (Some(t), Some(e)) = (verify, evidence) {
         let s2 = Arc::clone(&s);
         found =
-            tokio::task::spawn_blocking(move || verify_found(&s2.store, found, &sk, t, |_| None))
+            tokio::task::spawn_blocking(move || verify_found(&s2.store, found, &e, t, |_| None))
                 .await
                 .map_err(|_| {
                     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "interrupted")
@@ -653,6 +692,9 @@ fn centring<B: Bits>(s: &Service<B>) -> Value {
 /// threshold) or `"hamming"` (distance alone), for `/v1/stats` and `/healthz`.
 fn verification(settings: &crate::Settings) -> Value {
     match settings.verify {
+        Some(t) if settings.config.input == InputKind::Vector => {
+            serde_json::json!({"mode": "verified", "cosine": t})
+        }
         Some(t) => serde_json::json!({"mode": "verified", "jaccard": t}),
         None => serde_json::json!({"mode": "hamming"}),
     }
