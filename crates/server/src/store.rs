@@ -747,35 +747,9 @@ impl Store {
     pub fn signatures_with<R>(
         &self,
         ids: &[&str],
-        mut f: impl FnMut(&str, Option<&[u8]>) -> Result<R, ServiceError>,
+        f: impl FnMut(&str, Option<&[u8]>) -> Result<R, ServiceError>,
     ) -> Result<Vec<R>, ServiceError> {
-        guarded(&self.path, || {
-            let db = self.handle()?;
-            let tx = db.begin_read().map_err(storage)?;
-            let table = match tx.open_table(SKETCHES) {
-                Ok(t) => t,
-                Err(redb::TableError::TableDoesNotExist(_)) => {
-                    return ids.iter().map(|id| f(id, None)).collect();
-                }
-                Err(e) => return Err(storage(e)),
-            };
-            let docs = tx.open_table(DOCS).map_err(storage)?;
-            ids.iter()
-                .map(|id| match table.get(*id).map_err(storage)? {
-                    // No sketch: the document must say it has none.
-                    None => match docs.get(*id).map_err(storage)? {
-                        Some(d) if self.checked(id, d.value())?[self.fp_bytes] == 1 => {
-                            Err(self.damaged(format!("document {id:?} has lost its sketch")))
-                        }
-                        _ => f(id, None),
-                    },
-                    Some(v) => match unsealed(SKETCHES_TAG, id, v.value()) {
-                        Some((bytes, _)) => f(id, Some(bytes)),
-                        None => Err(self.damaged(format!("document {id:?} has a damaged sketch"))),
-                    },
-                })
-                .collect()
-        })
+        self.evidence_with((SKETCHES, SKETCHES_TAG, "sketch"), ids, f)
     }
 
     /// `f(id, stored vector)` for several documents, in one read
@@ -786,12 +760,25 @@ impl Store {
     pub fn vectors_with<R>(
         &self,
         ids: &[&str],
+        f: impl FnMut(&str, Option<&[u8]>) -> Result<R, ServiceError>,
+    ) -> Result<Vec<R>, ServiceError> {
+        self.evidence_with((VECTORS, VECTORS_TAG, "vector"), ids, f)
+    }
+
+    /// `f(id, record)` of a table of what documents are verified by (their
+    /// sketches or their vectors), checked: a record whose checksum
+    /// disagrees, or a document whose `docs` record says it has one and has
+    /// none, is damage.
+    fn evidence_with<R>(
+        &self,
+        (def, tag, what): (TableDefinition<&str, &[u8]>, u8, &str),
+        ids: &[&str],
         mut f: impl FnMut(&str, Option<&[u8]>) -> Result<R, ServiceError>,
     ) -> Result<Vec<R>, ServiceError> {
         guarded(&self.path, || {
             let db = self.handle()?;
             let tx = db.begin_read().map_err(storage)?;
-            let table = match tx.open_table(VECTORS) {
+            let table = match tx.open_table(def) {
                 Ok(t) => Some(t),
                 Err(redb::TableError::TableDoesNotExist(_)) => None,
                 Err(e) => return Err(storage(e)),
@@ -804,16 +791,17 @@ impl Store {
                         None => None,
                     };
                     match found {
+                        // None: the document must say it has none.
                         None => match docs.get(*id).map_err(storage)? {
                             Some(d) if self.checked(id, d.value())?[self.fp_bytes] == 1 => {
-                                Err(self.damaged(format!("document {id:?} has lost its vector")))
+                                Err(self.damaged(format!("document {id:?} has lost its {what}")))
                             }
                             _ => f(id, None),
                         },
-                        Some(v) => match unsealed(VECTORS_TAG, id, v.value()) {
+                        Some(v) => match unsealed(tag, id, v.value()) {
                             Some((bytes, _)) => f(id, Some(bytes)),
                             None => {
-                                Err(self.damaged(format!("document {id:?} has a damaged vector")))
+                                Err(self.damaged(format!("document {id:?} has a damaged {what}")))
                             }
                         },
                     }

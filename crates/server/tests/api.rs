@@ -1017,16 +1017,13 @@ async fn a_collection_learns_its_centre_from_its_first_documents() {
     let r = &app.router;
     let stored_fp =
         |body: &Value| Fingerprint::parse_hex(body["simhash"].as_str().unwrap()).unwrap();
-    for (i, t) in texts[..FROM - 1].iter().enumerate() {
-        let (s, b) = call(
-            r,
-            "POST",
-            "/v1/documents",
-            Some(
-                json!({"documents": [{"id": format!("d{i}"), "text": t}], "mode": "insert_if_new"}),
-            ),
-        )
-        .await;
+    let insert = |i: usize| {
+        let body = json!({"documents": [{"id": format!("d{i}"), "text": &texts[i]}],
+            "mode": "insert_if_new"});
+        call(r, "POST", "/v1/documents", Some(body))
+    };
+    for i in 0..FROM - 1 {
+        let (s, b) = insert(i).await;
         assert_eq!(
             (s, &b["results"][0]["stored"]),
             (StatusCode::OK, &json!(true)),
@@ -1050,13 +1047,7 @@ async fn a_collection_learns_its_centre_from_its_first_documents() {
     assert_eq!(b["results"][0]["duplicates"][0]["id"], "d3", "{b}");
     // The document that completes the sample: the centre is learned after
     // its batch is committed (bounded wait).
-    let (_, b) = call(
-        r,
-        "POST",
-        "/v1/documents",
-        Some(json!({"documents": [{"id": format!("d{}", FROM - 1), "text": texts[FROM - 1]}]})),
-    )
-    .await;
+    let (_, b) = insert(FROM - 1).await;
     assert_eq!(b["results"][0]["stored"], true, "{b}");
     let mut centred = false;
     for _ in 0..500 {
@@ -1080,16 +1071,8 @@ async fn a_collection_learns_its_centre_from_its_first_documents() {
     }
     // Centred fingerprints differ from plain ones: the rewrite is visible.
     assert!((0..FROM).any(|i| want(i) != hasher.fingerprint(&texts[i])));
-    for (i, t) in texts.iter().enumerate().skip(FROM) {
-        let (_, b) = call(
-            r,
-            "POST",
-            "/v1/documents",
-            Some(
-                json!({"documents": [{"id": format!("d{i}"), "text": t}], "mode": "insert_if_new"}),
-            ),
-        )
-        .await;
+    for i in FROM..texts.len() {
+        let (_, b) = insert(i).await;
         assert_eq!(b["results"][0]["stored"], true, "{b}");
         assert_eq!(stored_fp(&b["results"][0]), want(i), "{b}");
     }
