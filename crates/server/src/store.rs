@@ -267,14 +267,24 @@ impl Settings {
         self.verify.is_some()
     }
 
+    /// What matches are verified by, as the API names it: `"cosine"` (of
+    /// the stored vectors) in a collection of vectors, else `"jaccard"` (of
+    /// the texts' features).
+    pub fn similarity(&self) -> &'static str {
+        match self.config.input {
+            neardup_core::InputKind::Vector => "cosine",
+            _ => "jaccard",
+        }
+    }
+
     /// One line for logs: what the collection decides by, and its design.
     pub fn summary(&self) -> String {
-        let decide = match self.verify {
-            Some(t) if self.config.input == neardup_core::InputKind::Vector => {
+        let decide = match (self.verify, self.similarity()) {
+            (Some(t), "cosine") => {
                 format!("verified (exact cosine >= {t} among candidates within k)")
             }
-            Some(t) => format!("verified (Jaccard >= {t} among candidates within k)"),
-            None => "Hamming distance alone (not verified)".into(),
+            (Some(t), _) => format!("verified (Jaccard >= {t} among candidates within k)"),
+            (None, _) => "Hamming distance alone (not verified)".into(),
         };
         let centring = match &self.centring {
             None => String::new(),

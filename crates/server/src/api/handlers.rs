@@ -112,14 +112,14 @@ impl<B: Bits> Service<B> {
     /// Whether the collection keeps its documents' vectors: a verified
     /// collection of vectors.
     pub(super) fn keeps_vectors(&self) -> bool {
-        self.settings.config.input == InputKind::Vector && self.settings.verify.is_some()
+        self.settings.similarity() == "cosine" && self.settings.verify.is_some()
     }
 
     /// The verification threshold of a request: its own (`jaccard` for
     /// texts, `cosine` for vectors), else the collection's default, else
     /// none.
     pub(super) fn threshold(&self, asked: Option<VerifyIn>) -> Result<Option<f64>, ApiError> {
-        let vectors = self.settings.config.input == InputKind::Vector;
+        let vectors = self.settings.similarity() == "cosine";
         let (name, t) = match asked {
             None => return Ok(self.settings.verify),
             Some(VerifyIn {
@@ -692,10 +692,11 @@ fn centring<B: Bits>(s: &Service<B>) -> Value {
 /// threshold) or `"hamming"` (distance alone), for `/v1/stats` and `/healthz`.
 fn verification(settings: &crate::Settings) -> Value {
     match settings.verify {
-        Some(t) if settings.config.input == InputKind::Vector => {
-            serde_json::json!({"mode": "verified", "cosine": t})
+        Some(t) => {
+            let mut v = serde_json::json!({"mode": "verified"});
+            v[settings.similarity()] = t.into();
+            v
         }
-        Some(t) => serde_json::json!({"mode": "verified", "jaccard": t}),
         None => serde_json::json!({"mode": "hamming"}),
     }
 }
