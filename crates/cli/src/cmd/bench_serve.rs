@@ -9,12 +9,12 @@
 //! `insert_if_new` of new texts. The server's resident memory is read from
 //! /proc before and after, against an empty collection's.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -523,8 +523,11 @@ fn report(
     Ok(())
 }
 
-/// `connections` threads, each with one keep-alive connection, sending
-/// `make(connection, i)` requests until `duration` has passed.
+/// `connections` keep-alive connections, each sending `make(connection, i)`
+/// requests one after another until `duration` has passed. They are driven
+/// by one thread polling every socket (as wrk does), so that the clients'
+/// own work and context switches take as little as they can of the cores
+/// the server shares.
 fn drive(
     addr: SocketAddr,
     connections: usize,
@@ -532,71 +535,86 @@ fn drive(
     make: impl Fn(usize, u64, Option<&[u8]>) -> Option<(&'static str, String)> + Send + Sync + 'static,
 ) -> Result<(u64, Vec<Duration>)> {
     let make = Arc::new(make);
-    let stop = Arc::new(AtomicBool::new(false));
-    let handles: Vec<_> = (0..connections)
-        .map(|c| {
-            let (make, stop) = (Arc::clone(&make), Arc::clone(&stop));
-            std::thread::spawn(move || -> Result<Vec<Duration>> {
-                let stream = TcpStream::connect(addr)?;
-                stream.set_nodelay(true)?;
-                let mut reader = BufReader::new(stream.try_clone()?);
-                let mut writer = stream;
-                let mut lat = Vec::new();
-                let mut i = 0u64;
-                let mut line = String::new();
-                let mut body = Vec::new();
-                let mut reply: Option<Vec<u8>> = None;
-                while !stop.load(Ordering::Relaxed) {
-                    // `make` sees the reply to the request it made last.
-                    let Some((path, payload)) = make(c, i, reply.as_deref()) else {
-                        bail!("a reply was not what the bench expects: {}", String::from_utf8_lossy(reply.as_deref().unwrap_or_default()));
-                    };
-                    i += 1;
-                    let t = Instant::now();
-                    write!(
-                        writer,
-                        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}",
-                        payload.len()
-                    )?;
-                    let mut length = 0usize;
-                    line.clear();
-                    reader.read_line(&mut line)?;
-                    let status = line.split_whitespace().nth(1).unwrap_or("").to_owned();
-                    loop {
-                        line.clear();
-                        reader.read_line(&mut line)?;
-                        let l = line.trim_end();
-                        if l.is_empty() {
-                            break;
-                        }
-                        if let Some(v) = l
-                            .to_ascii_lowercase()
-                            .strip_prefix("content-length:")
-                            .map(|v| v.trim().to_owned())
-                        {
-                            length = v.parse()?;
-                        }
-                    }
-                    body.resize(length, 0);
-                    reader.read_exact(&mut body)?;
-                    if status != "200" {
-                        bail!("status {status}: {}", String::from_utf8_lossy(&body));
-                    }
-                    lat.push(t.elapsed());
-                    reply = Some(std::mem::take(&mut body));
-                }
-                Ok(lat)
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let deadline = Instant::now() + duration;
+    runtime.block_on(async move {
+        let tasks: Vec<_> = (0..connections)
+            .map(|c| {
+                let make = Arc::clone(&make);
+                tokio::spawn(async move { connection(addr, c, deadline, &*make).await })
             })
-        })
-        .collect();
-    std::thread::sleep(duration);
-    stop.store(true, Ordering::Relaxed);
-    let mut all = Vec::new();
-    for h in handles {
-        all.extend(
-            h.join()
-                .map_err(|_| anyhow::anyhow!("a client thread panicked"))??,
-        );
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.context("a client task failed")??);
+        }
+        Ok((all.len() as u64, all))
+    })
+}
+
+/// One client connection of [`drive`]: its requests' latencies.
+async fn connection(
+    addr: SocketAddr,
+    c: usize,
+    deadline: Instant,
+    make: &(impl Fn(usize, u64, Option<&[u8]>) -> Option<(&'static str, String)> + ?Sized),
+) -> Result<Vec<Duration>> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (read, mut writer) = stream.into_split();
+    let mut reader = tokio::io::BufReader::new(read);
+    let mut lat = Vec::new();
+    let mut i = 0u64;
+    let mut line = String::new();
+    let mut request = Vec::new();
+    let mut body = Vec::new();
+    let mut reply: Option<Vec<u8>> = None;
+    while Instant::now() < deadline {
+        // `make` sees the reply to the request it made last.
+        let Some((path, payload)) = make(c, i, reply.as_deref()) else {
+            bail!(
+                "a reply was not what the bench expects: {}",
+                String::from_utf8_lossy(reply.as_deref().unwrap_or_default())
+            );
+        };
+        i += 1;
+        request.clear();
+        write!(
+            request,
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}",
+            payload.len()
+        )?;
+        let t = Instant::now();
+        writer.write_all(&request).await?;
+        let mut length = 0usize;
+        line.clear();
+        reader.read_line(&mut line).await?;
+        let status = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+        loop {
+            line.clear();
+            reader.read_line(&mut line).await?;
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some(v) = l
+                .to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().to_owned())
+            {
+                length = v.parse()?;
+            }
+        }
+        body.resize(length, 0);
+        reader.read_exact(&mut body).await?;
+        if status != "200" {
+            bail!("status {status}: {}", String::from_utf8_lossy(&body));
+        }
+        lat.push(t.elapsed());
+        reply = Some(std::mem::take(&mut body));
     }
-    Ok((all.len() as u64, all))
+    Ok(lat)
 }

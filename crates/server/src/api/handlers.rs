@@ -395,6 +395,9 @@ pub(super) async fn post_documents<B: Bits>(
         .map(|f| f.expect("every document has one"))
         .collect();
     let outcomes: Vec<Outcome<B>> = if req.mode == Mode::Check {
+        // Verification reads stored evidence (possibly from disk): off the
+        // async threads. Index look-ups alone take microseconds: in place.
+        let reads_store = verify.is_some() && evidence.iter().any(Option::is_some);
         let s2 = Arc::clone(&s);
         let fps2 = fps.clone();
         let run = move || {
@@ -420,7 +423,7 @@ pub(super) async fn post_documents<B: Bits>(
                 })
                 .collect::<Result<Vec<_>, ServiceError>>()
         };
-        if fps.len() > 64 || verify.is_some() {
+        if fps.len() > 64 || reads_store {
             tokio::task::spawn_blocking(run).await.map_err(|_| {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "interrupted")
             })??
@@ -591,7 +594,7 @@ pub(super) async fn stats<B: Bits>(State(s): State<Arc<Service<B>>>) -> Json<Val
     Json(serde_json::json!({
         "documents": l.documents,
         "fingerprints": l.main + l.mid + l.recent - l.tombstones.min(l.main + l.mid + l.recent),
-        "design": design(&s.settings),
+        "design": design(&s.settings, &s.collection.design()),
         "verification": verification(&s.settings),
         "centring": centring(&s),
         "config": s.settings.config,
@@ -650,10 +653,9 @@ pub(super) fn health<B: Bits>(s: &Service<B>) -> Value {
     body
 }
 
-/// The index design, for `/v1/stats`.
-fn design(settings: &crate::Settings) -> Value {
+/// The index design (planned again once a centre is learned), for `/v1/stats`.
+fn design(settings: &crate::Settings, d: &neardup_core::index::OnlineDesign) -> Value {
     use neardup_core::index::OnlineDesign;
-    let d = &settings.design;
     let mut v = serde_json::json!({
         "bits": d.bits(),
         "max_k": settings.max_k,
