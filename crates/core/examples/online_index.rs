@@ -3,7 +3,10 @@
 //! planner chooses (and, with `tables`, for the fastest permuted tables the
 //! planner weighs at the same k within 4 KB per document).
 //!
-//! `cargo run --release -p neardup-core --example online_index -- N BITS K [tables]`
+//! `cargo run --release -p neardup-core --example online_index -- N BITS K [tables | blocks=M] [file=PATH]`
+//! (`blocks=M`: the weighed design of M blocks instead of the chosen one;
+//! `file=PATH`: fingerprints read from a file of little-endian 8- or 16-byte
+//! words, the first N stored and the next 10,000 queried as new documents)
 //!
 //! The fingerprints are clustered, as centred fingerprints of text are:
 //! 2,000 random topic centres; each document is a centre with every bit
@@ -79,13 +82,34 @@ fn time_queries<B: Bits>(queries: &[B], mut query: impl FnMut(B) -> usize) -> (f
     )
 }
 
-fn run<B: Bits>(n: usize, k: u32, tables: bool) {
+fn run<B: Bits>(n: usize, k: u32, tables: bool, blocks: Option<u32>, file: Option<&str>) {
     let mut rng = SplitMix64(42);
     let topics = Topics::<B>::new(&mut rng);
     let t = Instant::now();
+    // From a file: its first n fingerprints are stored, the next 10,000
+    // are the new documents queried.
+    let read: Option<Vec<B>> = file.map(|path| {
+        let bytes = std::fs::read(path).expect("a readable file of fingerprints");
+        let width = B::BITS as usize / 8;
+        assert!(
+            bytes.len() >= (n + 10_000) * width,
+            "{path}: fewer than N + 10,000 fingerprints"
+        );
+        bytes
+            .chunks_exact(width)
+            .take(n + 10_000)
+            .map(|c| {
+                let mut v = [0u8; 16];
+                v[..width].copy_from_slice(c);
+                B::from_u128(u128::from_le_bytes(v))
+            })
+            .collect()
+    });
     let mut fps: Vec<B> = Vec::with_capacity(n);
     for i in 0..n {
-        if i > 0 && rng.next().is_multiple_of(10) {
+        if let Some(r) = &read {
+            fps.push(r[i]);
+        } else if i > 0 && rng.next().is_multiple_of(10) {
             let base = fps[(rng.next() % i as u64) as usize];
             let d = 1 + (rng.next() % u64::from(k + 3)) as u32;
             fps.push(near(base, d, &mut rng));
@@ -98,17 +122,21 @@ fn run<B: Bits>(n: usize, k: u32, tables: bool) {
             if i % 2 == 0 {
                 let x = fps[(rng.next() % n as u64) as usize];
                 near(x, (rng.next() % u64::from(k + 4)) as u32, &mut rng)
+            } else if let Some(r) = &read {
+                r[n + (i / 2) % 10_000]
             } else {
                 topics.document(&mut rng)
             }
         })
         .collect();
     println!(
-        "{n} clustered {}-bit fingerprints and {} queries made in {:.1} s",
+        "{n} {} {}-bit fingerprints and {} queries made in {:.1} s",
+        if read.is_some() { "read" } else { "clustered" },
         B::BITS,
         queries.len(),
         t.elapsed().as_secs_f64()
     );
+    // The planner sees the first documents, as the service's would.
     let sample = &fps[..fps.len().min(10_000)];
     let plan = plan_online(k, n as f64, sample, ONLINE_BYTES_PER_DOCUMENT).expect("a plan");
     let show = |o: &OnlineOption| {
@@ -122,8 +150,20 @@ fn run<B: Bits>(n: usize, k: u32, tables: bool) {
         )
     };
     println!("k = {k}: planner chose {}", show(plan.option()));
+    let design = match blocks {
+        Some(m) => {
+            let o = plan
+                .options
+                .iter()
+                .find(|o| matches!(&o.design, OnlineDesign::Blocks(d) if d.blocks.len() == m as usize))
+                .expect("a design of that many blocks");
+            println!("  measuring instead {}", show(o));
+            &o.design
+        }
+        None => plan.design(),
+    };
     let entries = || fps.iter().enumerate().map(|(i, &f)| (i as u64, f));
-    match plan.design() {
+    match design {
         OnlineDesign::Blocks(d) => {
             let t = Instant::now();
             let index = MultiIndex::build(d.clone(), entries()).expect("built");
@@ -155,7 +195,7 @@ fn run<B: Bits>(n: usize, k: u32, tables: bool) {
         }
         OnlineDesign::Tables(_) => {}
     }
-    let table_design = match plan.design() {
+    let table_design = match design {
         OnlineDesign::Tables(d) => Some(d.clone()),
         _ if tables => {
             // The fastest permuted tables the planner weighed within 4 KB
@@ -192,14 +232,17 @@ fn run<B: Bits>(n: usize, k: u32, tables: bool) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: online_index N BITS K [tables]";
+    let usage = "usage: online_index N BITS K [tables | blocks=M] [file=PATH]";
     let n: usize = args.first().and_then(|s| s.parse().ok()).expect(usage);
     let bits: u32 = args.get(1).and_then(|s| s.parse().ok()).expect(usage);
     let k: u32 = args.get(2).and_then(|s| s.parse().ok()).expect(usage);
-    let tables = args.get(3).is_some_and(|s| s == "tables");
+    let tables = args.iter().skip(3).any(|s| s == "tables");
+    let option = |name: &str| args.iter().skip(3).find_map(|s| s.strip_prefix(name));
+    let blocks = option("blocks=").map(|m| m.parse().expect(usage));
+    let file = option("file=");
     match bits {
-        64 => run::<u64>(n, k, tables),
-        128 => run::<u128>(n, k, tables),
+        64 => run::<u64>(n, k, tables, blocks, file),
+        128 => run::<u128>(n, k, tables, blocks, file),
         _ => panic!("{usage}: BITS is 64 or 128"),
     }
 }

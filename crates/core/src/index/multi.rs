@@ -14,20 +14,25 @@
 //! answer is exact for every k up to the design's.
 //!
 //! **Memory.** Per stored fingerprint: the fingerprint itself (8 or 16
-//! bytes), its id (8 bytes), a deletion bit, and one 4-byte slot per block;
-//! plus per block a directory of 2^d + 1 offsets of 4 bytes, where d is the
-//! block's length, or one bit less than log2(n) while the index is smaller
-//! (at most 2 bytes per fingerprint per block). At 128 bits and k = 19 the
-//! planner's seven blocks of 18-19 bits take 16 + 8 + 7 × 4 = 52 bytes per
-//! fingerprint, plus the directories (9 MB in all once n passes 2^20) —
-//! where permuted tables for the same k need 210 tables of 20 bytes each.
+//! bytes), its id (8 bytes), a deletion bit, and per block its 4-byte slot
+//! and the 64 bits of it outside the block (8 bytes); plus per block a
+//! directory of 2^d + 1 offsets of 4 bytes, where d is the block's length,
+//! or one bit less than log2(n) while the index is smaller (at most 2 bytes
+//! per fingerprint per block). At 128 bits and k = 19 the planner's seven
+//! blocks of 18-19 bits take 16 + 8 + 7 × 12 = 108 bytes per fingerprint,
+//! plus the directories (9 MB in all once n passes 2^20) — where permuted
+//! tables for the same k need 210 tables of 20 bytes each.
 //!
 //! **Cost of a query.** On block i, Σ_{j<=r_i} C(d_i, j) bucket look-ups
-//! (all prefetched together), and the fingerprints in those buckets: for n
-//! uniformly random fingerprints, n / 2^d_i per bucket. Each of those is a
-//! random read of the fingerprint array (prefetched a few ahead). Crowded
-//! text fills some buckets more; the planner ([`super::plan_online`])
-//! estimates candidates from a sample of the fingerprints themselves.
+//! (every block's requested together, so that the misses overlap), and the
+//! entries of those buckets: for n uniformly random fingerprints, n / 2^d_i
+//! per bucket. Each entry's 64 bits outside the block are read in sequence
+//! with the bucket, and their distance to the query's (a lower bound of the
+//! whole distance) leaves only the few within k to be read from the
+//! fingerprint array at random: at 128 bits, two unrelated fingerprints are
+//! within 19 on 64 bits about once in 2,000. Crowded text fills some buckets
+//! more; the planner ([`super::plan_online`]) estimates candidates from a
+//! sample of the fingerprints themselves.
 //!
 //! **Growth.** Additions are searchable at once, scanned linearly until they
 //! are an eighth of the indexed ones; then they are merged into each block
@@ -54,9 +59,30 @@ struct BlockTable {
     /// `slots[dir[b]..dir[b + 1]]` are the slots of bucket b.
     dir: Vec<u32>,
     slots: Vec<u32>,
+    /// Beside each slot, 64 bits of its fingerprint outside the block
+    /// ([`rest`]): their distance to the query's is a lower bound of the
+    /// whole distance, read in sequence with the bucket, so that the
+    /// fingerprint itself (a random read) is fetched only for the few within
+    /// k on them.
+    rest: Vec<u64>,
     /// Every xor mask of `dir_bits` bits with at most the radius's ones,
     /// 0 first: the buckets a query looks up.
     flips: Vec<u32>,
+}
+
+/// The 64 bits of `fp` that follow `block` (wrapping around the width): all
+/// of a 64-bit fingerprint (rotated), none of the block's bits (blocks are
+/// at most 64 bits wide). Their distance to the same bits of another
+/// fingerprint is at most the whole distance.
+#[inline]
+fn rest<B: Bits>(block: &Block, fp: B) -> u64 {
+    let shift = (block.start + block.len) % B::BITS;
+    let v = fp.to_u128();
+    if B::BITS == 64 {
+        (v as u64).rotate_right(shift)
+    } else {
+        v.rotate_right(shift) as u64
+    }
 }
 
 /// Directory bits for `n` fingerprints on a block of `len` bits: about two
@@ -105,9 +131,12 @@ impl BlockTable {
         let mut fill = dir[..buckets].to_vec();
         let mut slots = super::mem::with_huge_capacity(fps.len());
         slots.resize(fps.len(), 0u32);
+        let mut rests = super::mem::with_huge_capacity(fps.len());
+        rests.resize(fps.len(), 0u64);
         for (i, &f) in fps.iter().enumerate() {
             let at = &mut fill[Self::bucket(&block, dir_bits, f)];
             slots[*at as usize] = i as u32;
+            rests[*at as usize] = rest(&block, f);
             *at += 1;
         }
         BlockTable {
@@ -115,6 +144,7 @@ impl BlockTable {
             dir_bits,
             dir,
             slots,
+            rest: rests,
             flips: masks(dir_bits, block.radius),
         }
     }
@@ -144,11 +174,16 @@ impl BlockTable {
             *at += 1;
         }
         let mut slots = super::mem::with_huge_capacity(n);
+        let mut rests = super::mem::with_huge_capacity(n);
         let mut dir = super::mem::with_huge_capacity(buckets + 1);
         for b in 0..buckets {
             dir.push(slots.len() as u32);
-            slots.extend_from_slice(&self.slots[self.dir[b] as usize..self.dir[b + 1] as usize]);
-            slots.extend_from_slice(&grouped[added[b] as usize..added[b + 1] as usize]);
+            let old = self.dir[b] as usize..self.dir[b + 1] as usize;
+            slots.extend_from_slice(&self.slots[old.clone()]);
+            rests.extend_from_slice(&self.rest[old]);
+            let new = &grouped[added[b] as usize..added[b + 1] as usize];
+            slots.extend_from_slice(new);
+            rests.extend(new.iter().map(|&s| rest(block, fps[s as usize])));
         }
         dir.push(slots.len() as u32);
         BlockTable {
@@ -156,20 +191,26 @@ impl BlockTable {
             dir_bits,
             dir,
             slots,
+            rest: rests,
             flips: self.flips.clone(),
         }
     }
 
     fn memory(&self) -> usize {
-        (self.dir.len() + self.slots.len() + self.flips.len()) * 4
+        (self.dir.len() + self.slots.len() + self.flips.len()) * 4 + self.rest.len() * 8
     }
 }
 
-/// A query's buffers: the non-empty buckets of a block and their slots.
+/// A query's buffers: the non-empty buckets of every block, and the positions
+/// in one bucket within k on the bits outside the block.
 #[derive(Default)]
 struct Scratch {
     ranges: Vec<(u32, u32)>,
-    candidates: Vec<u32>,
+    /// Where each block's ranges end.
+    ends: Vec<usize>,
+    hits: Vec<u32>,
+    /// A block's entries within k outside it: positions, then slots.
+    passed: Vec<u32>,
 }
 
 /// Bounds on one query's work: entries examined per bucket, and matches in
@@ -414,39 +455,64 @@ impl<B: Bits> MultiIndex<B> {
         found: &mut Vec<(u32, u32)>,
         cap: Cap,
     ) -> bool {
-        let Scratch { ranges, candidates } = scratch;
+        let Scratch {
+            ranges,
+            ends,
+            hits,
+            passed,
+        } = scratch;
         let mut capped = false;
-        /// Fingerprints fetched ahead of the one being measured.
-        const AHEAD: usize = 16;
-        for (t, table) in self.blocks.iter().enumerate() {
-            let v = BlockTable::bucket(&table.block, table.dir_bits, query);
-            // Every bucket's directory slot first, so that the misses overlap.
-            for &e in &table.flips {
-                prefetch(&table.dir[v ^ e as usize]);
-            }
-            // Then the non-empty buckets' first slots, then the slots.
-            ranges.clear();
+        // Three passes over the blocks, so that each pass's memory reads
+        // were requested a whole pass earlier and their misses overlap: every
+        // bucket's directory entry; then every non-empty bucket's first bits
+        // outside the block; then the buckets themselves.
+        let buckets: Vec<usize> = self
+            .blocks
+            .iter()
+            .map(|table| {
+                let v = BlockTable::bucket(&table.block, table.dir_bits, query);
+                for &e in &table.flips {
+                    prefetch(&table.dir[v ^ e as usize]);
+                }
+                v
+            })
+            .collect();
+        ranges.clear();
+        ends.clear();
+        for (table, &v) in self.blocks.iter().zip(&buckets) {
             for &e in &table.flips {
                 let u = v ^ e as usize;
                 let (lo, hi) = (table.dir[u], table.dir[u + 1]);
                 if lo < hi {
-                    prefetch(&table.slots[lo as usize]);
+                    prefetch(&table.rest[lo as usize]);
                     let len = (hi - lo) as usize;
                     capped |= len > cap.scan;
                     ranges.push((lo, lo + len.min(cap.scan) as u32));
                 }
             }
-            candidates.clear();
-            for &(lo, hi) in ranges.iter() {
-                candidates.extend_from_slice(&table.slots[lo as usize..hi as usize]);
-            }
-            for &s in candidates.iter().take(AHEAD) {
-                prefetch(&self.fps[s as usize]);
-            }
-            for (i, &s) in candidates.iter().enumerate() {
-                if let Some(&next) = candidates.get(i + AHEAD) {
-                    prefetch(&self.fps[next as usize]);
+            ends.push(ranges.len());
+        }
+        let mut from = 0;
+        for (t, (table, &end)) in self.blocks.iter().zip(ends.iter()).enumerate() {
+            // The entries within k on the bits outside the block: their
+            // positions, then (all requested first) their slots, then (the
+            // same) their fingerprints, measured whole.
+            let q = rest(&table.block, query);
+            passed.clear();
+            for &(lo, hi) in &ranges[from..end] {
+                hits.clear();
+                super::near::within_u64(q, &table.rest[lo as usize..hi as usize], k, hits);
+                for &h in hits.iter() {
+                    let at = lo + h;
+                    prefetch(&table.slots[at as usize]);
+                    passed.push(at);
                 }
+            }
+            for at in passed.iter_mut() {
+                *at = table.slots[*at as usize];
+                prefetch(&self.fps[*at as usize]);
+            }
+            for &s in passed.iter() {
                 let diff = self.fps[s as usize].xor(query);
                 let d = diff.distance(B::zero());
                 // Reported by the first block within its radius; buckets
@@ -455,6 +521,7 @@ impl<B: Bits> MultiIndex<B> {
                     found.push((s, d));
                 }
             }
+            from = end;
             if found.len() >= cap.enough {
                 return true;
             }
@@ -755,16 +822,17 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn memory_is_a_slot_per_block_plus_the_entry() {
+    fn memory_is_twelve_bytes_per_block_plus_the_entry() {
         let design = RadiusDesign::new(128, 19, 7).unwrap();
         let mut rng = SplitMix64(3);
         let n = 1 << 16;
         let index =
             MultiIndex::<u128>::build(design, (0..n).map(|i| (i, random(&mut rng)))).unwrap();
         let per = index.memory() as f64 / n as f64;
-        // 16 + 8 + 7 × 4 = 52, plus directories of at most 2 bytes per block.
+        // 16 + 8 + 7 × (4 + 8) = 108, plus directories of at most 2 bytes
+        // per block.
         assert!(
-            (52.0..=52.0 + 7.0 * 2.0 + 1.0).contains(&per),
+            (108.0..=108.0 + 7.0 * 2.0 + 1.0).contains(&per),
             "{per} bytes"
         );
     }
