@@ -62,6 +62,8 @@ pub struct Found {
 }
 
 struct State<B: Bits> {
+    /// The levels' design (planned again when a centre is learned).
+    design: OnlineDesign,
     /// The centre texts' fingerprints are decided by, once learned.
     centre: Option<Arc<Centre>>,
     /// Counts the times every fingerprint was rewritten (a centre learned):
@@ -181,7 +183,6 @@ impl Ids {
 }
 
 pub struct Collection<B: Bits> {
-    design: OnlineDesign,
     /// The k texts' plain fingerprints are searched within at most, in a
     /// collection learning its centre.
     plain_k: Option<u32>,
@@ -193,7 +194,7 @@ pub struct Collection<B: Bits> {
 impl<B: Bits> std::fmt::Debug for Collection<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Collection")
-            .field("design", &self.design)
+            .field("design", &self.design())
             .finish_non_exhaustive()
     }
 }
@@ -235,9 +236,9 @@ impl<B: Bits> Collection<B> {
         let main = OnlineIndex::build(design.clone(), entries).map_err(config)?;
         let mid = OnlineIndex::build(design.clone(), std::iter::empty()).map_err(config)?;
         Ok(Collection {
-            design,
             plain_k: None,
             state: RwLock::new(State {
+                design,
                 centre: None,
                 generation: 0,
                 main: Arc::new(main),
@@ -251,8 +252,9 @@ impl<B: Bits> Collection<B> {
         })
     }
 
-    pub fn design(&self) -> &OnlineDesign {
-        &self.design
+    /// The levels' design.
+    pub fn design(&self) -> OnlineDesign {
+        self.state.read().expect("collection lock").design.clone()
     }
 
     /// This collection with texts' fingerprints decided by `centre`, and,
@@ -281,8 +283,14 @@ impl<B: Bits> Collection<B> {
 
     /// Every document's fingerprint rewritten for a centre just learned:
     /// `rewritten` gives the new fingerprints (the others stay), and the
-    /// whole collection becomes one main index, at once for every query.
-    pub fn recentre(&self, centre: Centre, rewritten: impl IntoIterator<Item = (String, B)>) {
+    /// whole collection becomes one main index on `design`, at once for
+    /// every query.
+    pub fn recentre(
+        &self,
+        centre: Centre,
+        design: OnlineDesign,
+        rewritten: impl IntoIterator<Item = (String, B)>,
+    ) {
         let mut s = self.state.write().expect("collection lock");
         let mut new: std::collections::HashMap<u64, B> = std::collections::HashMap::new();
         for (id, fp) in rewritten {
@@ -299,10 +307,11 @@ impl<B: Bits> Collection<B> {
             .map(|(e, fp)| (e, new.get(&e).copied().unwrap_or(fp)))
             .collect();
         let build = |entries: Vec<(u64, B)>| {
-            Arc::new(OnlineIndex::build(self.design.clone(), entries).expect("the design fits"))
+            Arc::new(OnlineIndex::build(design.clone(), entries).expect("the design fits"))
         };
         s.main = build(entries);
         s.mid = build(Vec::new());
+        s.design = design;
         s.recent.clear();
         s.tombstones.clear();
         s.centre = Some(Arc::new(centre));
@@ -486,9 +495,10 @@ impl<B: Bits> Collection<B> {
     /// One merge: `recent` into `mid`, or everything into `main` once `mid`
     /// would exceed an eighth of it. Exposed for tests.
     pub fn merge_once(&self) {
-        let (generation, main, mid, recent, tombstones) = {
+        let (design, generation, main, mid, recent, tombstones) = {
             let s = self.state.read().expect("collection lock");
             (
+                s.design.clone(),
                 s.generation,
                 Arc::clone(&s.main),
                 Arc::clone(&s.mid),
@@ -519,11 +529,10 @@ impl<B: Bits> Collection<B> {
                 .collect()
         };
         let built = Arc::new(
-            OnlineIndex::build(self.design.clone(), sources).expect("the design fits its width"),
+            OnlineIndex::build(design.clone(), sources).expect("the design fits its width"),
         );
-        let empty = Arc::new(
-            OnlineIndex::build(self.design.clone(), std::iter::empty()).expect("an empty index"),
-        );
+        let empty =
+            Arc::new(OnlineIndex::build(design, std::iter::empty()).expect("an empty index"));
         let mut s = self.state.write().expect("collection lock");
         if s.generation != generation {
             // Every fingerprint was rewritten meanwhile: this merge is stale.

@@ -210,6 +210,11 @@ pub struct Settings {
     /// and on what centre (None: plain fingerprints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub centring: Option<Centring>,
+    /// About how many documents the design was planned for; a collection
+    /// that learns its centre plans its design again then, from its own
+    /// centred fingerprints (None: the design stays as created).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_for: Option<f64>,
 }
 
 /// Texts' fingerprints centred on the collection's corpus
@@ -261,6 +266,31 @@ impl Centring {
 }
 
 impl Settings {
+    /// The design planned again for [`Settings::planned_for`] documents,
+    /// with `sample` (fingerprints as stored, little-endian) as the guide to
+    /// how crowded they are: text crowds, and a centred sample predicts a
+    /// query's candidates better than uniform bits do. The design as it is
+    /// when the settings name no size or the sample is too small to guide.
+    pub fn replanned<'a>(&self, sample: impl Iterator<Item = &'a [u8]>) -> OnlineDesign {
+        use neardup_core::index::{Bits, ONLINE_BYTES_PER_DOCUMENT, plan_online};
+        fn plan<'a, B: Bits>(
+            s: &Settings,
+            n: f64,
+            sample: impl Iterator<Item = &'a [u8]>,
+        ) -> OnlineDesign {
+            let fps: Vec<B> = sample.map(B::read_le).collect();
+            match plan_online::<B>(s.max_k, n, &fps, ONLINE_BYTES_PER_DOCUMENT) {
+                Ok(p) if fps.len() >= 1000 => p.design().clone(),
+                _ => s.design.clone(),
+            }
+        }
+        match (self.planned_for, self.config.bits) {
+            (None, _) => self.design.clone(),
+            (Some(n), neardup_core::Width::W64) => plan::<u64>(self, n, sample),
+            (Some(n), neardup_core::Width::W128) => plan::<u128>(self, n, sample),
+        }
+    }
+
     /// Whether texts' matches are verified by default (a stored sketch per
     /// document), rather than decided by Hamming distance alone.
     pub fn verified(&self) -> bool {
@@ -1005,6 +1035,7 @@ impl Store {
                 meta.insert(DIGEST_KEY, digest.text().as_str())
                     .map_err(storage)?;
                 learned.centring = Some(Centring::learned(&centre));
+                learned.design = learned.replanned(rewritten.iter().map(|(_, fp)| fp.as_slice()));
                 write_settings(&mut meta, &learned)?;
             }
             tx.commit().map_err(storage)?;
@@ -1146,7 +1177,48 @@ mod tests {
             version,
             verify: Some(0.8),
             centring: None,
+            planned_for: None,
         }
+    }
+
+    /// The design planned again from a crowded sample is the planner's for
+    /// that sample (not the uniform bits' it was created with); without a
+    /// planned size, or from fewer than 1,000 fingerprints, it stays.
+    #[test]
+    fn a_design_is_planned_again_from_its_own_fingerprints() {
+        use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
+        let uniform = plan_online::<u128>(19, 1e6, &[], ONLINE_BYTES_PER_DOCUMENT).unwrap();
+        let mut s = settings(STORE_VERSION);
+        s.max_k = 19;
+        s.design = uniform.design().clone();
+        // Clusters of fingerprints around a few centres, as text's are.
+        let mut rng = neardup_core::rng::SplitMix64(11);
+        let centres: Vec<u128> = (0..20)
+            .map(|_| u128::from(rng.next()) << 64 | u128::from(rng.next()))
+            .collect();
+        let sample: Vec<u128> = (0..3000)
+            .map(|i| {
+                (0..24).fold(centres[i % centres.len()], |x, _| {
+                    x ^ 1 << (rng.next() % 128)
+                })
+            })
+            .collect();
+        let bytes: Vec<[u8; 16]> = sample.iter().map(|x| x.to_le_bytes()).collect();
+        let slices = || bytes.iter().map(|b| b.as_slice());
+        assert_eq!(s.replanned(slices()), s.design, "no planned size");
+        s.planned_for = Some(1e6);
+        let want = plan_online::<u128>(19, 1e6, &sample, ONLINE_BYTES_PER_DOCUMENT).unwrap();
+        assert_eq!(&s.replanned(slices()), want.design());
+        assert_ne!(
+            want.design(),
+            uniform.design(),
+            "the sample changes the plan"
+        );
+        assert_eq!(
+            s.replanned(slices().take(999)),
+            s.design,
+            "too small a sample"
+        );
     }
 
     fn refuse() -> Result<Settings, ServiceError> {

@@ -227,6 +227,7 @@ fn learn_when_due<B: Bits>(store: &Store, collection: &Collection<B>, settings: 
             let n = rewritten.len();
             collection.recentre(
                 centre,
+                learned.design.clone(),
                 rewritten.into_iter().map(|(id, le)| (id, B::read_le(&le))),
             );
             *settings = learned;
@@ -654,6 +655,7 @@ mod tests {
             version: crate::store::STORE_VERSION,
             verify: None,
             centring: None,
+            planned_for: None,
         };
         let (store, _) = Store::open_or_create(dir, || Ok(settings)).unwrap();
         let c = Collection::new(design, |_| Ok(()), 0).unwrap();

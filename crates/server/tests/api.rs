@@ -27,6 +27,7 @@ fn settings(bits: u32, max_k: u32) -> Settings {
         version: neardup_server::store::STORE_VERSION,
         verify: None,
         centring: None,
+        planned_for: None,
     }
 }
 
@@ -334,6 +335,7 @@ fn token_settings(verify: Option<f64>) -> Settings {
         version: neardup_server::store::STORE_VERSION,
         verify,
         centring: None,
+        planned_for: None,
     }
 }
 
@@ -1009,6 +1011,7 @@ async fn a_collection_learns_its_centre_from_its_first_documents() {
         version: neardup_server::store::STORE_VERSION,
         verify: Some(0.8),
         centring: Some(Centring::Learning { from: FROM as u64 }),
+        planned_for: None,
     };
     let texts = unrelated_texts(60);
     let near = |i: usize| texts[i].replacen(' ', " extra ", 1);
@@ -1139,6 +1142,7 @@ async fn a_collection_of_vectors_verifies_by_exact_cosine() {
         version: neardup_server::store::STORE_VERSION,
         verify: Some(0.95),
         centring: None,
+        planned_for: None,
     };
     let mut r = neardup_core::rng::SplitMix64(17);
     let mut gauss = move || {

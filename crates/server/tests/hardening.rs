@@ -28,6 +28,7 @@ fn settings(config: FingerprintConfig) -> Settings {
         version: neardup_server::store::STORE_VERSION,
         verify: None,
         centring: None,
+        planned_for: None,
     }
 }
 

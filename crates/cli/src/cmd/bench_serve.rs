@@ -369,10 +369,23 @@ fn load(
     let centre = match settings.centring {
         Some(Centring::Learning { from }) => {
             let mut centre = Centre::new(settings.config.bits);
-            for i in 0..from.min(n) {
-                centre.add(hasher.shares(&sentences.document(i)).as_bytes());
+            let shares: Vec<_> = (0..from.min(n))
+                .map(|i| hasher.shares(&sentences.document(i)))
+                .collect();
+            for s in &shares {
+                centre.add(s.as_bytes());
             }
+            // The design planned again from the centred fingerprints, as
+            // the service does when it learns its centre.
+            let centred: Vec<Vec<u8>> = shares
+                .iter()
+                .map(|s| {
+                    let fp = centre.fingerprint(s.as_bytes());
+                    fp.value().to_le_bytes()[..fp.width().bits() as usize / 8].to_vec()
+                })
+                .collect();
             settings.centring = Some(Centring::learned(&centre));
+            settings.design = settings.replanned(centred.iter().map(Vec::as_slice));
             Some(centre)
         }
         Some(Centring::Learned { .. }) => bail!("a new collection has not learned a centre"),

@@ -443,6 +443,7 @@ fn settings_for(
         version: neardup_server::store::STORE_VERSION,
         verify: threshold,
         centring,
+        planned_for: Some(n),
     };
     Ok((settings, idf_source))
 }
