@@ -70,16 +70,17 @@ struct BlockTable {
     flips: Vec<u32>,
 }
 
-/// The 64 bits of `fp` that follow `block` (wrapping around the width): all
-/// of a 64-bit fingerprint (rotated), none of the block's bits (blocks are
-/// at most 64 bits wide). Their distance to the same bits of another
-/// fingerprint is at most the whole distance.
+/// The 64 bits of `fp` that follow `block` (wrapping around the width),
+/// none of the block's own (those of a 64-bit fingerprint are zeroed; blocks
+/// are at most 64 bits wide). Their distance to the same bits of another
+/// fingerprint plus the distance on the block is at most the whole distance.
 #[inline]
 fn rest<B: Bits>(block: &Block, fp: B) -> u64 {
     let shift = (block.start + block.len) % B::BITS;
     let v = fp.to_u128();
     if B::BITS == 64 {
-        (v as u64).rotate_right(shift)
+        // The block's bits are now the top ones.
+        (v as u64).rotate_right(shift) & u64::MAX.checked_shr(block.len).unwrap_or(0)
     } else {
         v.rotate_right(shift) as u64
     }
@@ -205,7 +206,9 @@ impl BlockTable {
 /// in one bucket within k on the bits outside the block.
 #[derive(Default)]
 struct Scratch {
-    ranges: Vec<(u32, u32)>,
+    /// A bucket's entries `lo..hi`, and how many bits its directory value
+    /// is from the query's.
+    ranges: Vec<(u32, u32, u32)>,
     /// Where each block's ranges end.
     ends: Vec<usize>,
     hits: Vec<u32>,
@@ -487,7 +490,7 @@ impl<B: Bits> MultiIndex<B> {
                     prefetch(&table.rest[lo as usize]);
                     let len = (hi - lo) as usize;
                     capped |= len > cap.scan;
-                    ranges.push((lo, lo + len.min(cap.scan) as u32));
+                    ranges.push((lo, lo + len.min(cap.scan) as u32, e.count_ones()));
                 }
             }
             ends.push(ranges.len());
@@ -499,9 +502,12 @@ impl<B: Bits> MultiIndex<B> {
             // same) their fingerprints, measured whole.
             let q = rest(&table.block, query);
             passed.clear();
-            for &(lo, hi) in &ranges[from..end] {
+            for &(lo, hi, apart) in &ranges[from..end] {
+                // The bucket is `apart` bits from the query's on the block:
+                // what is left of k for the bits outside it.
                 hits.clear();
-                super::near::within_u64(q, &table.rest[lo as usize..hi as usize], k, hits);
+                let left = k.saturating_sub(apart);
+                super::near::within_u64(q, &table.rest[lo as usize..hi as usize], left, hits);
                 for &h in hits.iter() {
                     let at = lo + h;
                     prefetch(&table.slots[at as usize]);
