@@ -60,6 +60,12 @@ pub struct ServeArgs {
     /// Where to build the collections (default: a temporary folder).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+
+    /// Measure the paper's regime instead of the default collection: one
+    /// created with `neardup serve --no-verify` (64-bit fingerprints, k = 3,
+    /// answers by Hamming distance alone, no sketch stored).
+    #[arg(long)]
+    pub no_verify: bool,
 }
 
 /// Documents made of real ones: each stored document joins a few source
@@ -208,7 +214,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         if dir.exists() {
             std::fs::remove_dir_all(&dir)?;
         }
-        let settings = super::serve::default_settings(n as f64)?;
+        let settings = super::serve::default_settings(n as f64, args.no_verify)?;
         let config = settings.config.clone();
         let started = Instant::now();
         let (settings, centre) = load(&dir, settings, &sentences, n)?;
@@ -292,7 +298,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 Some(("/v1/documents", body.clone()))
             }
         })?;
-        report(&mut out, "check (text, verified)", count, &lat, duration)?;
+        let what = if settings.verified() {
+            "check (text, verified)"
+        } else {
+            "check (text, by distance)"
+        };
+        report(&mut out, what, count, &lat, duration)?;
         let (hits, near) = (
             found.0.load(Ordering::Relaxed),
             found.1.load(Ordering::Relaxed),
@@ -366,6 +377,7 @@ fn load(
 ) -> Result<(neardup_server::Settings, Option<Centre>)> {
     let hasher = SimHasher::new(settings.config.clone())?;
     let normalize = settings.config.normalize;
+    let verified = settings.verified();
     let centre = match settings.centring {
         Some(Centring::Learning { from }) => {
             let mut centre = Centre::new(settings.config.bits);
@@ -397,7 +409,7 @@ fn load(
     let mut done = 0;
     while done < n {
         let m = (n - done).min(CHUNK);
-        let docs: Vec<(String, Vec<u8>, Signature)> = (done..done + m)
+        let docs: Vec<(String, Vec<u8>, Option<Signature>)> = (done..done + m)
             .into_par_iter()
             .map(|i| {
                 let text = sentences.document(i);
@@ -405,7 +417,7 @@ fn load(
                     Some(c) => c.fingerprint(hasher.shares(&text).as_bytes()),
                     None => hasher.fingerprint_input(Input::Text(&text))?,
                 };
-                let sketch = Signature::of(&shingles_for(&text, &normalize));
+                let sketch = verified.then(|| Signature::of(&shingles_for(&text, &normalize)));
                 let bytes = fp.width().bits() as usize / 8;
                 let le = fp.value().to_le_bytes()[..bytes].to_vec();
                 Ok((format!("https://example.com/{i}"), le, sketch))
@@ -417,7 +429,7 @@ fn load(
                 id,
                 fingerprint: fp,
                 meta: None,
-                sketch: Some(sketch),
+                sketch: sketch.as_ref(),
                 shares: None,
                 vector: None,
             })

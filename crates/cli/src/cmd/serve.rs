@@ -330,15 +330,16 @@ fn create_settings(args: &Args) -> Result<(Settings, Option<String>), ServiceErr
     )
 }
 
-/// The settings `neardup serve` gives a collection created with no flags,
-/// planned for `expected` documents (`neardup bench serve` creates these).
+/// The settings `neardup serve` gives a collection created with no flags
+/// (or with `--no-verify` alone), planned for `expected` documents
+/// (`neardup bench serve` creates these).
 #[cfg(feature = "bench")]
-pub fn default_settings(expected: f64) -> Result<Settings, ServiceError> {
+pub fn default_settings(expected: f64, no_verify: bool) -> Result<Settings, ServiceError> {
     settings_for(
         &PipelineArgs::default(),
         None,
         None,
-        (false, None),
+        (no_verify, None),
         Some(expected),
     )
     .map(|(s, _)| s)
