@@ -212,7 +212,9 @@ pub struct Levels {
 
 impl<B: Bits> Collection<B> {
     /// A collection over the documents `for_each` gives (id, fingerprint),
-    /// built as one main index; `expected`: about how many.
+    /// each id once (as [`crate::store::Store::for_each`] does: it checks
+    /// that its ids ascend strictly), built as one main index; `expected`:
+    /// about how many.
     pub fn new(
         design: OnlineDesign,
         for_each: impl FnOnce(&mut dyn FnMut(&str, B)) -> Result<(), crate::ServiceError>,
@@ -220,18 +222,11 @@ impl<B: Bits> Collection<B> {
     ) -> Result<Self, crate::ServiceError> {
         let mut ids = Ids::with_capacity(expected, expected * 24);
         let mut entries: Vec<(u64, B)> = Vec::with_capacity(expected);
-        let mut replaced = HashSet::new();
         for_each(&mut |id, fp| {
-            // A store yields each id once; if not, the last one counts.
-            if let Some(old) = ids.remove(id) {
-                replaced.insert(old);
-            }
+            debug_assert!(ids.find(id).is_none(), "{id:?} given twice");
             let e = ids.push(id);
             entries.push((e, fp));
         })?;
-        if !replaced.is_empty() {
-            entries.retain(|(e, _)| !replaced.contains(e));
-        }
         let config = |e: neardup_core::Error| crate::ServiceError::Config(e.to_string());
         let main = OnlineIndex::build(design.clone(), entries).map_err(config)?;
         let mid = OnlineIndex::build(design.clone(), std::iter::empty()).map_err(config)?;

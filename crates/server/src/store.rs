@@ -886,37 +886,56 @@ impl Store {
             let table = tx.open_table(DOCS).map_err(storage)?;
             let mut got = Digest::default();
             let mut previous: Option<String> = None;
-            for entry in table.iter().map_err(storage)? {
-                let (k, v) = entry.map_err(storage)?;
-                let id = k.value();
-                let value = self.checked(id, v.value())?;
-                // The scan reads the leaves in order; a lookup goes through
-                // the branch pages. Both must agree, or a stored document
-                // would be missed by a lookup (404, a second copy stored, a
-                // delete undone).
-                if previous.as_deref().is_some_and(|p| p >= id) {
-                    return Err(self.damaged(format!(
-                        "the document table's keys are out of order or repeated at {id:?}"
-                    )));
-                }
-                let found = table.get(id).map_err(storage)?;
-                if found.as_ref().map(|g| g.value()) != Some(v.value()) {
-                    return Err(self.damaged(format!(
-                        "document {id:?} is not found by its own key: the document \
-                         table's index is damaged"
-                    )));
-                }
-                drop(found);
-                got.add(stored_check(v.value()));
-                f(id, &value[..self.fp_bytes]);
-                match &mut previous {
-                    Some(p) => {
-                        p.clear();
-                        p.push_str(id);
+            std::thread::scope(|scope| {
+                // Every document looked up by its own key, on the other core
+                // beside the scan: the scan reads the leaves in order, a
+                // lookup goes through the branch pages, and both must agree,
+                // or a stored document would be missed by a lookup (404, a
+                // second copy stored, a delete undone).
+                let lookups = scope.spawn(|| -> Result<(), ServiceError> {
+                    let tx = db.begin_read().map_err(storage)?;
+                    let table = tx.open_table(DOCS).map_err(storage)?;
+                    for entry in table.iter().map_err(storage)? {
+                        let (k, v) = entry.map_err(storage)?;
+                        let id = k.value();
+                        let found = table.get(id).map_err(storage)?;
+                        if found.as_ref().map(|g| g.value()) != Some(v.value()) {
+                            return Err(self.damaged(format!(
+                                "document {id:?} is not found by its own key: the document \
+                                 table's index is damaged"
+                            )));
+                        }
                     }
-                    None => previous = Some(id.to_owned()),
-                }
-            }
+                    Ok(())
+                });
+                let scanned = (|| -> Result<(), ServiceError> {
+                    for entry in table.iter().map_err(storage)? {
+                        let (k, v) = entry.map_err(storage)?;
+                        let id = k.value();
+                        let value = self.checked(id, v.value())?;
+                        // Strictly ascending: each id once.
+                        if previous.as_deref().is_some_and(|p| p >= id) {
+                            return Err(self.damaged(format!(
+                                "the document table's keys are out of order or repeated at {id:?}"
+                            )));
+                        }
+                        got.add(stored_check(v.value()));
+                        f(id, &value[..self.fp_bytes]);
+                        match &mut previous {
+                            Some(p) => {
+                                p.clear();
+                                p.push_str(id);
+                            }
+                            None => previous = Some(id.to_owned()),
+                        }
+                    }
+                    Ok(())
+                })();
+                let looked_up = lookups.join().unwrap_or_else(|_| {
+                    Err(self.damaged("the key check stopped unexpectedly".into()))
+                });
+                scanned.and(looked_up)
+            })?;
             if got != want {
                 return Err(self.damaged(format!(
                     "records were lost or changed ({} found where {} were written)",
