@@ -30,7 +30,7 @@
 //! with the bucket, and their distance to the query's (a lower bound of the
 //! whole distance) leaves only the few within k to be read from the
 //! fingerprint array at random: at 128 bits, two unrelated fingerprints are
-//! within 19 on 64 bits about once in 2,000. Crowded text fills some buckets
+//! within 19 on 64 bits about once in 1,300. Crowded text fills some buckets
 //! more; the planner ([`super::plan_online`]) estimates candidates from a
 //! sample of the fingerprints themselves.
 //!
