@@ -206,6 +206,8 @@ impl BlockTable {
 /// in one bucket within k on the bits outside the block.
 #[derive(Default)]
 struct Scratch {
+    /// Each block's bucket of the query.
+    buckets: Vec<usize>,
     /// A bucket's entries `lo..hi`, and how many bits its directory value
     /// is from the query's.
     ranges: Vec<(u32, u32, u32)>,
@@ -459,6 +461,7 @@ impl<B: Bits> MultiIndex<B> {
         cap: Cap,
     ) -> bool {
         let Scratch {
+            buckets,
             ranges,
             ends,
             hits,
@@ -469,20 +472,17 @@ impl<B: Bits> MultiIndex<B> {
         // were requested a whole pass earlier and their misses overlap: every
         // bucket's directory entry; then every non-empty bucket's first bits
         // outside the block; then the buckets themselves.
-        let buckets: Vec<usize> = self
-            .blocks
-            .iter()
-            .map(|table| {
-                let v = BlockTable::bucket(&table.block, table.dir_bits, query);
-                for &e in &table.flips {
-                    prefetch(&table.dir[v ^ e as usize]);
-                }
-                v
-            })
-            .collect();
+        buckets.clear();
+        buckets.extend(self.blocks.iter().map(|table| {
+            let v = BlockTable::bucket(&table.block, table.dir_bits, query);
+            for &e in &table.flips {
+                prefetch(&table.dir[v ^ e as usize]);
+            }
+            v
+        }));
         ranges.clear();
         ends.clear();
-        for (table, &v) in self.blocks.iter().zip(&buckets) {
+        for (table, &v) in self.blocks.iter().zip(buckets.iter()) {
             for &e in &table.flips {
                 let u = v ^ e as usize;
                 let (lo, hi) = (table.dir[u], table.dir[u + 1]);
