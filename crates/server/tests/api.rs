@@ -1121,6 +1121,85 @@ async fn a_collection_learns_its_centre_from_its_first_documents() {
     );
 }
 
+/// A collection that learns its centre plans its design again from the
+/// centred fingerprints it learned from (for the size its settings were
+/// planned for), serves on that design at once, and keeps it over a
+/// restart.
+#[tokio::test]
+async fn a_learned_centre_plans_the_design_again() {
+    use neardup_core::centre::Centre;
+    use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
+    use neardup_core::{Fingerprint, SimHasher};
+    use neardup_server::store::Centring;
+    const FROM: usize = 1000;
+    let config = FingerprintConfig::candidates();
+    let hasher = SimHasher::new(config.clone()).unwrap();
+    // Created on the uniform plan for a million, planned again for ten.
+    let created = plan_online::<u128>(19, 1e6, &[], ONLINE_BYTES_PER_DOCUMENT)
+        .unwrap()
+        .design()
+        .clone();
+    let settings = Settings {
+        config,
+        max_k: 19,
+        design: created.clone(),
+        version: neardup_server::store::STORE_VERSION,
+        verify: Some(0.8),
+        centring: Some(Centring::Learning { from: FROM as u64 }),
+        planned_for: Some(1e7),
+    };
+    let texts = unrelated_texts(FROM + 1);
+    let mut centre = Centre::new(neardup_core::Width::W128);
+    for t in &texts[..FROM] {
+        centre.add(hasher.shares(t).as_bytes());
+    }
+    let centred: Vec<[u8; 16]> = texts[..FROM]
+        .iter()
+        .map(|t| {
+            let fp: Fingerprint = centre.fingerprint(hasher.shares(t).as_bytes());
+            fp.value().to_le_bytes()
+        })
+        .collect();
+    let want = settings.replanned(centred.iter().map(|b| b.as_slice()));
+    assert_ne!(want, created, "the test needs a design that changes");
+    let dir = tempfile::tempdir().unwrap();
+    let app = App::open(dir.path(), || Ok(settings), Options::default()).unwrap();
+    let r = &app.router;
+    for chunk in (0..FROM).collect::<Vec<_>>().chunks(100) {
+        let docs: Vec<Value> = chunk
+            .iter()
+            .map(|&i| json!({"id": format!("d{i}"), "text": &texts[i]}))
+            .collect();
+        let body = json!({"documents": docs, "mode": "insert_if_new"});
+        let (s, b) = call(r, "POST", "/v1/documents", Some(body)).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    let mut stats = Value::Null;
+    for _ in 0..500 {
+        stats = call(r, "GET", "/v1/stats", None).await.1;
+        if stats["centring"]["mode"] == "centred" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(stats["centring"]["mode"], "centred", "{stats}");
+    assert_eq!(stats["design"]["description"], want.describe(), "{stats}");
+    // Served on it: a near copy of a learned document is found.
+    let near = texts[7].replacen(' ', " extra ", 1);
+    let check = json!({"documents": [{"id": "q", "text": near}], "mode": "check"});
+    let (_, b) = call(r, "POST", "/v1/documents", Some(check)).await;
+    assert_eq!(b["results"][0]["duplicates"][0]["id"], "d7", "{b}");
+    drop(app);
+    let app = App::open(
+        dir.path(),
+        || panic!("the collection exists"),
+        Options::default(),
+    )
+    .unwrap();
+    let (_, stats) = call(&app.router, "GET", "/v1/stats", None).await;
+    assert_eq!(stats["design"]["description"], want.describe(), "{stats}");
+}
+
 /// A verified collection of vectors keeps its vectors and answers by their
 /// exact cosine: a stored vector's near copy (cosine 0.99) is found with its
 /// cosine, one at cosine about 0.94 within the same Hamming reach is not, a
