@@ -986,6 +986,47 @@ fn unrelated_texts(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// A verified 128-bit collection of texts that learns its centre from its
+/// first `from` documents, on the uniform plan for `n` documents at k = 19,
+/// planned again for `planned_for` (if any) once the centre is learned.
+fn learning_settings(n: f64, from: usize, planned_for: Option<f64>) -> Settings {
+    use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
+    Settings {
+        config: FingerprintConfig::candidates(),
+        max_k: 19,
+        design: plan_online::<u128>(19, n, &[], ONLINE_BYTES_PER_DOCUMENT)
+            .unwrap()
+            .design()
+            .clone(),
+        version: neardup_server::store::STORE_VERSION,
+        verify: Some(0.8),
+        centring: Some(neardup_server::store::Centring::Learning { from: from as u64 }),
+        planned_for,
+    }
+}
+
+/// The mean of `texts`' shares: the centre a collection learns from them.
+fn centre_of(hasher: &neardup_core::SimHasher, texts: &[String]) -> neardup_core::centre::Centre {
+    let mut centre = neardup_core::centre::Centre::new(neardup_core::Width::W128);
+    for t in texts {
+        centre.add(hasher.shares(t).as_bytes());
+    }
+    centre
+}
+
+/// `/v1/stats` once the collection says its centre is learned (bounded wait).
+async fn stats_once_centred(r: &Router) -> Value {
+    let mut stats = Value::Null;
+    for _ in 0..500 {
+        stats = call(r, "GET", "/v1/stats", None).await.1;
+        if stats["centring"]["mode"] == "centred" {
+            return stats;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the centre was not learned: {stats}");
+}
+
 /// A verified collection that centres its texts' fingerprints keeps them
 /// plain until `from` documents are stored by text; then the centre is the
 /// mean of exactly those documents' shares, every one of them is stored
@@ -993,26 +1034,10 @@ fn unrelated_texts(n: usize) -> Vec<String> {
 /// found before and after, and a restart keeps the centre.
 #[tokio::test]
 async fn a_collection_learns_its_centre_from_its_first_documents() {
-    use neardup_core::centre::Centre;
-    use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
     use neardup_core::{Fingerprint, SimHasher};
-    use neardup_server::store::Centring;
     const FROM: usize = 40;
-    let config = FingerprintConfig::candidates();
-    let hasher = SimHasher::new(config.clone()).unwrap();
-    let design = plan_online::<u128>(19, 1e5, &[], ONLINE_BYTES_PER_DOCUMENT)
-        .unwrap()
-        .design()
-        .clone();
-    let settings = Settings {
-        config,
-        max_k: 19,
-        design,
-        version: neardup_server::store::STORE_VERSION,
-        verify: Some(0.8),
-        centring: Some(Centring::Learning { from: FROM as u64 }),
-        planned_for: None,
-    };
+    let settings = learning_settings(1e5, FROM, None);
+    let hasher = SimHasher::new(settings.config.clone()).unwrap();
     let texts = unrelated_texts(60);
     let near = |i: usize| texts[i].replacen(' ', " extra ", 1);
     let dir = tempfile::tempdir().unwrap();
@@ -1052,21 +1077,9 @@ async fn a_collection_learns_its_centre_from_its_first_documents() {
     // its batch is committed (bounded wait).
     let (_, b) = insert(FROM - 1).await;
     assert_eq!(b["results"][0]["stored"], true, "{b}");
-    let mut centred = false;
-    for _ in 0..500 {
-        let (_, stats) = call(r, "GET", "/v1/stats", None).await;
-        if stats["centring"]["mode"] == "centred" {
-            assert_eq!(stats["centring"]["documents"], FROM, "{stats}");
-            centred = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert!(centred, "the centre was not learned");
-    let mut centre = Centre::new(neardup_core::Width::W128);
-    for t in &texts[..FROM] {
-        centre.add(hasher.shares(t).as_bytes());
-    }
+    let stats = stats_once_centred(r).await;
+    assert_eq!(stats["centring"]["documents"], FROM, "{stats}");
+    let centre = centre_of(&hasher, &texts[..FROM]);
     let want = |i: usize| centre.fingerprint(hasher.shares(&texts[i]).as_bytes());
     for i in 0..FROM {
         let (_, b) = call(r, "GET", &format!("/v1/documents/d{i}"), None).await;
@@ -1127,32 +1140,14 @@ async fn a_collection_learns_its_centre_from_its_first_documents() {
 /// restart.
 #[tokio::test]
 async fn a_learned_centre_plans_the_design_again() {
-    use neardup_core::centre::Centre;
-    use neardup_core::index::{ONLINE_BYTES_PER_DOCUMENT, plan_online};
     use neardup_core::{Fingerprint, SimHasher};
-    use neardup_server::store::Centring;
     const FROM: usize = 1000;
-    let config = FingerprintConfig::candidates();
-    let hasher = SimHasher::new(config.clone()).unwrap();
     // Created on the uniform plan for a million, planned again for ten.
-    let created = plan_online::<u128>(19, 1e6, &[], ONLINE_BYTES_PER_DOCUMENT)
-        .unwrap()
-        .design()
-        .clone();
-    let settings = Settings {
-        config,
-        max_k: 19,
-        design: created.clone(),
-        version: neardup_server::store::STORE_VERSION,
-        verify: Some(0.8),
-        centring: Some(Centring::Learning { from: FROM as u64 }),
-        planned_for: Some(1e7),
-    };
+    let settings = learning_settings(1e6, FROM, Some(1e7));
+    let created = settings.design.clone();
+    let hasher = SimHasher::new(settings.config.clone()).unwrap();
     let texts = unrelated_texts(FROM + 1);
-    let mut centre = Centre::new(neardup_core::Width::W128);
-    for t in &texts[..FROM] {
-        centre.add(hasher.shares(t).as_bytes());
-    }
+    let centre = centre_of(&hasher, &texts[..FROM]);
     let centred: Vec<[u8; 16]> = texts[..FROM]
         .iter()
         .map(|t| {
@@ -1174,15 +1169,7 @@ async fn a_learned_centre_plans_the_design_again() {
         let (s, b) = call(r, "POST", "/v1/documents", Some(body)).await;
         assert_eq!(s, StatusCode::OK, "{b}");
     }
-    let mut stats = Value::Null;
-    for _ in 0..500 {
-        stats = call(r, "GET", "/v1/stats", None).await.1;
-        if stats["centring"]["mode"] == "centred" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(stats["centring"]["mode"], "centred", "{stats}");
+    let stats = stats_once_centred(r).await;
     assert_eq!(stats["design"]["description"], want.describe(), "{stats}");
     // Served on it: a near copy of a learned document is found.
     let near = texts[7].replacen(' ', " extra ", 1);
