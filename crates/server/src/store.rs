@@ -272,7 +272,9 @@ impl Settings {
     /// query's candidates better than uniform bits do. The design as it is
     /// when the settings name no size or the sample is too small to guide.
     pub fn replanned<'a>(&self, sample: impl Iterator<Item = &'a [u8]>) -> OnlineDesign {
-        use neardup_core::index::{Bits, ONLINE_BYTES_PER_DOCUMENT, plan_online};
+        use neardup_core::index::{
+            Bits, ONLINE_BYTES_PER_DOCUMENT, ONLINE_MIN_SAMPLE, plan_online,
+        };
         fn plan<'a, B: Bits>(
             s: &Settings,
             n: f64,
@@ -280,7 +282,7 @@ impl Settings {
         ) -> OnlineDesign {
             let fps: Vec<B> = sample.map(B::read_le).collect();
             match plan_online::<B>(s.max_k, n, &fps, ONLINE_BYTES_PER_DOCUMENT) {
-                Ok(p) if fps.len() >= 1000 => p.design().clone(),
+                Ok(p) if fps.len() >= ONLINE_MIN_SAMPLE => p.design().clone(),
                 _ => s.design.clone(),
             }
         }

@@ -37,8 +37,8 @@ pub use join::{
 pub use multi::{MultiIndex, QueryWork};
 pub use online::OnlineIndex;
 pub use plan::{
-    ONLINE_BYTES_PER_DOCUMENT, OnlineDesign, OnlineOption, OnlinePlan, Plan, PlanOption,
-    join_max_k, plan, plan_join, plan_join_for, plan_join_sampled, plan_online,
+    ONLINE_BYTES_PER_DOCUMENT, ONLINE_MIN_SAMPLE, OnlineDesign, OnlineOption, OnlinePlan, Plan,
+    PlanOption, join_max_k, plan, plan_join, plan_join_for, plan_join_sampled, plan_online,
 };
 pub use radius::{Block, RadiusDesign};
 pub use self_join::{JoinDesign, SelfJoin};

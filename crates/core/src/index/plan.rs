@@ -391,6 +391,10 @@ impl OnlinePlan {
     }
 }
 
+/// Fingerprints a sample must hold for [`plan_online`] to estimate
+/// candidates from it (fewer: from uniformly random bits).
+pub const ONLINE_MIN_SAMPLE: usize = 1000;
+
 /// Index memory per stored fingerprint an online design may take by
 /// default: the service's whole budget is about 300 bytes per document,
 /// which its ids, store and verification data share.
@@ -437,7 +441,7 @@ pub fn plan_online<B: Bits>(
         )));
     }
     let n = n.max(1.0);
-    let diffs: Vec<B> = if sample.len() >= 1000 {
+    let diffs: Vec<B> = if sample.len() >= ONLINE_MIN_SAMPLE {
         let mut rng = crate::rng::SplitMix64(0x6f6e_6c69);
         let len = sample.len() as u64;
         (0..SAMPLED_PAIRS)
