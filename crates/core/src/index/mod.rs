@@ -15,6 +15,7 @@ pub mod mem;
 mod multi;
 mod near;
 mod online;
+mod pigeonhole;
 mod plan;
 pub mod radius;
 pub(crate) mod radix;
@@ -36,6 +37,7 @@ pub use join::{
 };
 pub use multi::{MultiIndex, QueryWork};
 pub use online::OnlineIndex;
+pub use pigeonhole::Pigeonhole;
 pub use plan::{
     ONLINE_BYTES_PER_DOCUMENT, ONLINE_MIN_SAMPLE, OnlineDesign, OnlineOption, OnlinePlan, Plan,
     PlanOption, join_max_k, plan, plan_join, plan_join_for, plan_join_sampled, plan_online,
