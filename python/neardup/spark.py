@@ -37,13 +37,17 @@ see :class:`LocalSplits`; other inputs by Spark):
 5. Outputs: pairs and clusters from the driver; the kept records in one more
    pass over the input, unchanged (JSON Lines lines or Parquet rows).
 
-Above ``driver_documents`` (20 million) documents the fully distributed path
-runs instead: one key per table of the join design (paper section 3.1),
-shuffled, each key group compared in Rust (a key group larger than
-``max_group`` split into block pairs), candidates verified by joining their
-feature sets, components by large-star/small-star (Kiveris et al., SoCC
-2014); it takes the components policy and keep-by first (ids of JSON Lines
-records read as integers when every one is, else as strings).
+Above ``driver_documents`` (20 million) documents the distributed path runs
+instead, with nothing per document on the driver (:func:`_distributed_texts`):
+the fingerprint pass's rows centred in the executors, candidates by k + 1
+keyed groups joined in Rust (core's ``Pigeonhole``: the same pairs as the
+CLI's join, a group larger than ``max_group`` split into block pairs),
+undecided pairs checked per connected component, components by a union-find
+per task then in one task (or large-star/small-star rounds), and the kept
+records streamed from each input range minus its removed positions. It
+takes the components policy and keep-by first (ids of JSON Lines records
+read as integers when every one is, else as strings). ``--report FILE``
+writes each stage's seconds, rows and bytes shuffled.
 
 Outputs under ``--output DIR``: ``DIR/pairs`` (columns ``a``, ``b``,
 ``distance``, and ``jaccard`` when verified), ``DIR/clusters``
@@ -69,6 +73,10 @@ import numpy as np
 import neardup
 from neardup import _neardup as _rs
 
+# Rows of one group of the distributed join held by one task (about 200
+# bytes each with verification); a larger group is split into block pairs.
+MAX_GROUP = 500_000
+
 
 @dataclass
 class SparkDedupResult:
@@ -88,6 +96,64 @@ class SparkDedupResult:
     annotated: Any = None
     #: Writes ``annotated`` as ``write_local`` writes ``deduped``.
     write_annotated_local: Any = None
+    #: Per-stage figures (seconds, rows, bytes shuffled): see ``--report``.
+    report: Any = None
+
+
+class _Report:
+    """Per-stage figures of a run: seconds, rows, and the bytes the stage
+    wrote to Spark's shuffle (from the driver's status store: every stage
+    Spark ran since the last one recorded), for the log and ``--report``."""
+
+    def __init__(self, spark: Any):
+        self.spark = spark
+        self.stages: list = []
+        self.documents = 0
+        self._last = self._shuffle()[0]
+
+    def _shuffle(self) -> tuple:
+        """(the newest Spark stage id, bytes written by stages after ``_last``)."""
+        try:
+            jvm, sc = self.spark._jvm, self.spark.sparkContext
+            empty = jvm.java.util.ArrayList()
+            it = sc._jsc.sc().statusStore().stageList(empty, False, False, sc._gateway.new_array(jvm.double, 0), empty).iterator()
+            newest, written = -1, 0
+            last = getattr(self, "_last", -1)
+            while it.hasNext():
+                st = it.next()
+                newest = max(newest, st.stageId())
+                if st.stageId() > last:
+                    written += st.shuffleWriteBytes()
+            return newest, written
+        except Exception:  # noqa: BLE001 - Spark Connect, or another status store
+            return -1, None
+
+    def done(self, name: str, seconds: float, documents: int, **rows: int) -> None:
+        newest, written = self._shuffle()
+        self._last = max(self._last, newest)
+        self.stages.append({
+            "stage": name,
+            "seconds": round(seconds, 3),
+            "shuffle_bytes": written,
+            "shuffle_bytes_per_document": round(written / documents, 1) if written is not None and documents else None,
+            **rows,
+        })
+
+    def driver_memory(self) -> dict:
+        """Peak resident memory of the driver's Python process and, when it
+        runs on this machine, of its JVM."""
+        import resource
+
+        out = {"python_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "jvm_peak_bytes": None}
+        try:
+            pid = self.spark._jvm.java.lang.ProcessHandle.current().pid()
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        out["jvm_peak_bytes"] = int(line.split()[1]) * 1024
+        except Exception:  # noqa: BLE001 - another machine or no /proc
+            pass
+        return out
 
 
 def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict, centre: bool = True, idf: Any = None):
@@ -154,47 +220,33 @@ def _centre_distributed(spark: Any, fps: Any, bits: int) -> Any:
     return out
 
 
-def _dedup_distributed(
+def _dedup_vectors(
     spark: Any,
     df: Any,
     *,
-    id_col: str = "id",
-    text_col: str = "text",
+    id_col: str,
+    vector_col: str,
     k: Optional[int] = None,
     verify: Any = True,
-    config: Any = None,
-    max_group: int = 4096,
-    vector_col: Optional[str] = None,
+    max_group: int = MAX_GROUP,
     min_similarity: Optional[float] = None,
-    json_ids: Optional[str] = None,
-    centre: bool = True,
     **kwargs: Any,
 ) -> SparkDedupResult:
-    """The fully distributed path: vectors, and texts whose fingerprints do
-    not fit the driver (more than ``driver_documents``). Components policy,
-    keep-by first, no ``against``. ``json_ids``: a column of the ids read as
-    integers, used instead of ``id_col`` when every id is one (as ``neardup
-    dedup`` reads JSON ids). ``centre``: candidates centred on the corpus
-    (with verification and no ``config``, as ``neardup dedup``)."""
+    """Dense vectors, as ``neardup dedup`` takes them: 128 bits, k for 99%
+    recall at the cosine threshold, candidates by :func:`_candidates`,
+    confirmed by exact cosine. Components policy, keep-by first."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if vector_col is not None:
-        # Dense vectors, as ``neardup dedup`` takes them: 128 bits, k for 99%
-        # recall at the cosine threshold, candidates confirmed by exact cosine.
-        cos = neardup.DEFAULT_COSINE if min_similarity is None else float(min_similarity)
-        cfg = neardup.vector_config(int(kwargs.pop("bits", 128)), None, int(kwargs.pop("seed", 0)))
-        if kwargs:
-            raise TypeError(f"vectors take bits= and seed=, not {sorted(kwargs)}")
-        threshold = cos if (verify is not False and verify is not None) else None
-        if k is None:
-            k = _rs.default_vector_k(cfg.bits, cos, threshold is not None)
-        text_col = vector_col
-        centred = False
-    else:
-        cfg, k, threshold, centred = _settings(verify, k, config, kwargs, centre)
-    score = "cosine" if vector_col is not None else "jaccard"
+    cos = neardup.DEFAULT_COSINE if min_similarity is None else float(min_similarity)
+    cfg = neardup.vector_config(int(kwargs.pop("bits", 128)), None, int(kwargs.pop("seed", 0)))
+    if kwargs:
+        raise TypeError(f"vectors take bits= and seed=, not {sorted(kwargs)}")
+    threshold = cos if (verify is not False and verify is not None) else None
+    if k is None:
+        k = _rs.default_vector_k(cfg.bits, cos, threshold is not None)
+    score = "cosine"
     bits = cfg.bits
     cfg_json = cfg.to_json()
     stages = {}
@@ -208,11 +260,6 @@ def _dedup_distributed(
         with_pos = spark.createDataFrame(indexed, T.StructType([T.StructField("_pos", T.LongType(), False)] + df.schema.fields))
     with_pos = with_pos.localCheckpoint()
     n = with_pos.count()
-    if json_ids is not None:
-        if with_pos.where(F.col(json_ids).isNull() & F.col(id_col).isNotNull()).limit(1).count() == 0:
-            id_col = json_ids
-    design = _rs.join_design(bits, k, float(max(n, 1)))
-
     fp_schema = T.StructType(
         [
             T.StructField("_pos", T.LongType(), False),
@@ -225,105 +272,26 @@ def _dedup_distributed(
     def fingerprint_batches(batches):
         c = neardup.FingerprintConfig.from_json(cfg_json)
         for b in batches:
-            texts = b.column(text_col)
-            if vector_col is not None:
-                fps = neardup.fingerprint_vectors(texts, config=c)
-            elif centred:
-                # Decided once the whole corpus's shares are summed (below).
-                py_texts = [t if t is not None else "" for t in texts.to_pylist()]
-                shares = _rs.bit_shares(c, py_texts)
-                fps = np.zeros((len(py_texts), 2) if bits == 128 else len(py_texts), dtype=np.uint64)
-            else:
-                fps = neardup.fingerprints(texts, c)
+            vectors = b.column(vector_col)
+            fps = neardup.fingerprint_vectors(vectors, config=c)
             if bits == 128:
                 hi, lo = fps[:, 0], fps[:, 1]
             else:
                 hi, lo = np.zeros(len(fps), dtype=np.uint64), fps
             cols = [b.column("_pos"), pa.array(hi.view(np.int64)), pa.array(lo.view(np.int64))]
-            if threshold is not None and vector_col is not None:
-                rows = [blk.astype(np.float32) for blk, _ in neardup._vector_rows(texts)]
+            if threshold is not None:
+                rows = [blk.astype(np.float32) for blk, _ in neardup._vector_rows(vectors)]
                 cols.append(pa.array([r.tobytes() for blk in rows for r in blk], type=pa.binary()))
-            elif threshold is not None:
-                py_texts = [t if t is not None else "" for t in texts.to_pylist()]
-                cols.append(pa.array(_rs.shingle_sets(c, py_texts), type=pa.binary()))
-            if centred:
-                cols.append(_fixed_rows(shares, len(fps)))
             yield pa.RecordBatch.from_arrays(cols, schema=pa.schema([(f.name, _arrow_type(f.dataType)) for f in fp_schema.fields]))
 
-    if centred:
-        fp_schema = T.StructType(fp_schema.fields + [T.StructField("shares", T.BinaryType(), False)])
-    fps = with_pos.select("_pos", text_col).mapInArrow(fingerprint_batches, fp_schema).localCheckpoint()
+    fps = with_pos.select("_pos", vector_col).mapInArrow(fingerprint_batches, fp_schema).localCheckpoint()
     fps.count()
-    if centred:
-        fps = _centre_distributed(spark, fps, bits)
     stages["fingerprint"] = time.time() - t0
 
-    # One key per design table; skewed groups split into block pairs.
     t1 = time.time()
-    key_schema = T.StructType(
-        [T.StructField(c, T.LongType(), False) for c in ["table", "key_hi", "key_lo", "_pos", "fp_hi", "fp_lo"]]
-    )
-
-    def key_batches(batches):
-        for b in batches:
-            hi = b.column("fp_hi").to_numpy().view(np.uint64)
-            lo = b.column("fp_lo").to_numpy().view(np.uint64)
-            words = (np.stack([hi, lo], axis=1).reshape(-1) if bits == 128 else lo).astype("<u8").tobytes()
-            keys = np.frombuffer(_rs.table_keys(design, words), dtype="<u8").reshape(-1, 3)
-            tables = len(keys) // max(len(lo), 1)
-            rep = lambda col: np.repeat(col, tables)  # noqa: E731
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array(keys[:, 0].view(np.int64)),
-                    pa.array(keys[:, 1].view(np.int64)),
-                    pa.array(keys[:, 2].view(np.int64)),
-                    pa.array(rep(b.column("_pos").to_numpy())),
-                    pa.array(rep(hi).view(np.int64)),
-                    pa.array(rep(lo).view(np.int64)),
-                ],
-                names=key_schema.fieldNames(),
-            )
-
-    keyed = fps.select("_pos", "fp_hi", "fp_lo").mapInArrow(key_batches, key_schema)
-    group = ["table", "key_hi", "key_lo"]
-    sizes = keyed.groupBy(*group).count().where(F.col("count") >= 2)
-    # Only groups of two or more can hold a pair.
-    keyed = keyed.join(sizes, group)
-    blocks = F.ceil(F.col("count") / F.lit(max_group)).cast("long")
-    keyed = keyed.withColumn("nblocks", blocks).withColumn(
-        "block", F.when(F.col("nblocks") > 1, F.pmod(F.xxhash64("_pos"), F.col("nblocks"))).otherwise(F.lit(0)).cast("long")
-    )
-    # A row of block b goes to the block pairs (min(b, j), max(b, j)) for every j.
-    keyed = keyed.withColumn("other", F.explode(F.sequence(F.lit(0).cast("long"), F.col("nblocks") - 1)))
-    keyed = keyed.withColumn("block_i", F.least("block", "other")).withColumn("block_j", F.greatest("block", "other"))
-    order = group + ["block_i", "block_j"]
-    # Partitions of about two million key rows (~150 MB in the Python worker).
-    tables = design.tables
-    parts = max(spark.sparkContext.defaultParallelism * 2, -(-n * tables // 2_000_000), 1)
-    sorted_rows = keyed.repartition(parts, *order).sortWithinPartitions(*order)
-    pair_schema = T.StructType(
-        [T.StructField("pa", T.LongType(), False), T.StructField("pb", T.LongType(), False), T.StructField("distance", T.LongType(), False)]
-    )
-
-    def pair_partitions(batches):
-        tables = [b for b in batches]
-        if not tables:
-            return
-        t = pa.Table.from_batches(tables)
-        col = lambda name: t.column(name).to_numpy().astype("<i8").tobytes()  # noqa: E731
-        out = np.frombuffer(
-            _rs.sorted_group_pairs(
-                design, k,
-                col("table"), col("key_hi"), col("key_lo"), col("block_i"), col("block_j"), col("block"),
-                col("_pos"), col("fp_hi"), col("fp_lo"),
-            ),
-            dtype="<i8",
-        ).reshape(-1, 3)
-        yield pa.RecordBatch.from_arrays([pa.array(out[:, 0]), pa.array(out[:, 1]), pa.array(out[:, 2])], names=["pa", "pb", "distance"])
-
-    pairs = sorted_rows.select(*order, "block", "_pos", "fp_hi", "fp_lo").mapInArrow(pair_partitions, pair_schema)
-    pairs = pairs.localCheckpoint()
-    pairs.count()
+    pairs, _ = _candidates(spark, fps.select("_pos", "fp_hi", "fp_lo"), n, bits, k, None, max_group, True)
+    pairs = pairs.select("pa", "pb", "distance")
+    pair_schema = T.StructType([T.StructField(c, T.LongType(), False) for c in ("pa", "pb", "distance")])
     stages["candidates"] = time.time() - t1
 
     t2 = time.time()
@@ -334,7 +302,7 @@ def _dedup_distributed(
             .join(sets.withColumnRenamed("_pos", "pb").withColumnRenamed("shingles", "sb"), "pb")
         )
         j_schema = T.StructType(pair_schema.fields + [T.StructField(score, T.DoubleType(), False)])
-        measure = _rs.cosine_pairs if vector_col is not None else _rs.jaccard_pairs
+        measure = _rs.cosine_pairs
 
         def jaccard_batches(batches):
             for b in batches:
@@ -372,6 +340,383 @@ def _dedup_distributed(
     deduped = with_pos.join(dropped, "_pos", "left_anti").orderBy("_pos").drop("_pos")
     stages["outputs"] = time.time() - t4
     return SparkDedupResult(out_pairs, clusters, deduped, stages)
+
+
+def _whole_groups(batches: Any, cols: tuple) -> Any:
+    """Tables of whole groups from batches sorted by ``cols``: a group that
+    runs across batches is held until its last row has come."""
+    import pyarrow as pa
+
+    pending: list = []
+    for b in batches:
+        if not b.num_rows:
+            continue
+        change = np.zeros(b.num_rows, dtype=bool)
+        for c in cols:
+            v = b.column(c).to_numpy()
+            change[1:] |= v[1:] != v[:-1]
+        change[0] = not pending or any(pending[-1].column(c)[-1].as_py() != b.column(c)[0].as_py() for c in cols)
+        starts = np.flatnonzero(change)
+        if not len(starts):
+            pending.append(b)
+            continue
+        last = int(starts[-1])
+        done = pending + ([b.slice(0, last)] if last else [])
+        if done:
+            yield pa.Table.from_batches(done)
+        pending = [b.slice(last)]
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
+def _fp_words(b: Any) -> bytes:
+    """A batch's fingerprints as words, two u64 per row (high, then low)."""
+    hi = b.column("fp_hi").to_numpy().view(np.uint64)
+    lo = b.column("fp_lo").to_numpy().view(np.uint64)
+    return np.column_stack([hi, lo]).astype("<u8").tobytes()
+
+
+# Documents per partition of the distributed path's joins (ids, clusters),
+# when the session does not set spark.sql.shuffle.partitions.
+DOCUMENTS_PER_PARTITION = 200_000
+
+# Rows of the candidate stage's shuffle per partition (about 200 bytes each
+# with a verification summary, sorted by Spark, which spills beyond memory).
+CANDIDATE_ROWS_PER_TASK = 1_000_000
+
+
+def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Optional[float], max_group: int,
+                quiet: bool) -> tuple:
+    """Candidate pairs, in the executors (core's ``Pigeonhole``).
+
+    Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen, ``summary``).
+    Shuffles each document k + 1 times, keyed by (block, block value): 40
+    bytes a row, plus the 144-byte summary when verifying. A group of more
+    than ``max_group`` rows (counted first: only distinct keys move) is split
+    into B = ceil(rows / max_group) salted blocks, each row sent to the B
+    block pairs of its block, so that a task holds at most about
+    2 ``max_group`` rows of it. Each group is joined in Rust as ``neardup
+    dedup`` joins (the planner's design for its fingerprints); a pair is
+    reported by the group of the first block it shares, and screened by
+    its summaries. Nothing per document reaches the driver: only the hot
+    keys (at most k + 1 per ``max_group`` documents).
+
+    Returns (kept, undecided) DataFrames of (``pa``, ``pb``, ``distance``,
+    ``score``) with pa < pb (score -1 without verification; NaN in the
+    undecided ones, which only the features can decide)."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    blocks = k + 1
+
+    def keys_of(b):
+        return np.frombuffer(_rs.pigeonhole_keys(_fp_words(b), bits, k), dtype="<i8")
+
+    def only_keys(batches):
+        for b in batches:
+            yield pa.RecordBatch.from_arrays([pa.array(keys_of(b))], names=["key"])
+
+    key_schema = T.StructType([T.StructField("key", T.LongType(), False)])
+    hot_rows = sorted(
+        (r[0], r[1])
+        for r in fps.select("fp_hi", "fp_lo").mapInArrow(only_keys, key_schema).groupBy("key").count()
+        .where(F.col("count") > max_group).collect()
+    )
+    hot_keys = np.array([key for key, _ in hot_rows], dtype=np.int64)
+    hot_split = np.array([-(-c // max_group) for _, c in hot_rows], dtype=np.int64)
+    if len(hot_rows):
+        _log(quiet, f"candidates: {len(hot_rows):,} groups of more than {max_group:,} rows (up to {max(c for _, c in hot_rows):,}) "
+             f"split into up to {hot_split.max():,} blocks each")
+    hot = spark.sparkContext.broadcast((hot_keys, hot_split))
+    screened = threshold is not None
+    fields = [T.StructField(c, T.LongType(), False) for c in ("key", "bi", "bj", "salt", "_pos", "fp_hi", "fp_lo")]
+    if screened:
+        fields.append(T.StructField("summary", T.BinaryType(), False))
+    row_schema = T.StructType(fields)
+
+    def keyed(batches):
+        hk, hs = hot.value
+        for b in batches:
+            m = b.num_rows
+            keys = keys_of(b)
+            row = np.repeat(np.arange(m), blocks)
+            split = np.ones(len(keys), dtype=np.int64)
+            if len(hk):
+                at = np.minimum(np.searchsorted(hk, keys), len(hk) - 1)
+                is_hot = hk[at] == keys
+                split[is_hot] = hs[at[is_hot]]
+            pos = b.column("_pos").to_numpy()
+            mixed = (pos[row].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)
+            salt = (mixed % split.astype(np.uint64)).astype(np.int64)
+            # A row of a split group goes to the block pair (min, max) of its
+            # block and each block of the group.
+            rep = np.repeat(np.arange(len(keys)), split)
+            other = np.arange(len(rep)) - np.repeat(np.cumsum(split) - split, split)
+            s = salt[rep]
+            take = row[rep]
+            cols = [
+                pa.array(keys[rep]),
+                pa.array(np.minimum(s, other)),
+                pa.array(np.maximum(s, other)),
+                pa.array(s),
+                pa.array(pos[take]),
+                pa.array(b.column("fp_hi").to_numpy()[take]),
+                pa.array(b.column("fp_lo").to_numpy()[take]),
+            ]
+            if screened:
+                cols.append(b.column("summary").take(pa.array(take)))
+            yield pa.RecordBatch.from_arrays(cols, names=row_schema.fieldNames())
+
+    pair_schema = T.StructType([
+        T.StructField("pa", T.LongType(), False),
+        T.StructField("pb", T.LongType(), False),
+        T.StructField("distance", T.LongType(), False),
+        T.StructField("score", T.DoubleType(), False),
+    ])
+
+    def pairs_of(batches):
+        for t in _whole_groups(batches, ("key", "bi", "bj")):
+            col = lambda c: t.column(c).to_numpy().astype("<i8").tobytes()  # noqa: E731
+            words = np.column_stack([t.column(c).to_numpy().view(np.uint64) for c in ("fp_hi", "fp_lo")]).astype("<u8").tobytes()
+            kept, scores, und = _rs.pigeonhole_pairs(col("key"), col("bi"), col("bj"), col("salt"), col("_pos"), words, bits, k,
+                                                     _packed(t.column("summary")) if screened else None, threshold)
+            kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
+            und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
+            if len(kept) + len(und):
+                both = np.concatenate([kept, und])
+                score = np.concatenate([np.frombuffer(scores, dtype="<f8"), np.full(len(und), np.nan)])
+                yield pa.RecordBatch.from_arrays([pa.array(both[:, 0]), pa.array(both[:, 1]), pa.array(both[:, 2]), pa.array(score)],
+                                                 names=pair_schema.fieldNames())
+
+    cores = spark.sparkContext.defaultParallelism
+    parts = max(2 * cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))
+    group = ["key", "bi", "bj"]
+    rows = fps.select(*row_schema.fieldNames()[4:]).mapInArrow(keyed, row_schema)
+    pairs = rows.repartition(parts, *group).sortWithinPartitions(*group).mapInArrow(pairs_of, pair_schema).localCheckpoint()
+    hot.unpersist()
+    return pairs.where(~F.isnan("score")), pairs.where(F.isnan("score"))
+
+
+# Undecided pairs checked by one task of the distributed exact check (their
+# documents' texts and feature sets are held at once), and the most
+# documents of one connected group of them sent to one task whole.
+EXACT_PAIRS_PER_TASK = 20_000
+EXACT_DOCS_PER_TASK = 20_000
+
+
+def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float, rows_of: Any, splits: Any,
+                        texts: Any) -> Any:
+    """The exact check of the undecided pairs, in the executors.
+
+    Reads the undecided (``pa``, ``pb``, ``distance``) pairs, sent by
+    connected component (:func:`_components`) to tasks of about
+    EXACT_PAIRS_PER_TASK pairs. When the executors
+    read the input themselves (``splits``), each task reads its pairs'
+    documents at their byte offsets: no text is shuffled. Otherwise each
+    document is shuffled once to each task holding one of its pairs
+    (``texts(fn, schema)`` maps the input's batches). Returns the pairs at
+    or above the threshold, with their exact ``score``."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    cores = spark.sparkContext.defaultParallelism
+    parts = max(cores, -(-count // EXACT_PAIRS_PER_TASK))
+    # Pairs of one connected component go to one task, so that each
+    # document is read once; a component of more than EXACT_DOCS_PER_TASK
+    # documents is spread by its pairs' first documents.
+    comp = _components(spark, undecided.select(F.col("pa").alias("a"), F.col("pb").alias("b")))
+    large = comp.groupBy("rep").count().where(F.col("count") > EXACT_DOCS_PER_TASK).select("rep", F.lit(True).alias("large"))
+    undecided = (
+        undecided.join(comp.withColumnRenamed("_pos", "pa"), "pa")
+        .join(F.broadcast(large), "rep", "left")
+        .withColumn("bucket", F.when(F.col("large"), F.col("pa")).otherwise(F.col("rep")))
+    )
+    out_schema = T.StructType([
+        T.StructField("pa", T.LongType(), False),
+        T.StructField("pb", T.LongType(), False),
+        T.StructField("distance", T.LongType(), False),
+        T.StructField("score", T.DoubleType(), False),
+    ])
+    t = threshold
+
+    def measured(a, b, d, need, sets):
+        ia = np.searchsorted(need, a).astype(np.uint32)
+        ib = np.searchsorted(need, b).astype(np.uint32)
+        js = np.array(_rs.exact_indexed(sets, ia.tobytes(), ib.tobytes(), t), dtype=np.float64)
+        keep = js >= t
+        return pa.RecordBatch.from_arrays([pa.array(a[keep]), pa.array(b[keep]), pa.array(d[keep]), pa.array(js[keep])],
+                                          names=out_schema.fieldNames())
+
+    def features(batch, need):
+        r, rows = rows_of(batch, need, False, True, fingerprints=False)
+        if len(rows) != len(need):
+            raise neardup.NeardupError("the input changed while the job ran: a document to check is no longer where it was read")
+        return r["features"]
+
+    if splits is not None:
+        paths = spark.sparkContext.broadcast(splits.paths())
+
+        def check(batches):
+            got = [b for b in batches if b.num_rows]
+            if not got:
+                return
+            tb = pa.Table.from_batches(got)
+            a, b, d = (tb.column(c).to_numpy() for c in ("pa", "pb", "distance"))
+            need = np.unique(np.concatenate([a, b]))
+            yield measured(a, b, d, need, features(read_lines_at(paths.value, need), need))
+
+        return undecided.select("pa", "pb", "distance", "bucket").repartition(parts, "bucket").mapInArrow(check, out_schema)
+
+    body_field = texts.columns[1]
+    und = undecided.select("pa", "pb", "distance", F.pmod(F.xxhash64("bucket"), F.lit(parts)).alias("part"))
+    routes = und.select(F.col("pa").alias("_pos"), "part").union(und.select(F.col("pb").alias("_pos"), "part")).distinct()
+    docs = texts.join(routes, "_pos")
+    both = und.select("part", "pa", "pb", "distance", F.lit(None).cast("long").alias("_pos"),
+                      F.lit(None).cast(texts.schema[body_field].dataType).alias(body_field))
+    both = both.unionByName(docs.select("part", F.lit(None).cast("long").alias("pa"), F.lit(None).cast("long").alias("pb"),
+                                        F.lit(None).cast("long").alias("distance"), "_pos", body_field))
+
+    def check_routed(batches):
+        import pyarrow.compute as pc
+
+        got = [b for b in batches if b.num_rows]
+        if not got:
+            return
+        tb = pa.Table.from_batches(got)
+        is_pair = pc.is_valid(tb.column("pa"))
+        pairs_t, docs_t = tb.filter(is_pair), tb.filter(pc.invert(is_pair))
+        if not pairs_t.num_rows:
+            return
+        p = docs_t.column("_pos").to_numpy()
+        need, first = np.unique(p, return_index=True)
+        one = docs_t.take(pa.array(first)).combine_chunks().to_batches()[0]
+        a, b, d = (pairs_t.column(c).to_numpy() for c in ("pa", "pb", "distance"))
+        yield measured(a, b, d, need, features(one, need))
+
+    return both.repartition(parts, "part").mapInArrow(check_routed, out_schema)
+
+
+def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, threshold: Optional[float], centred: bool,
+                       max_group: int, pairs: bool, quiet: bool, stages: dict, rows_of: Any, splits: Any, texts: Any,
+                       records: Any, numbered: Any, json_col: Optional[str], bad: Any = None,
+                       report: Any = None) -> SparkDedupResult:
+    """The distributed path for texts: every stage in the executors, the
+    driver holding only what does not grow with the corpus (the centre, the
+    hot keys, counts). Reads the fingerprint pass's rows ``fps`` (``_pos``,
+    ``_id``, ``fp_hi``/``fp_lo`` or ``shares``, ``summary``); candidates by
+    :func:`_candidates`, the undecided ones checked by
+    :func:`_verify_distributed`, components by large-star/small-star, and
+    the kept records streamed from the input minus the removed positions."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    cores = spark.sparkContext.defaultParallelism
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        # The joins' shuffles (Spark's default of 200 partitions is too many
+        # on a few cores, too few at billions of documents), unless set.
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(4 * cores, -(-n // DOCUMENTS_PER_PARTITION))))
+    t1 = time.time()
+    if centred:
+        fps = _centre_distributed(spark, fps, bits)
+    kept, undecided = _candidates(spark, fps, n, bits, k, threshold, max_group, quiet)
+    n_kept, n_und = kept.count(), undecided.count()
+    stages["candidates"] = time.time() - t1
+    report.done("candidates", stages["candidates"], n, pairs=n_kept + n_und, undecided=n_und)
+    _log(quiet, f"candidates: {n_kept + n_und:,} pairs within k = {k}"
+         f"{f', {n_und:,} left to the exact check' if threshold is not None else ''} in {stages['candidates']:.1f} s")
+    t2 = time.time()
+    edges = kept
+    if n_und:
+        verified = _verify_distributed(spark, undecided, n_und, threshold, rows_of, splits, texts)
+        edges = kept.unionByName(verified).localCheckpoint()
+    stages["verify"] = time.time() - t2
+    n_edges = edges.count()
+    report.done("verify", stages["verify"], n, verified=n_edges)
+    if threshold is not None:
+        _log(quiet, f"verify: {n_edges:,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
+
+    t3 = time.time()
+    reps = _components(spark, edges.select(F.col("pa").alias("a"), F.col("pb").alias("b")))
+    dropped = reps.where(F.col("_pos") != F.col("rep")).select("_pos").localCheckpoint()
+    n_dropped = dropped.count()
+    if bad is not None:
+        dropped = dropped.union(bad)  # skipped records are not kept either
+    stages["components"] = time.time() - t3
+    report.done("components", stages["components"], n, removed=n_dropped)
+    _log(quiet, f"components: {n_dropped:,} documents removed in {stages['components']:.1f} s")
+    for st in report.stages:
+        if st["shuffle_bytes"] is not None:
+            _log(quiet, f"{st['stage']}: {st['shuffle_bytes'] / 1e6:,.1f} MB shuffled ({st['shuffle_bytes_per_document']:,.0f} bytes a document)")
+
+    ids = fps.select("_pos", "_id")
+    if json_col is not None:
+        # Ids as the records hold them: integers if every one is, else strings.
+        ints = ids.where(F.col("_id").startswith('"')).limit(1).count() == 0
+        wrapped = F.concat(F.lit('{"v":'), F.col("_id"), F.lit("}"))
+        ids = ids.select("_pos", F.from_json(wrapped, "v long" if ints else "v string").getField("v").alias("_id"))
+    out_pairs = None
+    if pairs:
+        out_pairs = (
+            edges.join(ids.withColumnRenamed("_pos", "pa").withColumnRenamed("_id", "a"), "pa")
+            .join(ids.withColumnRenamed("_pos", "pb").withColumnRenamed("_id", "b"), "pb")
+            .orderBy("pa", "pb")
+            .select("a", "b", "distance", *([F.col("score").alias("jaccard")] if threshold is not None else []))
+        )
+    members = reps.join(ids, "_pos").join(ids.withColumnRenamed("_pos", "rep").withColumnRenamed("_id", "representative"), "rep")
+    clusters = (
+        members.groupBy("rep", "representative")
+        .agg(F.count("*").alias("size"), F.sort_array(F.collect_list(F.struct("_pos", "_id"))).alias("m"))
+        .orderBy("rep")
+        .select("representative", "size", F.col("m._id").alias("members"))
+    )
+    blank = "^[ \\t\\n\\r\\f]*$"  # blank lines are not records (as `neardup dedup` reads them)
+    result = SparkDedupResult(out_pairs, clusters, None, stages, json_col is not None, report=report)
+    if splits is not None:
+        # Each byte range read by one task, minus its removed positions
+        # (grouped by range: no list of them on the driver).
+        starts = spark.sparkContext.broadcast(np.array([(rank << _POS_SHIFT) | start for _, rank, start, _, _ in splits.ranges],
+                                                       dtype=np.int64))
+        index_schema = T.StructType([T.StructField("index", T.LongType(), False), T.StructField("_pos", T.LongType(), False)])
+
+        def indexed(batches):
+            for b in batches:
+                p = b.column("_pos").to_numpy()
+                at = np.searchsorted(starts.value, p, side="right") - 1
+                yield pa.RecordBatch.from_arrays([pa.array(at.astype(np.int64)), pa.array(p)], names=["index", "_pos"])
+
+        gone = dropped.mapInArrow(indexed, index_schema).groupBy("index").agg(F.collect_list("_pos").alias("gone"))
+        ranges = splits.frame(spark).join(gone, "index", "left").orderBy("index")
+
+        def kept_of(b, gone_list):
+            import pyarrow.compute as pc
+
+            keep = b.column("_new").to_numpy(zero_copy_only=False).copy()
+            if gone_list:
+                keep &= ~np.isin(b.column("_pos").to_numpy(), np.asarray(gone_list, dtype=np.int64))
+            keep &= ~pc.match_substring_regex(b.column("value"), blank).to_numpy(zero_copy_only=False)
+            return b.column("value").filter(pa.array(keep)) if keep.any() else None
+
+        def kept_lines(batches):
+            for b in batches:
+                for path, rank, start, end, new, gone_list in zip(*(b.column(c).to_pylist() for c in ("path", "rank", "start", "end", "new", "gone"))):
+                    for lines_batch in _read_range(path, rank, start, end, new, False, 16 << 20):
+                        lines = kept_of(lines_batch, gone_list)
+                        if lines is not None:
+                            yield pa.RecordBatch.from_arrays([_without_newlines(lines)], names=["value"])
+
+        result.deduped = ranges.mapInArrow(kept_lines, T.StructType([T.StructField("value", T.StringType(), True)]))
+        result.write_local = functools.partial(_write_lines_local, spark, splits, kept_of, frame=ranges)
+        return result
+    # Read by Spark: the records in input order, minus the removed positions
+    # (a broadcast join, which keeps the order; its positions pass the driver).
+    survivors = numbered.join(F.broadcast(dropped), "_pos", "left_anti")
+    if json_col is not None:
+        survivors = survivors.where(~F.col(json_col).rlike(blank))
+    result.deduped = survivors.drop("_pos")
+    return result
 
 
 # Fingerprints of at most this many documents are joined on the driver (about
@@ -673,14 +1018,16 @@ def _lines_batch(buf: bytes, starts: Any, ends: Any, pos: Any, new: bool, strip:
     )
 
 
-def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str) -> None:
+def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str, frame: Any = None) -> None:
     """Writes the kept lines into ``folder`` on the local (or shared) file
     system, one ``part-NNNNN.txt`` per byte range in input order, each line
     ending in a newline, from the executors' own reads: the records never
     pass through the JVM. The parts are written into a new folder beside
     ``folder``, which replaces it (with a ``_SUCCESS`` mark) once all are
     there; a part is renamed into place when whole, so a retried task
-    rewrites it."""
+    rewrites it. ``frame``: the ranges (:meth:`LocalSplits.frame`) with a
+    column ``gone`` of each one's removed positions, passed to ``kept``
+    with each batch."""
     import os
     import shutil
     import uuid
@@ -692,16 +1039,20 @@ def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str) 
     tmp = f"{final.rstrip('/')}.tmp-{uuid.uuid4().hex}"
     os.makedirs(tmp)
 
+    ranges = frame if frame is not None else splits.frame(spark)
+    with_gone = frame is not None
+
     def write_parts(batches):
         for b in batches:
             cols = [b.column(c).to_pylist() for c in ("path", "rank", "start", "end", "new", "index")]
-            for path, rank, start, end, new, index in zip(*cols):
+            gones = b.column("gone").to_pylist() if with_gone else [None] * b.num_rows
+            for path, rank, start, end, new, index, gone in zip(*cols, gones):
                 name = os.path.join(tmp, f"part-{index:05d}.txt")
                 part = f"{name}.{uuid.uuid4().hex}"
                 rows = 0
                 with open(part, "wb") as f:
                     for lines_batch in _read_range(path, rank, start, end, new, False, 16 << 20):
-                        lines = kept(lines_batch)
+                        lines = kept(lines_batch, gone) if with_gone else kept(lines_batch)
                         if lines is not None:
                             f.write(_with_newlines(lines))
                             rows += len(lines)
@@ -710,7 +1061,7 @@ def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str) 
 
     try:
         schema = T.StructType([T.StructField("rows", T.LongType(), False)])
-        splits.frame(spark).mapInArrow(write_parts, schema).collect()
+        ranges.mapInArrow(write_parts, schema).collect()
         open(os.path.join(tmp, "_SUCCESS"), "wb").close()
         if os.path.isdir(final):
             shutil.rmtree(final)
@@ -768,7 +1119,7 @@ def dedup(
     config: Any = None,
     idf: Optional[str] = None,
     skip_invalid: bool = False,
-    max_group: int = 4096,
+    max_group: int = MAX_GROUP,
     vector_col: Optional[str] = None,
     min_similarity: Optional[float] = None,
     driver_documents: int = DRIVER_DOCUMENTS,
@@ -828,8 +1179,8 @@ def dedup(
             raise neardup.NeardupError("vectors are deduplicated with policy components and keep_by first, without against")
         if annotate or features_col is not None:
             raise neardup.NeardupError("vectors are not annotated here, nor mixed with weighted features: write the clusters and join them by id")
-        return _dedup_distributed(spark, df, id_col=id_col, text_col=text_col, k=k, verify=verify, config=config,
-                                  max_group=max_group, vector_col=vector_col, min_similarity=min_similarity, **kwargs)
+        return _dedup_vectors(spark, df, id_col=id_col, vector_col=vector_col, k=k, verify=verify, max_group=max_group,
+                              min_similarity=min_similarity, **kwargs)
     if policy not in ("components", "incremental"):
         raise neardup.NeardupError(f"policy {policy!r}: use components or incremental")
     weighted = features_col is not None
@@ -856,6 +1207,7 @@ def dedup(
     cfg_json = cfg.to_json()
     idf_b = spark.sparkContext.broadcast(idf_bytes) if idf_bytes is not None else None
     stages = {}
+    report = _Report(spark)
     t0 = time.time()
 
     def positioned(frame, new):
@@ -984,9 +1336,11 @@ def dedup(
     counts = {bool(r[0]): int(r[1]) for r in fps.groupBy("_bad").count().collect()}
     n, skipped = counts.get(False, 0), counts.get(True, 0)
     bad_pos = np.array([r[0] for r in fps.where(F.col("_bad")).select("_pos").collect()] if skipped else [], dtype=np.int64)
-    fps = fps.where(~F.col("_bad"))
+    fps_all, fps = fps, fps.where(~F.col("_bad"))
     stages["fingerprint"] = time.time() - t0
     _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
+    report.documents = n
+    report.done("fingerprint", stages["fingerprint"], n, records=n + skipped, skipped=skipped)
     if n > driver_documents:
         if against is not None or policy != "components" or keep_by != "first" or cfg.idf is not None or weighted or annotate:
             raise neardup.NeardupError(
@@ -995,48 +1349,24 @@ def dedup(
                 "raise driver_documents, about 175 bytes of driver memory per document)"
             )
         _log(quiet, f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path runs")
-        # Rows numbered in input order as the fingerprint pass numbered them
-        # (blank lines count), with only the data columns.
+        # The records numbered as the fingerprint pass numbered them, with
+        # only the data columns (for the kept records when Spark reads them),
+        # and every document's text (for the exact check).
         data = [json_col] if json_col else [c for c in records.columns if c not in ("_pos", "_file", "_start", "_row", "_new")]
-        if "_pos" in records.columns:
-            numbered = records.select("_pos", *data)
-        else:
-            def number(batches):
-                state: dict = {}
-                for b in batches:
-                    yield pa.RecordBatch.from_arrays([pa.array(pos_of(b, state), pa.int64())] + [b.column(c) for c in data],
-                                                     names=["_pos"] + data)
 
-            schema = T.StructType([T.StructField("_pos", T.LongType(), False)] + [records.schema[c] for c in data])
-            numbered = records.select(*meta, *data).mapInArrow(number, schema)
-        if json_col is None:
-            result = _dedup_distributed(spark, numbered, id_col=id_col, text_col=text_col, k=k, verify=verify,
-                                        config=config, max_group=max_group, centre=centre, **kwargs)
-            result.pairs = result.pairs if pairs else None
-            return result
-        # JSON Lines: the id and text fields as columns (the records were
-        # checked by the fingerprint pass; skipped ones have no text here).
-        fields = T.StructType([T.StructField(id_col, T.StringType()), T.StructField(text_col, T.StringType())])
-        nums = T.StructType([T.StructField(id_col, T.LongType())])
-        blank = "^[ \\t\\n\\r\\f]*$"
-        rows = numbered.where(~F.col(json_col).rlike(blank)).select(
-            "_pos",
-            json_col,
-            F.from_json(json_col, fields).alias("_f"),
-            F.from_json(json_col, nums).alias("_n"),
-        )
-        rows = rows.select(
-            "_pos",
-            json_col,
-            F.col("_f").getField(id_col).alias("_id"),
-            F.col("_n").getField(id_col).alias("_id_num"),
-            F.col("_f").getField(text_col).alias("_text"),
-        ).where(F.col("_text").isNotNull())
-        result = _dedup_distributed(spark, rows, id_col="_id", text_col="_text", k=k, verify=verify, config=config,
-                                    max_group=max_group, json_ids="_id_num", centre=centre, **kwargs)
-        result.deduped = result.deduped.select(json_col)
-        result.json_records = True
-        result.pairs = result.pairs if pairs else None
+        def number(batches):
+            state: dict = {}
+            for b in batches:
+                yield pa.RecordBatch.from_arrays([pa.array(pos_of(b, state), pa.int64())] + [b.column(c) for c in data],
+                                                 names=["_pos"] + data)
+
+        schema = T.StructType([T.StructField("_pos", T.LongType(), False)] + [records.schema[c] for c in data])
+        numbered = records.where(F.col("_new")).select(*{c: None for c in meta + data}).mapInArrow(number, schema)
+        texts = numbered.select("_pos", body)
+        bad = fps_all.where(F.col("_bad")).select("_pos") if skipped else None
+        result = _distributed_texts(spark, fps, n, bits=bits, k=k, threshold=threshold, centred=centred, max_group=max_group,
+                                    pairs=pairs, quiet=quiet, stages=stages, rows_of=rows_of, splits=splits, texts=texts,
+                                    records=records, numbered=numbered, json_col=json_col, bad=bad, report=report)
         return result
 
     # Candidates: every fingerprint on the driver, joined as `neardup dedup` joins them.
@@ -1113,6 +1443,8 @@ def dedup(
     ).astype(np.int64)
     stages["components"] = time.time() - t3
     moved = np.nonzero(reps != np.arange(n))[0]
+    for name in ("candidates", "verify", "components"):
+        report.done(name, stages.get(name, 0.0), n)
     in_cluster = np.unique(np.concatenate([moved, reps[moved]]))
     _log(quiet, f"{policy}: {len(moved[moved >= n_old]):,} documents removed in {stages['components']:.2f} s")
 
@@ -1204,7 +1536,7 @@ def dedup(
                 yield pa.RecordBatch.from_arrays([b.column(c).filter(pa.array(keep)) for c in data], names=data)
 
         deduped = survivors.mapInArrow(keep_batches, keep_schema)
-    result = SparkDedupResult(out_pairs, clusters, deduped, stages, json_col is not None)
+    result = SparkDedupResult(out_pairs, clusters, deduped, stages, json_col is not None, report=report)
     if splits is not None:
         result.write_local = write_local
     if annotate:
@@ -1741,12 +2073,50 @@ def _arrow_type(t: Any) -> Any:
     }[type(t)]
 
 
-def _components(spark: Any, edges: Any, max_rounds: int = 64) -> Any:
-    """(_pos, rep) for every node of an edge, rep the smallest node of its
-    connected component: large-star / small-star until the edges stop changing."""
-    from pyspark.sql import functions as F
+# Edges of the components stage joined by one task once each partition's
+# own union-find has reduced them (16 bytes each, about 40 in the task).
+ONE_TASK_EDGES = 10_000_000
 
-    e = edges.select(F.greatest("a", "b").alias("u"), F.least("a", "b").alias("v")).where("u != v").distinct().localCheckpoint()
+
+def _union_find(a: Any, b: Any) -> tuple:
+    """Nodes (sorted) and each one's component's smallest node, for edges
+    ``a``-``b`` (int64 arrays)."""
+    nodes, inv = np.unique(np.concatenate([a, b]), return_inverse=True)
+    inv = inv.astype(np.uint32)
+    m = len(a)
+    reps = np.frombuffer(_rs.resolve_pairs(len(nodes), inv[:m].tobytes(), inv[m:].tobytes(), "components"), dtype=np.uint32)
+    return nodes, nodes[reps]
+
+
+def _components(spark: Any, edges: Any, max_rounds: int = 64) -> Any:
+    """(_pos, rep) for every node of an edge (``a``, ``b``), rep the smallest
+    node of its connected component.
+
+    Each partition's edges are first joined by a union-find in its task,
+    which leaves at most one edge per node it holds (a star per local
+    component, no shuffle). If at most ONE_TASK_EDGES remain, one task
+    joins them; else large-star / small-star (Kiveris et al., SoCC 2014)
+    rounds, until a round changes no edge."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("u", T.LongType(), False), T.StructField("v", T.LongType(), False)])
+
+    def stars(batches, every=False):
+        got = [b for b in batches if b.num_rows]
+        if not got:
+            return
+        t = pa.Table.from_batches(got)
+        nodes, reps = _union_find(t.column(0).to_numpy(), t.column(1).to_numpy())
+        keep = np.ones(len(nodes), dtype=bool) if every else nodes != reps
+        yield pa.RecordBatch.from_arrays([pa.array(nodes[keep]), pa.array(reps[keep])], names=["u", "v"])
+
+    e = edges.select(F.col("a").alias("u"), F.col("b").alias("v")).mapInArrow(stars, schema).localCheckpoint()
+    if e.count() <= ONE_TASK_EDGES:
+        out = e.coalesce(1).mapInArrow(functools.partial(stars, every=True), schema)
+        return out.select(F.col("u").alias("_pos"), F.col("v").alias("rep")).localCheckpoint()
+    e = e.select(F.greatest("u", "v").alias("u"), F.least("u", "v").alias("v")).distinct().localCheckpoint()
     for _ in range(max_rounds):
         # Large star: every neighbour larger than u links to u's smallest neighbour-or-self.
         sym = e.union(e.select(F.col("v").alias("u"), F.col("u").alias("v")))
@@ -1842,6 +2212,17 @@ def _session(master: Optional[str], driver_memory: Optional[str] = None) -> Any:
     return spark
 
 
+def _write_report(path: str, result: SparkDedupResult, seconds: float) -> None:
+    """The run's ``--report``: per stage its seconds, rows and bytes
+    shuffled, and the driver's peak memory, as JSON."""
+    report = result.report or _Report(None)
+    report.done("write", result.stages.get("write", 0.0), report.documents)
+    out = {"documents": report.documents, "seconds": round(seconds, 3), "stages": report.stages, "driver": report.driver_memory()}
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+
+
 def _error_message(e: BaseException) -> str:
     """The neardup message inside a Spark task failure, else the error."""
     import re
@@ -1887,7 +2268,8 @@ def main(argv: Optional[list] = None) -> int:
                         "the clusters are verified (a cluster of m copies costs about m checks, not m^2/2)")
     d.add_argument("--driver-documents", type=int, default=DRIVER_DOCUMENTS,
                    help="join on the driver up to this many documents (about 175 bytes of driver memory each), else distribute")
-    d.add_argument("--max-group", type=int, default=4096, help="distributed path: split key groups larger than this (skew)")
+    d.add_argument("--max-group", type=int, default=MAX_GROUP,
+                   help="distributed path: split join groups of more rows than this into block pairs (skew)")
     d.add_argument("--vector-column", help="dedup dense vectors (an array of numbers) in this column instead of texts")
     d.add_argument("--min-similarity", type=float,
                    help="with --vector-column or --features-field: the cosine threshold (default 0.95); for weighted "
@@ -1898,6 +2280,9 @@ def main(argv: Optional[list] = None) -> int:
     d.add_argument("--annotate", action="store_true",
                    help="also write annotated/: every record, kept or not, with \"cluster\", \"duplicate_of\" and "
                         "\"similarity\" added (as neardup dedup --annotate; columns added to Parquet rows)")
+    d.add_argument("--report", metavar="FILE",
+                   help="write a JSON report: per stage its seconds, rows and bytes shuffled (per document too), "
+                        "and the driver's peak memory")
     d.add_argument("--master", help="Spark master, e.g. local[2] (default: from spark-submit)")
     d.add_argument("--driver-memory", help="e.g. 4g (local mode; under spark-submit use its own flag)")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -1970,6 +2355,8 @@ def main(argv: Optional[list] = None) -> int:
             )
         took = write(result, args.output, args.format)
         result.stages["write"] = sum(took.values())
+        if args.report:
+            _write_report(args.report, result, time.time() - started)
     except Exception as e:  # noqa: BLE001 - one clear line, not a JVM trace
         if isinstance(e, (neardup.NeardupError, OSError, ValueError)) or "NeardupError" in str(e) or "AnalysisException" in type(e).__name__:
             return fail(_error_message(e))

@@ -1,92 +1,15 @@
-//! The Spark job's distributed join: a join design as a typed object that
-//! travels to the executors (pickled as its JSON, parsed once per process
-//! that unpickles it), each fingerprint's keys, and the pairs of a sorted key
-//! group, by core's [`JoinKeys`] rule.
+//! The Spark job's distributed join (core's [`Pigeonhole`]): each
+//! fingerprint's k + 1 group keys, and the pairs of sorted groups, screened
+//! by the documents' summaries as `neardup dedup` screens them.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::PyBytes;
 
-use neardup_core::index::{Bits, JoinKeys, TableDesign, plan_join};
+use neardup_core::index::{Bits, Pigeonhole};
 use neardup_core::{Width, with_bits};
 
-use crate::index::words_to;
-use crate::{bytemuck_bytes, err};
-
-/// A join design for the Spark job.
-#[pyclass(name = "_JoinDesign", module = "neardup._neardup", frozen)]
-pub struct PyJoinDesign {
-    design: TableDesign,
-}
-
-#[pymethods]
-impl PyJoinDesign {
-    /// Tables, that is, keys per fingerprint.
-    #[getter]
-    fn tables(&self) -> usize {
-        self.design.tables.len()
-    }
-
-    #[getter]
-    fn bits(&self) -> u32 {
-        self.design.bits
-    }
-
-    /// Pickled as its JSON (Spark ships it to the executors).
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let json = serde_json::to_string(&self.design).expect("a design serialises");
-        let rebuild = py
-            .import("neardup._neardup")?
-            .getattr("join_design_from_json")?;
-        PyTuple::new(
-            py,
-            [
-                rebuild.unbind(),
-                PyTuple::new(py, [json])?.into_any().unbind(),
-            ],
-        )
-    }
-}
-
-/// The join design for n fingerprints of `bits` at k.
-#[pyfunction]
-pub fn join_design(bits: u32, k: u32, n: f64) -> PyResult<PyJoinDesign> {
-    Ok(PyJoinDesign {
-        design: plan_join(bits, k, n.max(1.0)).map_err(err)?,
-    })
-}
-
-/// A design from its JSON (unpickling).
-#[pyfunction]
-pub fn join_design_from_json(json: &str) -> PyResult<PyJoinDesign> {
-    Ok(PyJoinDesign {
-        design: serde_json::from_str(json).map_err(err)?,
-    })
-}
-
-/// One key per design table for each fingerprint: (table, key high, key low)
-/// words for row i at 3i..3i+3, as bytes.
-#[pyfunction]
-pub fn table_keys<'py>(
-    py: Python<'py>,
-    design: &PyJoinDesign,
-    data: &[u8],
-) -> PyResult<Bound<'py, PyBytes>> {
-    fn keys<B: Bits>(d: &TableDesign, data: &[u8]) -> PyResult<Vec<u64>> {
-        let keys = JoinKeys::<B>::new(d).map_err(err)?;
-        let fps = words_to::<B>(data)?;
-        let mut out = Vec::with_capacity(fps.len() * keys.tables() * 3);
-        for &f in &fps {
-            for t in 0..keys.tables() {
-                let key = keys.key(t, f).to_u128();
-                out.extend([t as u64, (key >> 64) as u64, key as u64]);
-            }
-        }
-        Ok(out)
-    }
-    let width = Width::from_bits(design.design.bits).map_err(err)?;
-    let out = with_bits!(width, B => keys::<B>(&design.design, data)?);
-    Ok(PyBytes::new(py, bytemuck_bytes(&out)))
-}
+use crate::spark::{Decision, Screen};
+use crate::{err, u64s};
 
 fn i64s(bytes: &[u8]) -> Vec<i64> {
     bytes
@@ -95,84 +18,123 @@ fn i64s(bytes: &[u8]) -> Vec<i64> {
         .collect()
 }
 
-/// Pairs within key groups, for the Spark job. The rows (columns as
-/// little-endian i64 bytes) are sorted by group: (table, key high, key low,
-/// block i, block j). Within a group, row x in block `block[x]` is compared
-/// with row y when their blocks are (i, j) (or both i when i == j: a skewed
-/// group is split into block pairs, each its own group), and kept when the
-/// group's table reports it ([`JoinKeys::reports`]: within k, and the first
-/// table where both share the prefix), so each pair comes out of exactly one
-/// group. Returns (pos a, pos b, distance) rows as i64 bytes, a < b.
+/// Fingerprints from words, two u64 per document (high, then low: high 0 at
+/// 64 bits).
+fn fingerprints(fp: &[u8]) -> Vec<u128> {
+    u64s(fp)
+        .chunks_exact(2)
+        .map(|w| (u128::from(w[0]) << 64) | u128::from(w[1]))
+        .collect()
+}
+
+/// The k + 1 group keys of each fingerprint (words `fp`, two u64 each, high
+/// then low) of width `bits`: row i's keys at i(k+1)..(i+1)(k+1), as i64
+/// bytes.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
-pub fn sorted_group_pairs<'py>(
+pub fn pigeonhole_keys<'py>(
     py: Python<'py>,
-    design: &PyJoinDesign,
+    fp: &[u8],
+    bits: u32,
     k: u32,
-    table: &[u8],
-    key_hi: &[u8],
-    key_lo: &[u8],
+) -> PyResult<Bound<'py, PyBytes>> {
+    let ph = Pigeonhole::new(bits, k).map_err(err)?;
+    let fps = fingerprints(fp);
+    let mut out = Vec::with_capacity(fps.len() * ph.parts());
+    for &f in &fps {
+        out.extend((0..ph.parts()).map(|b| ph.key(b, f)));
+    }
+    Ok(PyBytes::new(py, bytemuck::cast_slice(&out)))
+}
+
+/// The pairs of whole groups of rows sorted by group (`key`, `block_i`,
+/// `block_j`; i64 columns as little-endian bytes), as the group of each
+/// pair's first shared block reports it. A group too large for one task is
+/// split by `salt` (each row's block among the group's) into block pairs,
+/// each its own group: the group (i, j) compares rows of blocks i and j (of
+/// block i alone when i == j). With `summaries` (one per row) and a
+/// `threshold`, pairs are screened as `neardup dedup` screens them.
+///
+/// Returns (`kept`, `scores`, `undecided`): rows of (pos a, pos b,
+/// distance) i64 with a < b, a score per kept row (-1 without a screen),
+/// and the pairs only the features can decide.
+#[pyfunction]
+#[pyo3(signature = (key, block_i, block_j, salt, pos, fp, bits, k, summaries=None, threshold=None))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn pigeonhole_pairs<'py>(
+    py: Python<'py>,
+    key: &[u8],
     block_i: &[u8],
     block_j: &[u8],
-    block: &[u8],
+    salt: &[u8],
     pos: &[u8],
-    fp_hi: &[u8],
-    fp_lo: &[u8],
-) -> PyResult<Bound<'py, PyBytes>> {
-    let cols = [
-        table, key_hi, key_lo, block_i, block_j, block, pos, fp_hi, fp_lo,
-    ]
-    .map(i64s);
-    let n = cols[0].len();
+    fp: &[u8],
+    bits: u32,
+    k: u32,
+    summaries: Option<&[u8]>,
+    threshold: Option<f64>,
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+)> {
+    let ph = Pigeonhole::new(bits, k).map_err(err)?;
+    let cols = [key, block_i, block_j, salt, pos].map(i64s);
+    let fps = fingerprints(fp);
+    let n = fps.len();
     if cols.iter().any(|c| c.len() != n) {
-        return Err(err("sorted_group_pairs: columns differ in length"));
+        return Err(err("pigeonhole_pairs: columns differ in length"));
     }
-    fn run<B: Bits>(keys: &JoinKeys<B>, k: u32, c: &[Vec<i64>; 9]) -> Vec<i64> {
-        let [table, key_hi, key_lo, bi, bj, block, pos, hi, lo] = c;
-        let fp =
-            |x: usize| B::from_u128((u128::from(hi[x] as u64) << 64) | u128::from(lo[x] as u64));
-        let same = |x: usize, y: usize| {
-            table[x] == table[y]
-                && key_hi[x] == key_hi[y]
-                && key_lo[x] == key_lo[y]
-                && bi[x] == bi[y]
-                && bj[x] == bj[y]
-        };
-        let mut out = Vec::new();
+    let screen_by = Screen::of("pigeonhole_pairs", n, summaries, threshold)?;
+    fn run<B: Bits>(
+        ph: &Pigeonhole,
+        k: u32,
+        cols: &[Vec<i64>; 5],
+        fps: &[u128],
+        screen_by: Option<Screen<'_>>,
+    ) -> Result<(Vec<i64>, Vec<f64>, Vec<i64>), neardup_core::Error> {
+        let [key, bi, bj, salt, pos] = cols;
+        let same = |x: usize, y: usize| key[x] == key[y] && bi[x] == bi[y] && bj[x] == bj[y];
+        let (mut kept, mut scores, mut undecided) = (Vec::new(), Vec::new(), Vec::new());
         let mut start = 0;
-        while start < table.len() {
+        while start < fps.len() {
             let mut end = start + 1;
-            while end < table.len() && same(start, end) {
+            while end < fps.len() && same(start, end) {
                 end += 1;
             }
-            let t = table[start] as usize;
             let (gi, gj) = (bi[start], bj[start]);
-            let fps: Vec<B> = (start..end).map(fp).collect();
-            for x in 0..fps.len() {
-                for y in x + 1..fps.len() {
-                    let (bx, by) = (block[start + x], block[start + y]);
-                    let wanted = if gi == gj {
-                        bx == gi && by == gi
-                    } else {
-                        (bx == gi && by == gj) || (bx == gj && by == gi)
-                    };
-                    if !wanted {
-                        continue;
-                    }
-                    if let Some(dist) = keys.reports(t, fps[x], fps[y], k) {
-                        let (a, b) = (pos[start + x], pos[start + y]);
-                        out.extend([a.min(b), a.max(b), i64::from(dist)]);
-                    }
+            let group: Vec<B> = fps[start..end].iter().map(|&f| B::from_u128(f)).collect();
+            ph.group_pairs(Pigeonhole::part_of(key[start]), &group, k, |x, y, d| {
+                let (x, y) = (start + x as usize, start + y as usize);
+                let (sx, sy) = (salt[x], salt[y]);
+                let wanted = if gi == gj {
+                    sx == gi && sy == gi
+                } else {
+                    (sx == gi && sy == gj) || (sx == gj && sy == gi)
+                };
+                if !wanted {
+                    return;
                 }
-            }
+                let row = [pos[x].min(pos[y]), pos[x].max(pos[y]), i64::from(d)];
+                match Screen::decide(screen_by, x as u32, y as u32) {
+                    Decision::Kept(j) => {
+                        kept.extend(row);
+                        scores.push(j);
+                    }
+                    Decision::Dropped => {}
+                    Decision::Undecided => undecided.extend(row),
+                }
+            })?;
             start = end;
         }
-        out
+        Ok((kept, scores, undecided))
     }
-    let d = &design.design;
-    let out = with_bits!(Width::from_bits(d.bits).map_err(err)?, B => {
-        let keys = JoinKeys::<B>::new(d).map_err(err)?;
-        py.detach(|| run(&keys, k, &cols))
-    });
-    Ok(PyBytes::new(py, bytemuck::cast_slice(&out)))
+    let width = Width::from_bits(bits).map_err(err)?;
+    let (kept, scores, undecided) = py
+        .detach(|| with_bits!(width, B => run::<B>(&ph, k, &cols, &fps, screen_by)))
+        .map_err(err)?;
+    Ok((
+        PyBytes::new(py, bytemuck::cast_slice(&kept)),
+        PyBytes::new(py, bytemuck::cast_slice(&scores)),
+        PyBytes::new(py, bytemuck::cast_slice(&undecided)),
+    ))
 }

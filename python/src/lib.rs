@@ -138,11 +138,8 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint::bit_shares, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::centre_of, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::centred_words, m)?)?;
-    m.add_class::<PyJoinDesign>()?;
-    m.add_function(wrap_pyfunction!(join_design, m)?)?;
-    m.add_function(wrap_pyfunction!(join_design_from_json, m)?)?;
-    m.add_function(wrap_pyfunction!(table_keys, m)?)?;
-    m.add_function(wrap_pyfunction!(sorted_group_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(pigeonhole_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(pigeonhole_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(spark::spark_rows, m)?)?;
     m.add_function(wrap_pyfunction!(spark::config_with_idf, m)?)?;
     m.add_function(wrap_pyfunction!(spark::spark_join, m)?)?;

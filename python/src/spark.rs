@@ -57,13 +57,13 @@ fn screen(a: SummaryRef<'_>, b: SummaryRef<'_>, threshold: f64) -> Option<f64> {
 
 /// The summaries that screen one join's candidate pairs, and the threshold.
 #[derive(Clone, Copy)]
-struct Screen<'a> {
+pub(crate) struct Screen<'a> {
     summaries: &'a [u8],
     threshold: f64,
 }
 
 /// What becomes of a candidate pair.
-enum Decision {
+pub(crate) enum Decision {
     /// Kept with this score (-1 without verification).
     Kept(f64),
     /// Below the threshold.
@@ -75,7 +75,7 @@ enum Decision {
 impl<'a> Screen<'a> {
     /// The screen of `caller`'s arguments for `n` documents: both summaries
     /// and a threshold, or neither.
-    fn of(
+    pub(crate) fn of(
         caller: &str,
         n: usize,
         summaries: Option<&'a [u8]>,
@@ -107,7 +107,7 @@ impl<'a> Screen<'a> {
 
     /// The decision on documents `a` and `b`; every pair is kept without a
     /// screen.
-    fn decide(screen_by: Option<Self>, a: u32, b: u32) -> Decision {
+    pub(crate) fn decide(screen_by: Option<Self>, a: u32, b: u32) -> Decision {
         let Some(s) = screen_by else {
             return Decision::Kept(-1.0);
         };

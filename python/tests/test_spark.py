@@ -153,6 +153,42 @@ def test_distributed_path_equals_cli(spark, tmp_path):
     assert set(deduped.columns) == {"id", "text", "lang"}
 
 
+@pytest.mark.parametrize("one_task", [True, False], ids=["one-task", "star-rounds"])
+def test_components_of_random_graphs(spark, monkeypatch, one_task):
+    """Connected components of the distributed path, finished in one task
+    or by large-star/small-star rounds (after each partition's union-find),
+    against a union-find on the driver: every node's component's smallest
+    node."""
+    import neardup.spark as S
+
+    if not one_task:
+        monkeypatch.setattr(S, "ONE_TASK_EDGES", 0)
+    rng = random.Random(3)
+    # Chains (long paths need rounds), stars, and pairs, on sparse ids.
+    nodes = rng.sample(range(10**9), 400)
+    edges = [(nodes[i], nodes[i + 1]) for i in range(0, 120)]
+    edges += [(nodes[200], nodes[j]) for j in range(201, 260)]
+    edges += [tuple(nodes[x] for x in rng.sample(range(260, 400), 2)) for _ in range(90)]
+    rng.shuffle(edges)
+    parent = {x: x for e in edges for x in e}
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        parent[max(ra, rb)] = min(ra, rb)
+    members = {}
+    for x in parent:
+        members.setdefault(find(x), []).append(x)
+    want = {x: min(m) for m in members.values() for x in m}
+    df = spark.createDataFrame(edges, "a long, b long").repartition(3)
+    got = {r["_pos"]: r["rep"] for r in S._components(spark, df).collect()}
+    assert got == want
+
+
 @pytest.mark.parametrize("ids", ["str", "int"])
 def test_distributed_command_line_equals_cli(spark, tmp_path, ids):
     """The command line above its --driver-documents limit, on JSON Lines
@@ -378,9 +414,9 @@ def test_standalone_cluster_equals_cli(tmp_path):
     spark-class, as the pip package ships no start scripts), the job sent
     with spark-submit and the built wheel (``NEARDUP_WHEEL``, else built
     here): the driver imports the package from the unpacked wheel, the
-    executor from the wheel shipped with ``--archives``. The CLI's pairs,
-    clusters and kept records, the driver in 512 MB. Both daemons are stopped
-    by process id."""
+    executor from the wheel shipped with ``--archives``. The distributed
+    path gives the CLI's pairs, clusters and kept records, the driver in 512
+    MB, and its report. Both daemons are stopped by process id."""
     import glob
     import shutil
     import socket
@@ -436,7 +472,9 @@ def test_standalone_cluster_equals_cli(tmp_path):
             )
 
         out = tmp_path / "out"
-        r = submit(out, "--input", str(corpus))
+        # The distributed path: nothing per document on the driver.
+        report = tmp_path / "report.json"
+        r = submit(out, "--input", str(corpus), "--driver-documents", "0", "--report", str(report))
         assert r.returncode == 0, r.stderr[-3000:]
         # Quiet: the log is at WARN from the session's start (only the JVM's
         # start-up says INFO), one line per stage and the summary.
@@ -447,6 +485,16 @@ def test_standalone_cluster_equals_cli(tmp_path):
         assert got[0] == want[0]
         assert got[1] == want[1]
         assert got[2] == want[2]
+        # The report: every stage, the rows the outputs show, the candidate
+        # stage's shuffle (k + 1 keyed rows a document) and the driver's memory.
+        rep = json.loads(report.read_text())
+        assert [st["stage"] for st in rep["stages"]] == ["fingerprint", "candidates", "verify", "components", "write"]
+        by = {st["stage"]: st for st in rep["stages"]}
+        assert rep["documents"] == sum(1 for l in corpus.read_text().splitlines() if l.strip())
+        assert by["verify"]["verified"] == len(want[0])
+        assert by["components"]["removed"] == sum(size - 1 for _, size, _ in want[1])
+        assert by["candidates"]["shuffle_bytes_per_document"] > 100
+        assert 0 < rep["driver"]["python_peak_bytes"] and 0 < rep["driver"]["jvm_peak_bytes"]
         # The executor had the wheel, unpacked in its working directory.
         assert glob.glob(str(tmp_path / "work" / "app-*" / "*" / "neardup_wheel" / "neardup" / "_neardup*.so")), \
             sorted(glob.glob(str(tmp_path / "work" / "**"), recursive=True))[:40]
@@ -509,6 +557,31 @@ def test_exact_check_routes_each_pair_with_both_documents(cap, seed):
     for root, members in groups.items():
         if len(members) <= cap:
             assert len({bucket_of_pair[p][0] for p in pairs if find(p[0]) == root}) == 1
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_sorted_batches_are_cut_into_whole_groups(seed):
+    """The distributed join's reader of a sorted partition (no Spark
+    needed): every group comes whole in one table, in order, whatever the
+    batch sizes (groups longer than a batch, batches that end where a group
+    does, empty batches)."""
+    import pyarrow as pa
+    from neardup.spark import _whole_groups
+
+    rng = random.Random(seed)
+    rows = []
+    for g in range(rng.randrange(0, 12)):
+        rows += [(g // 3, g % 3, x) for x in range(rng.choice([1, 2, 5, 40]))]
+    cuts = sorted({0, len(rows), *(rng.randrange(len(rows) + 1) for _ in range(rng.randrange(0, 8)))})
+    batches = [
+        pa.RecordBatch.from_arrays([pa.array([r[c] for r in rows[a:b]], pa.int64()) for c in range(3)], names=["key", "bi", "row"])
+        for a, b in zip(cuts[:-1], cuts[1:])
+    ] + [pa.RecordBatch.from_arrays([pa.array([], pa.int64())] * 3, names=["key", "bi", "row"])]
+    got = [t.to_pydict() for t in _whole_groups(iter(batches), ("key", "bi"))]
+    assert [r for t in got for r in zip(t["key"], t["bi"], t["row"])] == rows
+    seen = [{(k, b) for k, b in zip(t["key"], t["bi"])} for t in got]
+    assert all(len(t["key"]) for t in got)
+    assert sum(len(s) for s in seen) == len({(k, b) for k, b, _ in rows})  # no group in two tables
 
 
 @pytest.mark.parametrize("seed", range(40))
