@@ -45,8 +45,8 @@ CLI's join, a group larger than ``max_group`` split into block pairs),
 undecided pairs checked per connected component, components by a union-find
 per task then in one task (or large-star/small-star rounds), and the kept
 records streamed from each input range minus its removed positions. It
-takes the components policy and keep-by first (ids of JSON Lines records
-read as integers when every one is, else as strings). ``--report FILE``
+takes the components policy (ids of JSON Lines records read as integers
+when every one is, else as strings). ``--report FILE``
 writes each stage's seconds, rows and bytes shuffled.
 
 Outputs under ``--output DIR``: ``DIR/pairs`` (columns ``a``, ``b``,
@@ -601,7 +601,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
 def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, threshold: Optional[float], centred: bool,
                        max_group: int, pairs: bool, quiet: bool, stages: dict, rows_of: Any, splits: Any, texts: Any,
                        records: Any, numbered: Any, json_col: Optional[str], bad: Any = None,
-                       report: Any = None) -> SparkDedupResult:
+                       report: Any = None, keep_by: Optional[str] = None) -> SparkDedupResult:
     """The distributed path for texts: every stage in the executors, the
     driver holding only what does not grow with the corpus (the centre, the
     hot keys, counts). Reads the fingerprint pass's rows ``fps`` (``_pos``,
@@ -640,6 +640,8 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
 
     t3 = time.time()
     reps = _components(spark, edges.select(F.col("pa").alias("a"), F.col("pb").alias("b")))
+    if keep_by is not None:
+        reps = _keepers(reps, fps, keep_by)
     dropped = reps.where(F.col("_pos") != F.col("rep")).select("_pos").localCheckpoint()
     n_dropped = dropped.count()
     if bad is not None:
@@ -1342,10 +1344,10 @@ def dedup(
     report.documents = n
     report.done("fingerprint", stages["fingerprint"], n, records=n + skipped, skipped=skipped)
     if n > driver_documents:
-        if against is not None or policy != "components" or keep_by != "first" or cfg.idf is not None or weighted or annotate:
+        if against is not None or policy != "components" or cfg.idf is not None or weighted or annotate:
             raise neardup.NeardupError(
                 f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path "
-                "takes texts with policy components, keep_by first, no against, no IDF table and no annotate (or "
+                "takes texts with policy components, no against, no IDF table and no annotate (or "
                 "raise driver_documents, about 175 bytes of driver memory per document)"
             )
         _log(quiet, f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path runs")
@@ -1366,7 +1368,8 @@ def dedup(
         bad = fps_all.where(F.col("_bad")).select("_pos") if skipped else None
         result = _distributed_texts(spark, fps, n, bits=bits, k=k, threshold=threshold, centred=centred, max_group=max_group,
                                     pairs=pairs, quiet=quiet, stages=stages, rows_of=rows_of, splits=splits, texts=texts,
-                                    records=records, numbered=numbered, json_col=json_col, bad=bad, report=report)
+                                    records=records, numbered=numbered, json_col=json_col, bad=bad, report=report,
+                                    keep_by=rule)
         return result
 
     # Candidates: every fingerprint on the driver, joined as `neardup dedup` joins them.
@@ -2076,6 +2079,31 @@ def _arrow_type(t: Any) -> Any:
 # Edges of the components stage joined by one task once each partition's
 # own union-find has reduced them (16 bytes each, about 40 in the task).
 ONE_TASK_EDGES = 10_000_000
+
+
+def _keepers(reps: Any, fps: Any, rule: str) -> Any:
+    """(_pos, rep) with each component's kept document by ``rule``
+    (``longest`` or ``field:NAME[:asc|desc]``), as ``neardup dedup
+    --keep-by`` orders them: numbers before strings (reversed when
+    descending), documents without the field last, ties to the first in
+    input order. ``reps``: each member's component (its smallest position);
+    ``fps``: the keys (``key_kind`` 0 number, 1 string, 2 missing)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    desc = rule == "longest" or rule.endswith(":desc")
+    missing = F.col("key_kind") == 2
+    # Keys of documents without one are equal (the input order decides).
+    keys = [F.col("key_kind"), F.when(missing, F.lit(0.0)).otherwise(F.col("key_num")),
+            F.when(missing, F.lit(None)).otherwise(F.col("key_str"))]
+    keyed = reps.join(fps.select("_pos", "key_kind", "key_num", "key_str"), "_pos")
+    order = [missing.asc(), *[k.desc() if desc else k.asc() for k in keys], F.col("_pos").asc()]
+    best = (
+        keyed.withColumn("_r", F.row_number().over(Window.partitionBy("rep").orderBy(*order)))
+        .where(F.col("_r") == 1)
+        .select(F.col("rep").alias("_comp"), F.col("_pos").alias("_keeper"))
+    )
+    return reps.join(best, reps["rep"] == best["_comp"]).select("_pos", F.col("_keeper").alias("rep")).localCheckpoint()
 
 
 def _union_find(a: Any, b: Any) -> tuple:

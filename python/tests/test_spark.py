@@ -192,23 +192,25 @@ def test_components_of_random_graphs(spark, monkeypatch, one_task):
 @pytest.mark.parametrize("ids", ["str", "int"])
 def test_distributed_command_line_equals_cli(spark, tmp_path, ids):
     """The command line above its --driver-documents limit, on JSON Lines
-    with blank lines and both kinds of id: the CLI's pairs, clusters and
-    kept lines."""
+    with blank lines and both kinds of id, each cluster's record kept by a
+    rule: the CLI's pairs, clusters and kept lines."""
     from neardup.spark import main
 
     corpus = make_mixed(tmp_path / "mixed.jsonl", seed=5, n=1500, ids=ids)
-    want = cli_outputs([corpus], tmp_path, [])
+    # Each cluster's kept record by a rule: a field, or the longest text.
+    flags = ["--keep-by", "field:quality:desc"] if ids == "str" else ["--keep-by", "longest"]
+    want = cli_outputs([corpus], tmp_path, flags)
     assert len(want[0]) > 100
     out = tmp_path / "out"
     assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q",
-                 "--driver-documents", "0", "--max-group", "64"]) == 0
+                 "--driver-documents", "0", "--max-group", "64", *flags]) == 0
     got = spark_outputs(out)
     assert got[0] == want[0]
     assert got[1] == want[1]
     assert got[2] == want[2]
     # What the distributed path cannot do is refused, not done differently.
     assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q",
-                 "--driver-documents", "0", "--keep-by", "longest"]) == 2
+                 "--driver-documents", "0", "--policy", "incremental"]) == 2
 
 
 def make_clusters(path, seed=21):
