@@ -600,7 +600,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
 
 def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, threshold: Optional[float], centred: bool,
                        max_group: int, pairs: bool, quiet: bool, stages: dict, rows_of: Any, splits: Any, texts: Any,
-                       records: Any, numbered: Any, json_col: Optional[str], bad: Any = None,
+                       numbered: Any, json_col: Optional[str], bad: Any = None,
                        report: Any = None, keep_by: Optional[str] = None) -> SparkDedupResult:
     """The distributed path for texts: every stage in the executors, the
     driver holding only what does not grow with the corpus (the centre, the
@@ -1337,7 +1337,6 @@ def dedup(
     fps = fps.localCheckpoint()
     counts = {bool(r[0]): int(r[1]) for r in fps.groupBy("_bad").count().collect()}
     n, skipped = counts.get(False, 0), counts.get(True, 0)
-    bad_pos = np.array([r[0] for r in fps.where(F.col("_bad")).select("_pos").collect()] if skipped else [], dtype=np.int64)
     fps_all, fps = fps, fps.where(~F.col("_bad"))
     stages["fingerprint"] = time.time() - t0
     _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
@@ -1368,10 +1367,11 @@ def dedup(
         bad = fps_all.where(F.col("_bad")).select("_pos") if skipped else None
         result = _distributed_texts(spark, fps, n, bits=bits, k=k, threshold=threshold, centred=centred, max_group=max_group,
                                     pairs=pairs, quiet=quiet, stages=stages, rows_of=rows_of, splits=splits, texts=texts,
-                                    records=records, numbered=numbered, json_col=json_col, bad=bad, report=report,
+                                    numbered=numbered, json_col=json_col, bad=bad, report=report,
                                     keep_by=rule)
         return result
 
+    bad_pos = np.array([r[0] for r in fps_all.where(F.col("_bad")).select("_pos").collect()] if skipped else [], dtype=np.int64)
     # Candidates: every fingerprint on the driver, joined as `neardup dedup` joins them.
     t1 = time.time()
     cols = (["_pos", "_new"] + (["shares"] if centred else ["fp_hi", "fp_lo"]) + (["summary"] if threshold is not None else [])
