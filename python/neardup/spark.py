@@ -386,7 +386,7 @@ CANDIDATE_ROWS_PER_TASK = 1_000_000
 
 
 def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Optional[float], max_group: int,
-                quiet: bool) -> tuple:
+                quiet: bool, spanning: bool = False) -> tuple:
     """Candidate pairs, in the executors (core's ``Pigeonhole``).
 
     Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen, ``summary``).
@@ -399,7 +399,9 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     dedup`` joins (the planner's design for its fingerprints); a pair is
     reported by the group of the first block it shares, and screened by
     its summaries. Nothing per document reaches the driver: only the hot
-    keys (at most k + 1 per ``max_group`` documents).
+    keys (at most k + 1 per ``max_group`` documents). ``spanning``: only
+    enough pairs for the components: copies (one fingerprint, one feature
+    set) are joined as one, each linked to it by one pair.
 
     Returns (kept, undecided) DataFrames of (``pa``, ``pb``, ``distance``,
     ``score``) with pa < pb (score -1 without verification; NaN in the
@@ -480,7 +482,7 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
             col = lambda c: t.column(c).to_numpy().astype("<i8").tobytes()  # noqa: E731
             words = np.column_stack([t.column(c).to_numpy().view(np.uint64) for c in ("fp_hi", "fp_lo")]).astype("<u8").tobytes()
             kept, scores, und = _rs.pigeonhole_pairs(col("key"), col("bi"), col("bj"), col("salt"), col("_pos"), words, bits, k,
-                                                     _packed(t.column("summary")) if screened else None, threshold)
+                                                     _packed(t.column("summary")) if screened else None, threshold, spanning)
             kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
             und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
             if len(kept) + len(und):
@@ -621,7 +623,7 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
     t1 = time.time()
     if centred:
         fps = _centre_distributed(spark, fps, bits)
-    kept, undecided = _candidates(spark, fps, n, bits, k, threshold, max_group, quiet)
+    kept, undecided = _candidates(spark, fps, n, bits, k, threshold, max_group, quiet, spanning=not pairs)
     n_kept, n_und = kept.count(), undecided.count()
     stages["candidates"] = time.time() - t1
     report.done("candidates", stages["candidates"], n, pairs=n_kept + n_und, undecided=n_und)

@@ -54,11 +54,17 @@ pub fn pigeonhole_keys<'py>(
 /// block i alone when i == j). With `summaries` (one per row) and a
 /// `threshold`, pairs are screened as `neardup dedup` screens them.
 ///
+/// `spanning`: not every pair, only enough for the same components: rows
+/// with one fingerprint and one feature set (one summary digest; one
+/// fingerprint without a screen) and one salt are joined as one, each of
+/// the others paired with it alone (a cluster of m copies costs m pairs,
+/// not m²/2).
+///
 /// Returns (`kept`, `scores`, `undecided`): rows of (pos a, pos b,
 /// distance) i64 with a < b, a score per kept row (-1 without a screen),
 /// and the pairs only the features can decide.
 #[pyfunction]
-#[pyo3(signature = (key, block_i, block_j, salt, pos, fp, bits, k, summaries=None, threshold=None))]
+#[pyo3(signature = (key, block_i, block_j, salt, pos, fp, bits, k, summaries=None, threshold=None, spanning=false))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn pigeonhole_pairs<'py>(
     py: Python<'py>,
@@ -72,6 +78,7 @@ pub fn pigeonhole_pairs<'py>(
     k: u32,
     summaries: Option<&[u8]>,
     threshold: Option<f64>,
+    spanning: bool,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
@@ -91,10 +98,22 @@ pub fn pigeonhole_pairs<'py>(
         cols: &[Vec<i64>; 5],
         fps: &[u128],
         screen_by: Option<Screen<'_>>,
+        spanning: bool,
     ) -> Result<(Vec<i64>, Vec<f64>, Vec<i64>), neardup_core::Error> {
         let [key, bi, bj, salt, pos] = cols;
         let same = |x: usize, y: usize| key[x] == key[y] && bi[x] == bi[y] && bj[x] == bj[y];
         let (mut kept, mut scores, mut undecided) = (Vec::new(), Vec::new(), Vec::new());
+        let mut decide = |x: usize, y: usize, d: u32| {
+            let row = [pos[x].min(pos[y]), pos[x].max(pos[y]), i64::from(d)];
+            match Screen::decide(screen_by, x as u32, y as u32) {
+                Decision::Kept(j) => {
+                    kept.extend(row);
+                    scores.push(j);
+                }
+                Decision::Dropped => {}
+                Decision::Undecided => undecided.extend(row),
+            }
+        };
         let mut start = 0;
         while start < fps.len() {
             let mut end = start + 1;
@@ -102,26 +121,53 @@ pub fn pigeonhole_pairs<'py>(
                 end += 1;
             }
             let (gi, gj) = (bi[start], bj[start]);
-            let group: Vec<B> = fps[start..end].iter().map(|&f| B::from_u128(f)).collect();
-            ph.group_pairs(Pigeonhole::part_of(key[start]), &group, k, |x, y, d| {
-                let (x, y) = (start + x as usize, start + y as usize);
+            let part = Pigeonhole::part_of(key[start]);
+            // The rows joined: all, or (spanning) one per class of rows with
+            // one fingerprint, one feature set and one salt, the others
+            // linked to it (by the group of part 0, which every copy shares;
+            // a class is within one salt, so its block pair (s, s) holds it).
+            let mut rows: Vec<usize> = (start..end).collect();
+            if spanning {
+                let identity = |x: usize| screen_by.map_or(&[][..], |s| s.identity(x as u32));
+                rows.sort_unstable_by(|&x, &y| {
+                    (fps[x], identity(x), salt[x], pos[x]).cmp(&(
+                        fps[y],
+                        identity(y),
+                        salt[y],
+                        pos[y],
+                    ))
+                });
+                let mut reps = Vec::new();
+                let mut at = 0;
+                while at < rows.len() {
+                    let r = rows[at];
+                    let mut next = at + 1;
+                    while next < rows.len()
+                        && (fps[rows[next]], identity(rows[next]), salt[rows[next]])
+                            == (fps[r], identity(r), salt[r])
+                    {
+                        // Once: in part 0's group, in its block pair (s, s).
+                        if part == 0 && gi == gj {
+                            decide(r, rows[next], 0);
+                        }
+                        next += 1;
+                    }
+                    reps.push(r);
+                    at = next;
+                }
+                rows = reps;
+            }
+            let group: Vec<B> = rows.iter().map(|&x| B::from_u128(fps[x])).collect();
+            ph.group_pairs(part, &group, k, |x, y, d| {
+                let (x, y) = (rows[x as usize], rows[y as usize]);
                 let (sx, sy) = (salt[x], salt[y]);
                 let wanted = if gi == gj {
                     sx == gi && sy == gi
                 } else {
                     (sx == gi && sy == gj) || (sx == gj && sy == gi)
                 };
-                if !wanted {
-                    return;
-                }
-                let row = [pos[x].min(pos[y]), pos[x].max(pos[y]), i64::from(d)];
-                match Screen::decide(screen_by, x as u32, y as u32) {
-                    Decision::Kept(j) => {
-                        kept.extend(row);
-                        scores.push(j);
-                    }
-                    Decision::Dropped => {}
-                    Decision::Undecided => undecided.extend(row),
+                if wanted {
+                    decide(x, y, d);
                 }
             })?;
             start = end;
@@ -130,7 +176,7 @@ pub fn pigeonhole_pairs<'py>(
     }
     let width = Width::from_bits(bits).map_err(err)?;
     let (kept, scores, undecided) = py
-        .detach(|| with_bits!(width, B => run::<B>(&ph, k, &cols, &fps, screen_by)))
+        .detach(|| with_bits!(width, B => run::<B>(&ph, k, &cols, &fps, screen_by, spanning)))
         .map_err(err)?;
     Ok((
         PyBytes::new(py, bytemuck::cast_slice(&kept)),

@@ -130,9 +130,12 @@ def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader):
     assert got[2] == want[2]
 
 
-def test_distributed_path_equals_cli(spark, tmp_path):
-    """Above the driver's limit the join is distributed (keys per table,
-    skewed groups split into blocks): the same pairs and clusters."""
+@pytest.mark.parametrize("pairs", [True, False], ids=["pairs", "no-pairs"])
+def test_distributed_path_equals_cli(spark, tmp_path, pairs):
+    """Above the driver's limit the join is distributed (groups keyed by a
+    part of the fingerprint, the skewed ones split into block pairs): the
+    same pairs and clusters; without the pairs, the same clusters from one
+    pair per copy of the 300 identical documents."""
     from neardup.spark import dedup, write
 
     corpus = tmp_path / "corpus.jsonl"
@@ -140,12 +143,18 @@ def test_distributed_path_equals_cli(spark, tmp_path):
     n = make_corpus(corpus, n_base=1_500, n_dups=500)
     want_pairs, want_clusters = cli_dedup(corpus, tmp_path, [])
     df = spark.read.json(str(corpus))
-    result = dedup(spark, df, max_group=64, driver_documents=0)
+    result = dedup(spark, df, max_group=64, driver_documents=0, pairs=pairs)
     out = tmp_path / "out"
     write(result, str(out), "parquet")
-    pairs = spark.read.parquet(str(out / "pairs"))
-    assert pairs.columns[:3] == ["a", "b", "distance"]
-    assert sorted((r.a, r.b, r.distance) for r in pairs.collect()) == want_pairs
+    if pairs:
+        got = spark.read.parquet(str(out / "pairs"))
+        assert got.columns[:3] == ["a", "b", "distance"]
+        assert sorted((r.a, r.b, r.distance) for r in got.collect()) == want_pairs
+    else:
+        assert result.pairs is None
+        # The 300 copies: 299 pairs, not 44,850.
+        verified = {st["stage"]: st for st in result.report.stages}["verify"]["verified"]
+        assert verified < len(want_pairs) - 44_000
     got_clusters = sorted((r.representative, r.size, tuple(r.members)) for r in spark.read.parquet(str(out / "clusters")).collect())
     assert got_clusters == want_clusters
     deduped = spark.read.parquet(str(out / "deduped"))
