@@ -220,6 +220,32 @@ def _centre_distributed(spark: Any, fps: Any, bits: int) -> Any:
     return out
 
 
+def _named_outputs(pairs: Any, reps: Any, ids: Any, scores: list) -> tuple:
+    """The distributed paths' outputs named by ids (``ids``: ``_pos``,
+    ``_id``): the pairs (``pa``, ``pb``, ``distance`` and the columns
+    ``scores``) as ``a``, ``b``, ``distance``, ... in input order, or None
+    without pairs; and the clusters of ``reps`` (``_pos``, ``rep``) as
+    ``representative``, ``size`` and ``members`` (in input order)."""
+    from pyspark.sql import functions as F
+
+    out_pairs = None
+    if pairs is not None:
+        out_pairs = (
+            pairs.join(ids.withColumnRenamed("_pos", "pa").withColumnRenamed("_id", "a"), "pa")
+            .join(ids.withColumnRenamed("_pos", "pb").withColumnRenamed("_id", "b"), "pb")
+            .orderBy("pa", "pb")
+            .select("a", "b", "distance", *scores)
+        )
+    members = reps.join(ids, "_pos").join(ids.withColumnRenamed("_pos", "rep").withColumnRenamed("_id", "representative"), "rep")
+    clusters = (
+        members.groupBy("rep", "representative")
+        .agg(F.count("*").alias("size"), F.sort_array(F.collect_list(F.struct("_pos", "_id"))).alias("m"))
+        .orderBy("rep")
+        .select("representative", "size", F.col("m._id").alias("members"))
+    )
+    return out_pairs, clusters
+
+
 def _dedup_vectors(
     spark: Any,
     df: Any,
@@ -323,19 +349,7 @@ def _dedup_vectors(
 
     t4 = time.time()
     ids = with_pos.select("_pos", F.col(id_col).alias("_id"))
-    out_pairs = (
-        pairs.join(ids.withColumnRenamed("_pos", "pa").withColumnRenamed("_id", "a"), "pa")
-        .join(ids.withColumnRenamed("_pos", "pb").withColumnRenamed("_id", "b"), "pb")
-        .orderBy("pa", "pb")
-        .select("a", "b", "distance", *([score] if threshold is not None else []))
-    )
-    members = reps.join(ids, "_pos").join(ids.withColumnRenamed("_pos", "rep").withColumnRenamed("_id", "representative"), "rep")
-    clusters = (
-        members.groupBy("rep", "representative")
-        .agg(F.count("*").alias("size"), F.sort_array(F.collect_list(F.struct("_pos", "_id"))).alias("m"))
-        .orderBy("rep")
-        .select("representative", "size", F.col("m._id").alias("members"))
-    )
+    out_pairs, clusters = _named_outputs(pairs, reps, ids, [score] if threshold is not None else [])
     dropped = reps.where(F.col("_pos") != F.col("rep")).select("_pos")
     deduped = with_pos.join(dropped, "_pos", "left_anti").orderBy("_pos").drop("_pos")
     stages["outputs"] = time.time() - t4
@@ -661,21 +675,8 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
         ints = ids.where(F.col("_id").startswith('"')).limit(1).count() == 0
         wrapped = F.concat(F.lit('{"v":'), F.col("_id"), F.lit("}"))
         ids = ids.select("_pos", F.from_json(wrapped, "v long" if ints else "v string").getField("v").alias("_id"))
-    out_pairs = None
-    if pairs:
-        out_pairs = (
-            edges.join(ids.withColumnRenamed("_pos", "pa").withColumnRenamed("_id", "a"), "pa")
-            .join(ids.withColumnRenamed("_pos", "pb").withColumnRenamed("_id", "b"), "pb")
-            .orderBy("pa", "pb")
-            .select("a", "b", "distance", *([F.col("score").alias("jaccard")] if threshold is not None else []))
-        )
-    members = reps.join(ids, "_pos").join(ids.withColumnRenamed("_pos", "rep").withColumnRenamed("_id", "representative"), "rep")
-    clusters = (
-        members.groupBy("rep", "representative")
-        .agg(F.count("*").alias("size"), F.sort_array(F.collect_list(F.struct("_pos", "_id"))).alias("m"))
-        .orderBy("rep")
-        .select("representative", "size", F.col("m._id").alias("members"))
-    )
+    out_pairs, clusters = _named_outputs(edges if pairs else None, reps, ids,
+                                         [F.col("score").alias("jaccard")] if threshold is not None else [])
     blank = "^[ \\t\\n\\r\\f]*$"  # blank lines are not records (as `neardup dedup` reads them)
     result = SparkDedupResult(out_pairs, clusters, None, stages, json_col is not None, report=report)
     if splits is not None:
