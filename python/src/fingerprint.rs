@@ -8,11 +8,11 @@ use pyo3::types::PyBytes;
 use rayon::prelude::*;
 
 use neardup_core::centre::{BitShares, Centre};
-use neardup_core::jaccard::{SetFeature, narrow, shingles_for, verified_jaccard};
+use neardup_core::jaccard::{SetFeature, narrow, shingles_for};
 use neardup_core::{Fingerprint, Input, Width};
 
 use crate::config::PyConfig;
-use crate::{bytemuck_bytes, err, features_of, fp_to_int, run_parallel, words_of};
+use crate::{bytemuck_bytes, err, fp_to_int, run_parallel, words_of};
 
 /// The fingerprint of one text, as an int.
 #[pyfunction]
@@ -221,24 +221,6 @@ pub(crate) fn shingle_sets<'py>(
     sets.iter()
         .map(|s| PyBytes::new(py, bytemuck::cast_slice(s)))
         .collect()
-}
-
-/// Jaccard similarity of pairs of feature sets given as bytes.
-#[pyfunction]
-pub(crate) fn jaccard_pairs(
-    py: Python<'_>,
-    a: Vec<Vec<u8>>,
-    b: Vec<Vec<u8>>,
-) -> PyResult<Vec<f64>> {
-    if a.len() != b.len() {
-        return Err(err("jaccard_pairs: the two lists differ in length"));
-    }
-    Ok(py.detach(|| {
-        a.par_iter()
-            .zip(b.par_iter())
-            .map(|(x, y)| verified_jaccard(&features_of(x), &features_of(y)))
-            .collect()
-    }))
 }
 
 /// Row-major vectors as single precision: `data` holds float32 entries, or

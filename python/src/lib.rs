@@ -129,7 +129,6 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprints_list, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprints_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(shingle_sets, m)?)?;
-    m.add_function(wrap_pyfunction!(jaccard_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(dedup_positions, m)?)?;
     m.add_function(wrap_pyfunction!(clusters_of, m)?)?;
     m.add_function(wrap_pyfunction!(candidate_config, m)?)?;
@@ -144,8 +143,6 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spark::config_with_idf, m)?)?;
     m.add_function(wrap_pyfunction!(spark::spark_join, m)?)?;
     m.add_function(wrap_pyfunction!(spark::spark_span, m)?)?;
-    m.add_function(wrap_pyfunction!(spark::screen_pairs, m)?)?;
-    m.add_function(wrap_pyfunction!(spark::exact_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(spark::exact_indexed, m)?)?;
     m.add_function(wrap_pyfunction!(spark::resolve_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(vector_config, m)?)?;

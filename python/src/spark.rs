@@ -757,46 +757,6 @@ pub fn spark_span<'py>(
     ))
 }
 
-/// The summaries' decision for pairs whose summaries are given side by side
-/// (the distributed path): the score, or NaN when only the features decide.
-#[pyfunction]
-pub fn screen_pairs(
-    py: Python<'_>,
-    a: Vec<Vec<u8>>,
-    b: Vec<Vec<u8>>,
-    threshold: f64,
-) -> PyResult<Vec<f64>> {
-    if a.len() != b.len() || a.iter().chain(&b).any(|s| s.len() != SUMMARY_BYTES) {
-        return Err(err("screen_pairs: two equal lists of summaries are needed"));
-    }
-    Ok(py.detach(|| {
-        a.iter()
-            .zip(&b)
-            .map(|(x, y)| screen(SummaryRef(x), SummaryRef(y), threshold).unwrap_or(f64::NAN))
-            .collect()
-    }))
-}
-
-/// Exact Jaccard similarity of feature-set pairs where it reaches `threshold`
-/// (else a value below it), as `neardup dedup` verifies.
-#[pyfunction]
-pub fn exact_pairs(
-    py: Python<'_>,
-    a: Vec<Vec<u8>>,
-    b: Vec<Vec<u8>>,
-    threshold: f64,
-) -> PyResult<Vec<f64>> {
-    if a.len() != b.len() {
-        return Err(err("exact_pairs: the two lists differ in length"));
-    }
-    Ok(py.detach(|| {
-        a.par_iter()
-            .zip(b.par_iter())
-            .map(|(x, y)| jaccard_at_least(&features_of(x), &features_of(y), threshold))
-            .collect()
-    }))
-}
-
 /// Exact Jaccard similarity (where it reaches `threshold`, else a value
 /// below it) of pairs of feature sets given by index: pair x is
 /// `sets[a[x]]` and `sets[b[x]]` (`a`, `b`: u32 bytes; `sets`: sorted u64
