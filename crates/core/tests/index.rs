@@ -592,50 +592,6 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
-    /// Grouping by JoinKeys' keys, as a distributed runtime does, and keeping
-    /// what `reports` accepts finds every pair within k exactly once.
-    #[test]
-    fn join_keys_groups_report_each_pair_once(base in prop::collection::vec(any::<u64>(), 1..60), copies in 0usize..80, k in 1u32..5, choice in 0usize..5, wide: bool, seed: u64) {
-        let mut rng = neardup_core::rng::SplitMix64(seed);
-        let mut fps = base.clone();
-        for _ in 0..copies {
-            let f = fps[(rng.next() % fps.len() as u64) as usize];
-            let flips = rng.next() % u64::from(k + 2);
-            fps.push((0..flips).fold(f, |f, _| f ^ (1 << (rng.next() % 64))));
-        }
-        fn check<B: Bits>(fps: &[B], k: u32, d: &TableDesign) -> Result<(), TestCaseError> {
-            let keys = neardup_core::index::JoinKeys::<B>::new(d).unwrap();
-            let mut groups: std::collections::HashMap<(usize, B), Vec<u32>> = Default::default();
-            for (i, &f) in fps.iter().enumerate() {
-                for t in 0..keys.tables() {
-                    groups.entry((t, keys.key(t, f))).or_default().push(i as u32);
-                }
-            }
-            let mut found = Vec::new();
-            for ((t, _), members) in &groups {
-                for (x, &a) in members.iter().enumerate() {
-                    for &b in &members[x + 1..] {
-                        if let Some(dist) = keys.reports(*t, fps[a as usize], fps[b as usize], k) {
-                            found.push((a.min(b), a.max(b), dist));
-                        }
-                    }
-                }
-            }
-            found.sort_unstable();
-            prop_assert_eq!(found, brute_pairs(fps, k));
-            Ok(())
-        }
-        if wide {
-            let fps: Vec<u128> = fps.iter().map(|&f| (u128::from(f) << 64) | u128::from(f.rotate_left(9))).collect();
-            check(&fps, k, &design(128, k, choice))?;
-        } else {
-            check(&fps, k, &design(64, k, choice))?;
-        }
-    }
-}
-
-proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
     /// Runs of thousands of fingerprints sharing a prefix are compared by

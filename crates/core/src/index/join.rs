@@ -2,63 +2,15 @@
 //! permuted tables: fingerprints collapsed by value, then each table's
 //! fingerprints grouped by its prefix and compared within groups, a pair
 //! reported only by the first table in which the two share the prefix.
-//! [`JoinKeys`] gives the same rule to a distributed runtime, which groups
-//! by key itself.
+//! (A distributed runtime, which groups rows itself, uses
+//! [`super::Pigeonhole`].)
 
 use rayon::prelude::*;
 
 use super::bits::Bits;
-use super::design::{self, FirstTable, Table, TableDesign, reported_by};
+use super::design::{self, Table, TableDesign, reported_by};
 use super::{mem, radix, table};
 use crate::error::Error;
-
-/// The self-join's keys and rule for a runtime that groups rows itself (the
-/// Spark job's distributed path): each fingerprint goes to one group per
-/// table, keyed by its prefix bits there; a pair in a group is reported when
-/// within k and the group's table is the first where the two share the
-/// prefix, so every pair within k comes out of exactly one group.
-#[derive(Clone, Debug)]
-pub struct JoinKeys<B: Bits> {
-    /// Each table's prefix mask, in fingerprint positions.
-    masks: Vec<B>,
-    /// Which table reports a pair.
-    first: FirstTable<B>,
-}
-
-impl<B: Bits> JoinKeys<B> {
-    /// The keys of `design`'s tables.
-    pub fn new(design: &TableDesign) -> Result<JoinKeys<B>, Error> {
-        if design.bits != B::BITS {
-            return Err(Error::WidthMismatch {
-                expected: design.bits,
-                got: B::BITS,
-            });
-        }
-        Ok(JoinKeys {
-            masks: design.tables.iter().map(Table::prefix_mask::<B>).collect(),
-            first: design.first_table(),
-        })
-    }
-
-    /// Tables, that is, keys per fingerprint.
-    pub fn tables(&self) -> usize {
-        self.masks.len()
-    }
-
-    /// `fp`'s key in table `t`: its prefix bits there, the others zero.
-    pub fn key(&self, t: usize, fp: B) -> B {
-        fp.and(self.masks[t])
-    }
-
-    /// The distance of `a` and `b` when the group of table `t` reports them:
-    /// within `k`, sharing table `t`'s prefix, and no earlier table's.
-    pub fn reports(&self, t: usize, a: B, b: B, k: u32) -> Option<u32> {
-        let diff = a.xor(b);
-        let d = diff.distance(B::zero());
-        let shares = diff.and(self.masks[t]) == B::zero();
-        (d <= k && shares && reported_by(self.first.of(t), diff)).then_some(d)
-    }
-}
 
 /// Fingerprints grouped by value: the distinct ones in ascending order, and the
 /// documents holding each.

@@ -32,8 +32,8 @@ pub use design::{Segment, Table, TableDesign};
 pub use file::IndexFile;
 pub use ids::{IdRef, IdTable};
 pub use join::{
-    Collapsed, JoinKeys, JoinScratch, join_sorted_unique, join_sorted_unique_each,
-    join_sorted_unique_with, self_join,
+    Collapsed, JoinScratch, join_sorted_unique, join_sorted_unique_each, join_sorted_unique_with,
+    self_join,
 };
 pub use multi::{MultiIndex, QueryWork};
 pub use online::OnlineIndex;
