@@ -11,3 +11,8 @@ def pytest_configure(config):
             if p.exists():
                 os.environ["NEARDUP_BIN"] = str(p)
                 break
+    # The Spark tests' corpora are a few thousand documents: four shuffle
+    # partitions (not the job's 4 x cores) keep several tasks a stage, at
+    # less scheduling on the test machine's two cores. A session's own
+    # setting wins, as the job's does.
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.sql.shuffle.partitions=4 pyspark-shell")

@@ -1,6 +1,8 @@
-//! A fixed-size summary of a document's verification features from which the
-//! Jaccard similarity of two documents is estimated, for where the features
-//! themselves cannot be kept: the online service stores one per document.
+//! The online service's verification signatures: a document's features kept
+//! compactly ([`Signature::write_compact`], Rice-coded, compared exactly), and
+//! a fixed-size summary of them from which the Jaccard similarity of two
+//! documents is estimated ([`Sketch`]), which stores before version 7 keep
+//! beside the features, or alone.
 //!
 //! One-permutation MinHash (Li, Owen & Zhang 2012) with b-bit minima (Li &
 //! König 2010): the feature hashes fall into [`BINS`] bins by their top bits,
@@ -250,6 +252,181 @@ impl Signature {
         }
         shared as f64 / (a.len() + b.len() - shared) as f64
     }
+
+    /// Appends the compact stored form: a tag byte, then, for a signature
+    /// with its features, the features alone Rice-coded (see `rice_write`:
+    /// about 2 + log2(2^24 / n) bits a feature, 2 bytes for the ~700 of a
+    /// 4 KB text, where [`Signature::write`] takes 3 and the sketch's 512
+    /// bytes besides); a signature without features keeps the form of
+    /// [`Signature::write`] after its tag. The exact similarity needs no
+    /// screen: the features are read in sequence with the comparison.
+    pub fn write_compact(&self, out: &mut Vec<u8>) {
+        match &self.features {
+            Some(f) => {
+                out.push(COMPACT_FEATURES);
+                rice_write(f, out);
+            }
+            None => {
+                out.push(COMPACT_FULL);
+                self.write(out);
+            }
+        }
+    }
+
+    /// Whether `stored` is a compact stored form ([`Signature::write_compact`]),
+    /// checked whole.
+    pub fn compact_is_valid(stored: &[u8]) -> bool {
+        match stored.split_first() {
+            Some((&COMPACT_FEATURES, rest)) => rice_for_each(rest, |_| {}).is_some(),
+            Some((&COMPACT_FULL, rest)) => Signature::from_bytes(rest).is_some(),
+            _ => false,
+        }
+    }
+
+    /// [`Signature::jaccard_stored`] of a compact stored form
+    /// ([`Signature::write_compact`]): the exact similarity of the features
+    /// where both keep them (this signature as [`Signature::of`] gives it),
+    /// compared as they are decoded. None when `stored` is not a compact
+    /// signature, or holds features this signature, without its own, cannot
+    /// be compared with.
+    pub fn jaccard_compact(&self, stored: &[u8], threshold: f64) -> Option<f64> {
+        let (&tag, rest) = stored.split_first()?;
+        match tag {
+            COMPACT_FULL => self.jaccard_stored(rest, threshold),
+            COMPACT_FEATURES => {
+                let a = self.features.as_deref()?;
+                let (mut i, mut shared) = (0usize, 0usize);
+                let n = rice_for_each(rest, |f| {
+                    while i < a.len() && a[i] < f {
+                        i += 1;
+                    }
+                    if i < a.len() && a[i] == f {
+                        shared += 1;
+                        i += 1;
+                    }
+                })?;
+                if a.is_empty() || n == 0 {
+                    return Some(0.0);
+                }
+                Some(shared as f64 / (a.len() + n - shared) as f64)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Tags of [`Signature::write_compact`]: the form of [`Signature::write`]
+/// follows, or the features alone, Rice-coded.
+const COMPACT_FULL: u8 = 0;
+const COMPACT_FEATURES: u8 = 1;
+
+/// Appends sorted distinct `features` (below 2^[`FEATURE_BITS`]) Rice-coded:
+/// their count (LEB128), the Rice parameter b (one byte: the floor of
+/// log2 of the mean gap), then each gap (the first feature itself, then
+/// the difference to the one before less one) as its quotient by 2^b in
+/// unary (that many ones, then a zero) and its low b bits, least
+/// significant bit first; zero bits pad the last byte.
+fn rice_write(features: &[u32], out: &mut Vec<u8>) {
+    leb128(features.len() as u64, out);
+    let span = features.last().map_or(0, |&l| u64::from(l) + 1);
+    let mean = span / (features.len() as u64).max(1);
+    let b = if mean > 1 {
+        63 - mean.leading_zeros()
+    } else {
+        0
+    };
+    out.push(b as u8);
+    let (mut acc, mut n) = (0u64, 0u32);
+    let mut put = |value: u64, count: u32, out: &mut Vec<u8>| {
+        acc |= value << n;
+        n += count;
+        while n >= 8 {
+            out.push(acc as u8);
+            acc >>= 8;
+            n -= 8;
+        }
+    };
+    let mut prev: Option<u32> = None;
+    for &f in features {
+        let gap = match prev {
+            None => f,
+            Some(p) => f - p - 1,
+        };
+        prev = Some(f);
+        let mut q = gap >> b;
+        while q > 0 {
+            let c = q.min(32);
+            put((1u64 << c) - 1, c, out);
+            q -= c;
+        }
+        put(0, 1, out);
+        put(u64::from(gap) & ((1u64 << b) - 1), b, out);
+    }
+    if n > 0 {
+        out.push(acc as u8);
+    }
+}
+
+/// Calls `f` with each feature of a Rice-coded set ([`rice_write`]), in
+/// order; returns how many, or None when `bytes` are not one (cut short,
+/// trailing bytes or bits, a feature out of range or out of order).
+fn rice_for_each(mut bytes: &[u8], mut f: impl FnMut(u32)) -> Option<usize> {
+    let n = usize::try_from(read_leb128(&mut bytes)?).ok()?;
+    let (&b, mut bytes) = bytes.split_first()?;
+    let b = u32::from(b);
+    if b >= FEATURE_BITS || n > bytes.len() * 8 {
+        return None;
+    }
+    let (mut acc, mut have) = (0u64, 0u32);
+    let mut refill = |acc: &mut u64, have: &mut u32| {
+        while *have <= 56 {
+            let Some((&x, rest)) = bytes.split_first() else {
+                break;
+            };
+            *acc |= u64::from(x) << *have;
+            *have += 8;
+            bytes = rest;
+        }
+    };
+    let limit = 1u64 << FEATURE_BITS;
+    let mut next = 0u64;
+    for _ in 0..n {
+        // The quotient: ones up to the first zero.
+        let mut q = 0u64;
+        loop {
+            refill(&mut acc, &mut have);
+            if have == 0 {
+                return None;
+            }
+            let ones = acc.trailing_ones().min(have);
+            q += u64::from(ones);
+            if q >= limit {
+                return None;
+            }
+            if ones < have {
+                acc = acc.checked_shr(ones + 1).unwrap_or(0);
+                have -= ones + 1;
+                break;
+            }
+            acc = 0;
+            have = 0;
+        }
+        refill(&mut acc, &mut have);
+        if have < b {
+            return None;
+        }
+        let low = acc & ((1u64 << b) - 1);
+        acc = acc.checked_shr(b).unwrap_or(0);
+        have -= b;
+        let feature = next + (q << b | low);
+        if feature >= limit {
+            return None;
+        }
+        f(feature as u32);
+        next = feature + 1;
+    }
+    // Only the last byte's zero padding may follow.
+    (bytes.is_empty() && have < 8 && acc == 0).then_some(n)
 }
 
 fn leb128(mut v: u64, out: &mut Vec<u8>) {
@@ -365,6 +542,72 @@ mod tests {
                 sa.jaccard_stored(&bytes[..at], 0.0).is_some(),
                 Signature::from_bytes(&bytes[..at]).is_some(),
                 "cut at {}", at
+            );
+        }
+    }
+
+    proptest! {
+        /// The compact form: the features read back exactly as kept, the
+        /// similarity exact against sets compared one by one here, in about
+        /// 2 + log2(2^24 / n) bits a feature; a signature without features
+        /// keeps its full form; damage is refused or read as other valid
+        /// data, never a panic.
+        #[test]
+        fn compact_signatures_are_exact_and_small(
+            n in 0usize..2000, m in 0usize..2000, j in 0.0f64..=1.0,
+            seed in any::<u64>(), flip in any::<(usize, u8)>(), cut in any::<usize>(),
+        ) {
+            let (a, mut b, _) = pair(n, j, seed);
+            let mut r = SplitMix64(seed ^ 0x7a7a);
+            b.truncate(m);
+            while b.len() < m {
+                b.push(r.next());
+            }
+            b.sort_unstable();
+            b.dedup();
+            let (sa, sb) = (Signature::of(&a), Signature::of(&b));
+            let mut bytes = Vec::new();
+            sb.write_compact(&mut bytes);
+            prop_assert!(Signature::compact_is_valid(&bytes));
+            let mut read = Vec::new();
+            prop_assert_eq!(rice_for_each(&bytes[1..], |f| read.push(f)), Some(read.len()));
+            let kept: std::collections::BTreeSet<u32> =
+                b.iter().map(|h| (h >> (64 - FEATURE_BITS)) as u32).collect();
+            prop_assert_eq!(&read, &kept.iter().copied().collect::<Vec<_>>());
+            let mine: std::collections::BTreeSet<u32> =
+                a.iter().map(|h| (h >> (64 - FEATURE_BITS)) as u32).collect();
+            let shared = mine.intersection(&kept).count();
+            let want = if mine.is_empty() || kept.is_empty() { 0.0 } else {
+                shared as f64 / (mine.len() + kept.len() - shared) as f64
+            };
+            let got = sa.jaccard_compact(&bytes, 0.8).unwrap();
+            prop_assert!((got - want).abs() <= 1e-12, "{} against {}", got, want);
+            if kept.len() >= 64 {
+                let bits = 2.0 + (f64::from(1u32 << FEATURE_BITS) / kept.len() as f64).log2();
+                prop_assert!(
+                    (bytes.len() as f64) <= kept.len() as f64 * (bits + 1.0) / 8.0 + 8.0,
+                    "{} bytes for {} features", bytes.len(), kept.len()
+                );
+            }
+            // Without features: the full form behind its tag.
+            let mut bare = sb.clone();
+            bare.features = None;
+            let mut full = Vec::new();
+            bare.write_compact(&mut full);
+            prop_assert!(Signature::compact_is_valid(&full));
+            prop_assert_eq!(sa.jaccard_compact(&full, 0.0), Some(sa.sketch.jaccard(&sb.sketch)));
+            // Cut short: refused. Damaged: refused, or other valid data.
+            let at = cut % bytes.len();
+            prop_assert_eq!(
+                sa.jaccard_compact(&bytes[..at], 0.0).is_some(),
+                Signature::compact_is_valid(&bytes[..at])
+            );
+            prop_assert!(!Signature::compact_is_valid(&bytes[..at]), "cut at {}", at);
+            let (at, x) = (flip.0 % bytes.len(), flip.1 | 1);
+            bytes[at] ^= x;
+            prop_assert_eq!(
+                sa.jaccard_compact(&bytes, 0.0).is_some(),
+                Signature::compact_is_valid(&bytes)
             );
         }
     }

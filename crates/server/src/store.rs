@@ -53,12 +53,21 @@ const VECTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("vectors");
 /// 5 stores the index design as permuted tables or multi-index blocks
 /// (`{"tables": ...}` or `{"blocks": ...}`; before, a bare table design); 6
 /// the centring of texts' fingerprints ([`Centring`]) and the vectors of a
-/// verified collection of vectors. Older stores are upgraded
+/// verified collection of vectors; 7 stores the signatures of the collections
+/// it creates in their compact form ([`Signature::write_compact`]: the
+/// features alone, Rice-coded, about half the bytes), marked by
+/// the `signatures` key of `meta` (stores upgraded from an earlier version keep the form
+/// they have). Older stores are upgraded
 /// when opened (one transaction: all of it or none). Version 1 documents have
 /// no sketch: they are matched by distance alone until stored again with their
 /// text, which writes the sketch.
-pub const STORE_VERSION: u32 = 6;
+pub const STORE_VERSION: u32 = 7;
 const SETTINGS_KEY: &str = "settings";
+/// `compact` in a store whose `sketches` records are
+/// [`Signature::write_compact`]'s form (version 7 on, for the collections it
+/// creates); absent, they are [`Signature::write`]'s.
+const SIGNATURES_KEY: &str = "signatures";
+const COMPACT: &str = "compact";
 /// The settings' checksum (version 4 on): the settings are checked before
 /// they are used, like every other byte read.
 const SETTINGS_CHECK_KEY: &str = "settings_check";
@@ -386,6 +395,8 @@ pub struct Store {
     db: RwLock<Db>,
     path: PathBuf,
     fp_bytes: usize,
+    /// Whether signatures are stored in [`Signature::write_compact`]'s form.
+    compact: bool,
     opener: Opener,
     /// Why the last commit failed, until one succeeds.
     failing: Mutex<Option<String>>,
@@ -573,6 +584,7 @@ impl Store {
                     table
                         .insert(DIGEST_KEY, Digest::default().text().as_str())
                         .map_err(storage)?;
+                    table.insert(SIGNATURES_KEY, COMPACT).map_err(storage)?;
                     tx.open_table(DOCS).map_err(storage)?;
                     tx.open_table(SKETCHES).map_err(storage)?;
                 }
@@ -587,10 +599,23 @@ impl Store {
             s
         };
         let fp_bytes = settings.config.bits.bits() as usize / 8;
+        let compact = (|| {
+            let tx = db.begin_read().map_err(storage)?;
+            let meta = tx.open_table(META).map_err(storage)?;
+            match meta.get(SIGNATURES_KEY).map_err(storage)? {
+                None => Ok(false),
+                Some(v) if v.value() == COMPACT => Ok(true),
+                Some(_) => Err(ServiceError::Storage(format!(
+                    "{}: the form of the collection's signatures is unreadable; {RESTORE}",
+                    path.display()
+                ))),
+            }
+        })()?;
         let store = Store {
             db: RwLock::new(db),
             path,
             fp_bytes,
+            compact,
             opener,
             failing: Mutex::new(None),
         };
@@ -695,7 +720,11 @@ impl Store {
                         match sketch {
                             Some(s) => {
                                 signature.clear();
-                                s.write(&mut signature);
+                                if self.compact {
+                                    s.write_compact(&mut signature);
+                                } else {
+                                    s.write(&mut signature);
+                                }
                                 sealed(SKETCHES_TAG, id, &signature, &mut out);
                                 sketches.insert(*id, out.as_slice()).map(drop)
                             }
@@ -769,16 +798,34 @@ impl Store {
         })
     }
 
-    /// Several documents' verification sketches, in one read transaction:
-    /// None for a document stored without its text (or before sketches were
-    /// kept). A sketch whose checksum disagrees is damage, refused.
-    pub fn sketches(&self, ids: &[&str]) -> Result<Vec<Option<Signature>>, ServiceError> {
+    /// Several documents' stored verification signatures, in one read
+    /// transaction, checked whole: None for a document stored without its
+    /// text (or before sketches were kept). A signature whose checksum
+    /// disagrees, or that is not one, is damage, refused.
+    pub fn sketches(&self, ids: &[&str]) -> Result<Vec<Option<Vec<u8>>>, ServiceError> {
         self.signatures_with(ids, |id, stored| match stored {
             None => Ok(None),
-            Some(bytes) => Signature::from_bytes(bytes)
-                .map(Some)
-                .ok_or_else(|| self.damaged(format!("document {id:?} has a damaged sketch"))),
+            Some(bytes) => {
+                let valid = if self.compact {
+                    Signature::compact_is_valid(bytes)
+                } else {
+                    Signature::from_bytes(bytes).is_some()
+                };
+                valid
+                    .then(|| Some(bytes.to_vec()))
+                    .ok_or_else(|| self.damaged(format!("document {id:?} has a damaged sketch")))
+            }
         })
+    }
+
+    /// [`Signature::jaccard_stored`] (or [`Signature::jaccard_compact`], as
+    /// this store keeps its signatures) of `probe` and a stored signature.
+    pub fn similarity(&self, probe: &Signature, stored: &[u8], threshold: f64) -> Option<f64> {
+        if self.compact {
+            probe.jaccard_compact(stored, threshold)
+        } else {
+            probe.jaccard_stored(stored, threshold)
+        }
     }
 
     /// `f(id, stored signature)` for several documents, in one read
@@ -1265,20 +1312,7 @@ mod tests {
             .collect::<Result<_, _>>()?;
         let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
         let sketches = store.sketches(&refs)?;
-        Ok((
-            fps,
-            records,
-            sketches
-                .into_iter()
-                .map(|s| {
-                    s.map(|s| {
-                        let mut bytes = Vec::new();
-                        s.write(&mut bytes);
-                        bytes
-                    })
-                })
-                .collect(),
-        ))
+        Ok((fps, records, sketches))
     }
 
     fn fingerprint(i: u64) -> [u8; 16] {
@@ -1468,6 +1502,73 @@ mod tests {
             "{separators} keys held twice: no branch pages?"
         );
         assert!(refused >= keys / 2, "{refused} refused");
+    }
+
+    /// A collection created now keeps its signatures compact; one made
+    /// before (no `signatures` key) keeps writing and reading the older
+    /// form; both give the exact similarity of the features.
+    #[test]
+    fn signatures_keep_the_form_of_their_collection() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut set: Vec<u64> = (0..700u64)
+            .map(|x| x.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        set.sort_unstable();
+        let stored = Signature::of(&set);
+        let mut probe_set = set[..650].to_vec();
+        probe_set.extend((0..50u64).map(|x| (x + 1) << 40));
+        probe_set.sort_unstable();
+        let probe = Signature::of(&probe_set);
+        let exact = probe.jaccard(&stored);
+        assert!((exact - 650.0 / 750.0).abs() < 1e-9, "{exact}");
+        let put = |store: &Store| {
+            let fp = fingerprint(1);
+            store
+                .commit(&[Write::Put {
+                    id: "a",
+                    fingerprint: &fp,
+                    meta: None,
+                    sketch: Some(&stored),
+                    shares: None,
+                    vector: None,
+                }])
+                .unwrap();
+            let bytes = store.sketches(&["a"]).unwrap().remove(0).unwrap();
+            assert_eq!(store.similarity(&probe, &bytes, 0.8), Some(exact));
+            bytes
+        };
+        let (store, _) = Store::open_or_create(dir.path(), || Ok(settings(STORE_VERSION))).unwrap();
+        let compact = put(&store);
+        let mut legacy = Vec::new();
+        stored.write(&mut legacy);
+        assert_eq!(compact[0], 1);
+        // 700 features in 2^24: about 17.3 bits each, against 3 bytes and
+        // the 512-byte sketch.
+        assert!(compact.len() < 700 * 18 / 8 + 8, "{}", compact.len());
+        assert!(legacy.len() > 512 + 700 * 2);
+        drop(store);
+        {
+            let db = Database::create(dir.path().join(DB_FILE)).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(META).unwrap().remove(SIGNATURES_KEY).unwrap();
+            tx.commit().unwrap();
+        }
+        let (store, _) = Store::open_or_create(dir.path(), refuse).unwrap();
+        assert_eq!(put(&store), legacy);
+        drop(store);
+        {
+            let db = Database::create(dir.path().join(DB_FILE)).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(META)
+                .unwrap()
+                .insert(SIGNATURES_KEY, "compacted")
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        let e = Store::open_or_create(dir.path(), refuse)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("signatures") && e.contains("restore"), "{e}");
     }
 
     #[test]

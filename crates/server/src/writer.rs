@@ -265,8 +265,8 @@ pub fn verify_found(
         // screens out the clearly dissimilar before any feature is decoded.
         Evidence::Text(sketch) => store.signatures_with(&from_store, |id, bytes| match bytes {
             None => Ok(None),
-            Some(b) => sketch
-                .jaccard_stored(b, threshold)
+            Some(b) => store
+                .similarity(sketch, b, threshold)
                 .map(Some)
                 .ok_or_else(|| store.damaged(format!("document {id:?} has a damaged sketch"))),
         })?,
