@@ -99,7 +99,7 @@ def spark_outputs(out):
     return outputs(read_parts(out / "pairs"), read_parts(out / "clusters"), kept)
 
 
-@pytest.mark.parametrize("verify,reader", [(True, "executors"), (True, "spark"), (False, "executors"), (False, "gzip")])
+@pytest.mark.parametrize("verify,reader", [(True, "executors"), (True, "spark"), (False, "gzip")])
 def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader):
     """The command line on JSON Lines: the same pairs, clusters and kept
     records (the lines unchanged, in input order) as `neardup dedup`, whether
