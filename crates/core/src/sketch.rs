@@ -374,7 +374,7 @@ fn rice_for_each(mut bytes: &[u8], mut f: impl FnMut(u32)) -> Option<usize> {
     let n = usize::try_from(read_leb128(&mut bytes)?).ok()?;
     let (&b, mut bytes) = bytes.split_first()?;
     let b = u32::from(b);
-    if b >= FEATURE_BITS || n > bytes.len() * 8 {
+    if b > FEATURE_BITS || n > bytes.len() * 8 {
         return None;
     }
     let (mut acc, mut have) = (0u64, 0u32);
@@ -609,6 +609,27 @@ mod tests {
                 sa.jaccard_compact(&bytes, 0.0).is_some(),
                 Signature::compact_is_valid(&bytes)
             );
+        }
+    }
+
+    /// The extremes of the Rice parameter: one feature at the top of the
+    /// range (b = 24, nothing in unary), and features packed one apart (b = 0).
+    #[test]
+    fn compact_forms_at_the_extremes_read_back() {
+        let top = (1u32 << FEATURE_BITS) - 1;
+        for features in [vec![top], vec![0], (0..300).collect::<Vec<u32>>(), vec![]] {
+            let s = Signature {
+                sketch: Sketch([EMPTY; BINS]),
+                features: Some(features.clone()),
+            };
+            let mut bytes = Vec::new();
+            s.write_compact(&mut bytes);
+            let mut read = Vec::new();
+            assert_eq!(
+                rice_for_each(&bytes[1..], |f| read.push(f)),
+                Some(features.len())
+            );
+            assert_eq!(read, features);
         }
     }
 
