@@ -514,15 +514,8 @@ mod tests {
             n in 0usize..1500, m in 0usize..1500, j in 0.0f64..=1.0, t in 0.3f64..=0.95,
             seed in any::<u64>(), sketch_only in any::<bool>(), cut in any::<usize>(),
         ) {
-            let (a, mut b, _) = pair(n, j, seed);
             // Sets of other sizes too: `b` grown or cut to `m`.
-            let mut r = SplitMix64(seed ^ 0x5151);
-            b.truncate(m);
-            while b.len() < m {
-                b.push(r.next());
-            }
-            b.sort_unstable();
-            b.dedup();
+            let (a, b) = pair_of_sizes(n, m, j, seed ^ 0x5151);
             let sa = Signature::of(&a);
             let mut sb = Signature::of(&b);
             if sketch_only {
@@ -557,14 +550,7 @@ mod tests {
             n in 0usize..2000, m in 0usize..2000, j in 0.0f64..=1.0,
             seed in any::<u64>(), flip in any::<(usize, u8)>(), cut in any::<usize>(),
         ) {
-            let (a, mut b, _) = pair(n, j, seed);
-            let mut r = SplitMix64(seed ^ 0x7a7a);
-            b.truncate(m);
-            while b.len() < m {
-                b.push(r.next());
-            }
-            b.sort_unstable();
-            b.dedup();
+            let (a, b) = pair_of_sizes(n, m, j, seed ^ 0x7a7a);
             let (sa, sb) = (Signature::of(&a), Signature::of(&b));
             let mut bytes = Vec::new();
             sb.write_compact(&mut bytes);
@@ -631,6 +617,20 @@ mod tests {
             );
             assert_eq!(read, features);
         }
+    }
+
+    /// [`pair`] with the second set cut or grown (by hashes drawn from
+    /// `seed`) to `m`, sorted and distinct.
+    fn pair_of_sizes(n: usize, m: usize, j: f64, seed: u64) -> (Vec<u64>, Vec<u64>) {
+        let (a, mut b, _) = pair(n, j, seed);
+        let mut r = SplitMix64(seed);
+        b.truncate(m);
+        while b.len() < m {
+            b.push(r.next());
+        }
+        b.sort_unstable();
+        b.dedup();
+        (a, b)
     }
 
     /// Two sets of `n` uniformly random hashes with Jaccard similarity about
