@@ -205,28 +205,17 @@ impl Signature {
         if n > rest.len() {
             return None;
         }
-        let (mut i, mut shared, mut last) = (0usize, 0usize, 0u32);
+        let mut shared = Shared::new(a);
+        let mut last = 0u32;
         for k in 0..n {
             let gap = u32::try_from(read_leb128(&mut rest)?).ok()?;
             if k > 0 && gap == 0 {
                 return None;
             }
             last = last.checked_add(gap)?;
-            while i < a.len() && a[i] < last {
-                i += 1;
-            }
-            if i < a.len() && a[i] == last {
-                shared += 1;
-                i += 1;
-            }
+            shared.see(last);
         }
-        if !rest.is_empty() {
-            return None;
-        }
-        if a.is_empty() || n == 0 {
-            return Some(0.0);
-        }
-        Some(shared as f64 / (a.len() + n - shared) as f64)
+        rest.is_empty().then(|| shared.jaccard(n))
     }
 
     /// The Jaccard similarity of the two documents' features: exact when both
@@ -235,22 +224,11 @@ impl Signature {
         let (Some(a), Some(b)) = (&self.features, &other.features) else {
             return self.sketch.jaccard(&other.sketch);
         };
-        if a.is_empty() || b.is_empty() {
-            return 0.0;
+        let mut shared = Shared::new(a);
+        for &f in b {
+            shared.see(f);
         }
-        let (mut i, mut j, mut shared) = (0, 0, 0usize);
-        while i < a.len() && j < b.len() {
-            match a[i].cmp(&b[j]) {
-                std::cmp::Ordering::Less => i += 1,
-                std::cmp::Ordering::Greater => j += 1,
-                std::cmp::Ordering::Equal => {
-                    shared += 1;
-                    i += 1;
-                    j += 1;
-                }
-            }
-        }
-        shared as f64 / (a.len() + b.len() - shared) as f64
+        shared.jaccard(b.len())
     }
 
     /// Appends the compact stored form: a tag byte, then, for a signature
@@ -294,24 +272,48 @@ impl Signature {
         match tag {
             COMPACT_FULL => self.jaccard_stored(rest, threshold),
             COMPACT_FEATURES => {
-                let a = self.features.as_deref()?;
-                let (mut i, mut shared) = (0usize, 0usize);
-                let n = rice_for_each(rest, |f| {
-                    while i < a.len() && a[i] < f {
-                        i += 1;
-                    }
-                    if i < a.len() && a[i] == f {
-                        shared += 1;
-                        i += 1;
-                    }
-                })?;
-                if a.is_empty() || n == 0 {
-                    return Some(0.0);
-                }
-                Some(shared as f64 / (a.len() + n - shared) as f64)
+                let mut shared = Shared::new(self.features.as_deref()?);
+                let n = rice_for_each(rest, |f| shared.see(f))?;
+                Some(shared.jaccard(n))
             }
             _ => None,
         }
+    }
+}
+
+/// Features shared between a sorted set and another one seen in ascending
+/// order, counted as they are seen: the stored forms' similarity without
+/// decoding them into a set.
+struct Shared<'a> {
+    a: &'a [u32],
+    i: usize,
+    shared: usize,
+}
+
+impl<'a> Shared<'a> {
+    fn new(a: &'a [u32]) -> Self {
+        Shared { a, i: 0, shared: 0 }
+    }
+
+    /// The other set's next feature (greater than those seen before).
+    #[inline]
+    fn see(&mut self, f: u32) {
+        while self.i < self.a.len() && self.a[self.i] < f {
+            self.i += 1;
+        }
+        if self.i < self.a.len() && self.a[self.i] == f {
+            self.shared += 1;
+            self.i += 1;
+        }
+    }
+
+    /// The Jaccard similarity, the other set having `n` features; 0 when
+    /// either set is empty.
+    fn jaccard(&self, n: usize) -> f64 {
+        if self.a.is_empty() || n == 0 {
+            return 0.0;
+        }
+        self.shared as f64 / (self.a.len() + n - self.shared) as f64
     }
 }
 
