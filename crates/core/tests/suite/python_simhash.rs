@@ -1,7 +1,7 @@
 //! The `python-simhash` profile against an independent reference: the Python
 //! script beside this file (standard library only) and, when it is installed,
 //! PyPI `simhash` itself. Without Python, against the golden file that script
-//! wrote (`NEARDUP_WRITE_GOLDEN=1 cargo test --test python_simhash` rewrites it).
+//! wrote (`NEARDUP_WRITE_GOLDEN=1 cargo test --test suite python_simhash` rewrites it).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -111,7 +111,7 @@ fn golden_path() -> PathBuf {
 /// Runs the Python reference on the cases, or None if there is no python3.
 fn python(cases: &[Value]) -> Option<Vec<Value>> {
     let mut child = Command::new("python3")
-        .arg(dir().join("python_simhash_ref.py"))
+        .arg(dir().join("suite/python_simhash_ref.py"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
