@@ -329,6 +329,26 @@ impl SimHasher {
         })
     }
 
+    /// [`SimHasher::fingerprint_and_shares`] and, into `shingles`, the
+    /// text's verification shingles' 64-bit hashes (unsorted, with
+    /// repeats), as [`crate::jaccard::shingles_keyed`] makes them with the
+    /// configuration's normalisation and [`SimHasher::shingle_key`]: all the
+    /// service keeps of a text (its fingerprint, centred or not, and its
+    /// signature), from one reading of it where the fingerprint reads the
+    /// shingles' words ([`SimHasher::fingerprint_and_set_with`]).
+    pub fn fingerprint_shares_and_shingles(
+        &self,
+        text: &str,
+        shingles: &mut Vec<u64>,
+    ) -> (Fingerprint, BitShares) {
+        SCRATCH.with(|s| {
+            let scratch = &mut *s.borrow_mut();
+            let sums = self.sums_and_shingles_with(text, scratch, shingles);
+            scratch.let_go_of_long();
+            sums.both()
+        })
+    }
+
     /// [`SimHasher::fingerprint_and_set_with`], up to the SimHash vector.
     fn sums_and_set_with(
         &self,

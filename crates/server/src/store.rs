@@ -27,8 +27,9 @@ use serde::{Deserialize, Serialize};
 
 use neardup_core::centre::Centre;
 use neardup_core::index::OnlineDesign;
+use neardup_core::jaccard::ShingleKey;
 use neardup_core::sketch::Signature;
-use neardup_core::{FingerprintConfig, TableDesign};
+use neardup_core::{FingerprintConfig, SimHasher, TableDesign};
 
 use crate::error::ServiceError;
 
@@ -57,17 +58,48 @@ const VECTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("vectors");
 /// it creates in their compact form ([`Signature::write_compact`]: the
 /// features alone, Rice-coded, about half the bytes), marked by
 /// the `signatures` key of `meta` (stores upgraded from an earlier version keep the form
-/// they have). Older stores are upgraded
+/// they have); 8 makes the signatures of the collections it creates of the
+/// shingles their fingerprints read ([`Signatures::CompactOfWords`]), so that a text
+/// is read once for both. Older stores are upgraded
 /// when opened (one transaction: all of it or none). Version 1 documents have
 /// no sketch: they are matched by distance alone until stored again with their
 /// text, which writes the sketch.
-pub const STORE_VERSION: u32 = 7;
+pub const STORE_VERSION: u32 = 8;
 const SETTINGS_KEY: &str = "settings";
-/// `compact` in a store whose `sketches` records are
-/// [`Signature::write_compact`]'s form (version 7 on, for the collections it
-/// creates); absent, they are [`Signature::write`]'s.
+/// Which [`Signatures`] a store's `sketches` records are: `compact-words`
+/// ([`Signatures::CompactOfWords`], the collections version 8 creates),
+/// `compact` ([`Signatures::Compact`], version 7's); absent, [`Signatures::Full`].
 const SIGNATURES_KEY: &str = "signatures";
 const COMPACT: &str = "compact";
+const COMPACT_OF_WORDS: &str = "compact-words";
+
+/// The form of a collection's stored text signatures, and the shingles they
+/// are made of: fixed when the collection is created, as only signatures
+/// made alike compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signatures {
+    /// [`Signature::write`]'s form, of [`ShingleKey::STORED`] shingles (the
+    /// collections of store versions 2 to 6).
+    Full,
+    /// [`Signature::write_compact`]'s form, of [`ShingleKey::STORED`]
+    /// shingles (the collections version 7 created).
+    Compact,
+    /// [`Signature::write_compact`]'s form, of the shingles the collection's
+    /// fingerprints read ([`SimHasher::shingle_key`]): one reading of a text
+    /// makes both (the collections created now).
+    CompactOfWords,
+}
+
+impl Signatures {
+    /// How this form's shingles are hashed, for a collection fingerprinting
+    /// with `hasher`.
+    pub fn key(self, hasher: &SimHasher) -> ShingleKey {
+        match self {
+            Signatures::Full | Signatures::Compact => ShingleKey::STORED,
+            Signatures::CompactOfWords => hasher.shingle_key(),
+        }
+    }
+}
 /// The settings' checksum (version 4 on): the settings are checked before
 /// they are used, like every other byte read.
 const SETTINGS_CHECK_KEY: &str = "settings_check";
@@ -395,8 +427,8 @@ pub struct Store {
     db: RwLock<Db>,
     path: PathBuf,
     fp_bytes: usize,
-    /// Whether signatures are stored in [`Signature::write_compact`]'s form.
-    compact: bool,
+    /// The form of the stored signatures.
+    signatures: Signatures,
     opener: Opener,
     /// Why the last commit failed, until one succeeds.
     failing: Mutex<Option<String>>,
@@ -584,7 +616,9 @@ impl Store {
                     table
                         .insert(DIGEST_KEY, Digest::default().text().as_str())
                         .map_err(storage)?;
-                    table.insert(SIGNATURES_KEY, COMPACT).map_err(storage)?;
+                    table
+                        .insert(SIGNATURES_KEY, COMPACT_OF_WORDS)
+                        .map_err(storage)?;
                     tx.open_table(DOCS).map_err(storage)?;
                     tx.open_table(SKETCHES).map_err(storage)?;
                 }
@@ -599,12 +633,13 @@ impl Store {
             s
         };
         let fp_bytes = settings.config.bits.bits() as usize / 8;
-        let compact = (|| {
+        let signatures = (|| {
             let tx = db.begin_read().map_err(storage)?;
             let meta = tx.open_table(META).map_err(storage)?;
             match meta.get(SIGNATURES_KEY).map_err(storage)? {
-                None => Ok(false),
-                Some(v) if v.value() == COMPACT => Ok(true),
+                None => Ok(Signatures::Full),
+                Some(v) if v.value() == COMPACT => Ok(Signatures::Compact),
+                Some(v) if v.value() == COMPACT_OF_WORDS => Ok(Signatures::CompactOfWords),
                 Some(_) => Err(ServiceError::Storage(format!(
                     "{}: the form of the collection's signatures is unreadable; {RESTORE}",
                     path.display()
@@ -615,7 +650,7 @@ impl Store {
             db: RwLock::new(db),
             path,
             fp_bytes,
-            compact,
+            signatures,
             opener,
             failing: Mutex::new(None),
         };
@@ -720,7 +755,7 @@ impl Store {
                         match sketch {
                             Some(s) => {
                                 signature.clear();
-                                if self.compact {
+                                if self.signatures != Signatures::Full {
                                     s.write_compact(&mut signature);
                                 } else {
                                     s.write(&mut signature);
@@ -806,7 +841,7 @@ impl Store {
         self.signatures_with(ids, |id, stored| match stored {
             None => Ok(None),
             Some(bytes) => {
-                let valid = if self.compact {
+                let valid = if self.signatures != Signatures::Full {
                     Signature::compact_is_valid(bytes)
                 } else {
                     Signature::from_bytes(bytes).is_some()
@@ -818,10 +853,15 @@ impl Store {
         })
     }
 
+    /// The form of this store's text signatures, fixed at its creation.
+    pub fn signatures(&self) -> Signatures {
+        self.signatures
+    }
+
     /// [`Signature::jaccard_stored`] (or [`Signature::jaccard_compact`], as
     /// this store keeps its signatures) of `probe` and a stored signature.
     pub fn similarity(&self, probe: &Signature, stored: &[u8], threshold: f64) -> Option<f64> {
-        if self.compact {
+        if self.signatures != Signatures::Full {
             probe.jaccard_compact(stored, threshold)
         } else {
             probe.jaccard_stored(stored, threshold)
@@ -1504,9 +1544,11 @@ mod tests {
         assert!(refused >= keys / 2, "{refused} refused");
     }
 
-    /// A collection created now keeps its signatures compact; one made
-    /// before (no `signatures` key) keeps writing and reading the older
-    /// form; both give the exact similarity of the features.
+    /// A collection created now keeps its signatures compact, of its
+    /// fingerprints' words; one made by version 7 (`compact`) keeps the
+    /// compact form of the stored key's shingles, one made before (no
+    /// `signatures` key) the older form; all give the exact similarity of
+    /// the features.
     #[test]
     fn signatures_keep_the_form_of_their_collection() {
         let dir = tempfile::tempdir().unwrap();
@@ -1538,7 +1580,28 @@ mod tests {
             bytes
         };
         let (store, _) = Store::open_or_create(dir.path(), || Ok(settings(STORE_VERSION))).unwrap();
+        assert_eq!(store.signatures(), Signatures::CompactOfWords);
+        let hasher = SimHasher::new(settings(STORE_VERSION).config).unwrap();
+        assert_eq!(store.signatures().key(&hasher), hasher.shingle_key());
         let compact = put(&store);
+        drop(store);
+        let set_form = |form: Option<&str>| {
+            let db = Database::create(dir.path().join(DB_FILE)).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut meta = tx.open_table(META).unwrap();
+                match form {
+                    Some(f) => meta.insert(SIGNATURES_KEY, f).map(drop).unwrap(),
+                    None => meta.remove(SIGNATURES_KEY).map(drop).unwrap(),
+                }
+            }
+            tx.commit().unwrap();
+        };
+        set_form(Some("compact"));
+        let (store, _) = Store::open_or_create(dir.path(), refuse).unwrap();
+        assert_eq!(store.signatures(), Signatures::Compact);
+        assert_eq!(store.signatures().key(&hasher), ShingleKey::STORED);
+        assert_eq!(put(&store), compact);
         let mut legacy = Vec::new();
         stored.write(&mut legacy);
         assert_eq!(compact[0], 1);
@@ -1547,24 +1610,12 @@ mod tests {
         assert!(compact.len() < 700 * 18 / 8 + 8, "{}", compact.len());
         assert!(legacy.len() > 512 + 700 * 2);
         drop(store);
-        {
-            let db = Database::create(dir.path().join(DB_FILE)).unwrap();
-            let tx = db.begin_write().unwrap();
-            tx.open_table(META).unwrap().remove(SIGNATURES_KEY).unwrap();
-            tx.commit().unwrap();
-        }
+        set_form(None);
         let (store, _) = Store::open_or_create(dir.path(), refuse).unwrap();
+        assert_eq!(store.signatures(), Signatures::Full);
         assert_eq!(put(&store), legacy);
         drop(store);
-        {
-            let db = Database::create(dir.path().join(DB_FILE)).unwrap();
-            let tx = db.begin_write().unwrap();
-            tx.open_table(META)
-                .unwrap()
-                .insert(SIGNATURES_KEY, "compacted")
-                .unwrap();
-            tx.commit().unwrap();
-        }
+        set_form(Some("compacted"));
         let e = Store::open_or_create(dir.path(), refuse)
             .unwrap_err()
             .to_string();

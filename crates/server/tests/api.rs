@@ -483,6 +483,78 @@ async fn a_collection_default_verifies_and_fingerprints_match_by_distance() {
     assert_eq!(b["matches"][1]["similarity"], 1.0, "{b}");
 }
 
+/// A collection keeps the signatures it was made with: a text stored as
+/// version 7 stored it (its signature of the stored key's shingles, read
+/// apart from the fingerprint) is found as one stored now (of the words its
+/// fingerprint reads), each with the texts' exact Jaccard similarity.
+#[tokio::test]
+async fn signatures_of_either_key_give_the_exact_similarity() {
+    use neardup_core::jaccard::{jaccard, shingles_for};
+    let near = LONG.replace("white", "blue").replace("dogs", "cats");
+    let normalize = token_settings(None).config.normalize;
+    let sorted = |t: &str| {
+        let mut s = shingles_for(t, &normalize);
+        s.sort_unstable();
+        s.dedup();
+        s
+    };
+    let want = jaccard(&sorted(LONG), &sorted(&near));
+    assert!(want > 0.5 && want < 0.95, "{want}");
+    for version_7 in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let create = || Ok(token_settings(Some(0.5)));
+        if version_7 {
+            drop(App::open(dir.path(), create, Options::default()).unwrap());
+            let db =
+                redb::Database::create(dir.path().join(neardup_server::store::DB_FILE)).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(redb::TableDefinition::<&str, &str>::new("meta"))
+                .unwrap()
+                .insert("signatures", "compact")
+                .unwrap();
+            tx.commit().unwrap();
+            drop(db);
+            // Stored as version 7 stored a text.
+            use neardup_server::store::{Store, Write};
+            let (store, settings) = Store::open_or_create(dir.path(), create).unwrap();
+            let fp = neardup_core::SimHasher::new(settings.config)
+                .unwrap()
+                .fingerprint(LONG);
+            let sketch = neardup_core::sketch::Signature::of(&shingles_for(LONG, &normalize));
+            store
+                .commit(&[Write::Put {
+                    id: "page",
+                    fingerprint: &fp.value().to_le_bytes()[..8],
+                    meta: None,
+                    sketch: Some(&sketch),
+                    shares: None,
+                    vector: None,
+                }])
+                .unwrap();
+        }
+        let app = App::open(dir.path(), create, Options::default()).unwrap();
+        let r = &app.router;
+        if !version_7 {
+            let (status, b) = call(
+                r,
+                "POST",
+                "/v1/documents",
+                Some(json!({"documents": [{"id": "page", "text": LONG}], "mode": "insert"})),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{b}");
+        }
+        let (_, b) = call(r, "POST", "/v1/query", Some(json!({"text": near}))).await;
+        assert_eq!(b["matches"][0]["id"], "page", "version 7: {version_7}: {b}");
+        let got = b["matches"][0]["similarity"].as_f64().unwrap();
+        // (The API gives four decimals.)
+        assert!(
+            (got - want).abs() <= 5e-5,
+            "version 7: {version_7}: {got} against {want}"
+        );
+    }
+}
+
 /// Against a large cluster of copies, answers are bounded: the nearest
 /// matches up to the limit, and a flag saying there were more.
 #[tokio::test]

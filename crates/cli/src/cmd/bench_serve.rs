@@ -17,13 +17,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use neardup_core::centre::Centre;
-use neardup_core::jaccard::shingles_for;
 use neardup_core::rng::SplitMix64;
 use neardup_core::sketch::Signature;
 use neardup_core::{Input, SimHasher};
-use neardup_server::store::{Centring, Store, Write as StoreWrite};
+use neardup_server::store::{Centring, Signatures, Store, Write as StoreWrite};
 use rayon::prelude::*;
 
 #[derive(clap::Args, Debug)]
@@ -376,7 +375,6 @@ fn load(
     n: u64,
 ) -> Result<(neardup_server::Settings, Option<Centre>)> {
     let hasher = SimHasher::new(settings.config.clone())?;
-    let normalize = settings.config.normalize;
     let verified = settings.verified();
     let centre = match settings.centring {
         Some(Centring::Learning { from }) => {
@@ -405,6 +403,11 @@ fn load(
     };
     let stored = settings.clone();
     let (store, _) = Store::open_or_create(dir, move || Ok(stored))?;
+    // A new collection's signatures are of the words its fingerprints read.
+    ensure!(
+        store.signatures() == Signatures::CompactOfWords,
+        "a new collection keeps signatures of another form"
+    );
     const CHUNK: u64 = 100_000;
     let mut done = 0;
     while done < n {
@@ -413,11 +416,14 @@ fn load(
             .into_par_iter()
             .map(|i| {
                 let text = sentences.document(i);
-                let fp = match &centre {
-                    Some(c) => c.fingerprint(hasher.shares(&text).as_bytes()),
-                    None => hasher.fingerprint_input(Input::Text(&text))?,
-                };
-                let sketch = verified.then(|| Signature::of(&shingles_for(&text, &normalize)));
+                // As the service reads a text: once, for the fingerprint
+                // and the signature.
+                let mut shingles = Vec::new();
+                let (fp, shares) = hasher.fingerprint_shares_and_shingles(&text, &mut shingles);
+                let fp = centre
+                    .as_ref()
+                    .map_or(fp, |c| c.fingerprint(shares.as_bytes()));
+                let sketch = verified.then(|| Signature::of(&shingles));
                 let bytes = fp.width().bits() as usize / 8;
                 let le = fp.value().to_le_bytes()[..bytes].to_vec();
                 Ok((format!("https://example.com/{i}"), le, sketch))

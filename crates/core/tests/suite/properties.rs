@@ -614,6 +614,19 @@ proptest! {
         let mut alone = vec![4];
         hasher.verification_set(&text, &mut alone);
         prop_assert_eq!(&alone, &want);
+        // The service's reading: fingerprint, bit shares and the shingles
+        // themselves, as each is made alone.
+        let mut shingles = vec![5];
+        let (fp, shares) = hasher.fingerprint_shares_and_shingles(&text, &mut shingles);
+        let (fp_alone, shares_alone) = hasher.fingerprint_and_shares(&text);
+        prop_assert_eq!(fp, fp_alone);
+        prop_assert_eq!(shares.as_bytes(), shares_alone.as_bytes());
+        let (mut a, mut b) = (shingles, wide.clone());
+        a.sort_unstable();
+        a.dedup();
+        b.sort_unstable();
+        b.dedup();
+        prop_assert_eq!(a, b);
         // The key changes hashes, never which shingles there are.
         prop_assert_eq!(wide.len(), neardup_core::jaccard::shingles_for(&text, &config.normalize).len());
     }

@@ -16,6 +16,7 @@ use neardup_core::{Fingerprint, Input, InputKind};
 
 use crate::collection::Found;
 use crate::error::{ApiError, ServiceError};
+use crate::store::Signatures;
 use crate::writer::{Evidence, Job, JobSender, Mode, NewDoc, Outcome, verify_found};
 use neardup_core::jaccard::shingles_for;
 use neardup_core::sketch::Signature;
@@ -247,6 +248,7 @@ pub(super) async fn fingerprint_contents<B: Bits>(
     let s2 = Arc::clone(s);
     let centres = s.settings.centring.is_some();
     let keeps_vectors = s.keeps_vectors();
+    let words = s.store.signatures() == Signatures::CompactOfWords;
     let job = move || {
         contents
             .into_iter()
@@ -256,10 +258,25 @@ pub(super) async fn fingerprint_contents<B: Bits>(
                     Content::Vector(v) => Input::Vector(v),
                     Content::Features(f) => Input::Features(f),
                 };
+                // A text's signature, when the collection's are of the
+                // shingles its fingerprints read: from the same reading.
+                let mut read_once = None;
                 let (fp, shares) = match input {
-                    Input::Text(t) if centres && s2.hasher.config().input == InputKind::Text => {
-                        let (fp, shares) = s2.hasher.fingerprint_and_shares(t);
-                        (Ok(fp), Some(Box::<[u8]>::from(shares.as_bytes())))
+                    Input::Text(t)
+                        if (centres || words) && s2.hasher.config().input == InputKind::Text =>
+                    {
+                        let (fp, shares) = if words {
+                            let mut shingles = Vec::new();
+                            let both = s2.hasher.fingerprint_shares_and_shingles(t, &mut shingles);
+                            read_once = Some(Signature::of(&shingles));
+                            both
+                        } else {
+                            s2.hasher.fingerprint_and_shares(t)
+                        };
+                        (
+                            Ok(fp),
+                            centres.then(|| Box::<[u8]>::from(shares.as_bytes())),
+                        )
                     }
                     input => (s2.hasher.fingerprint_input(input), None),
                 };
@@ -268,10 +285,10 @@ pub(super) async fn fingerprint_contents<B: Bits>(
                 })?;
                 let evidence = match c {
                     Content::Text(t) => {
-                        let normalize = &s2.hasher.config().normalize;
-                        Some(Evidence::Text(Box::new(Signature::of(&shingles_for(
-                            &t, normalize,
-                        )))))
+                        Some(Evidence::Text(Box::new(read_once.unwrap_or_else(|| {
+                            let normalize = &s2.hasher.config().normalize;
+                            Signature::of(&shingles_for(&t, normalize))
+                        }))))
                     }
                     Content::Vector(v) if keeps_vectors => Some(Evidence::Vector(v.into())),
                     _ => None,
