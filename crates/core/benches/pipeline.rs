@@ -1,11 +1,15 @@
-//! Micro-benchmarks of the fingerprint pipeline's stages, on English prose.
-//! `cargo bench -p neardup-core`; the end-to-end figures come from
-//! `neardup bench fingerprint`.
+//! Micro-benchmarks of the fingerprint pipeline's stages, on English prose,
+//! and of the service's reading of a text, on the evaluation sample's English
+//! and Chinese documents. `cargo bench -p neardup-core --bench pipeline`; the
+//! end-to-end figures come from `neardup bench fingerprint` and `neardup
+//! bench serve`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use neardup_core::jaccard::shingles_for;
 use neardup_core::normalize::normalize_into;
+use neardup_core::sketch::Signature;
 use neardup_core::tokenize::{for_each_token, words};
-use neardup_core::{Features, FingerprintConfig, NormalizeConfig, SimHasher, Tokenizer};
+use neardup_core::{Features, FingerprintConfig, NormalizeConfig, SimHasher, Tokenizer, Width};
 
 /// English prose: the sample corpus shipped with the repository, repeated.
 fn english() -> String {
@@ -63,5 +67,63 @@ fn stages(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, stages);
+/// The evaluation sample's documents of `lang`, as `neardup bench serve`
+/// reads them.
+fn sample(lang: &str) -> Vec<String> {
+    let path = format!(
+        "{}/../../evalkit/data/{lang}/corpus.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("the sample is JSON Lines");
+            v["text"].as_str().expect("a text field").to_owned()
+        })
+        .collect()
+}
+
+/// What the service makes of a text (the default collection's 128-bit
+/// fingerprint of single tokens, its bit shares, and its signature):
+/// the shingles read apart from the fingerprint (a collection of store
+/// version 7) against one reading for both (version 8).
+fn service(c: &mut Criterion) {
+    let h = SimHasher::new(FingerprintConfig {
+        bits: Width::W128,
+        features: Features::Tokens,
+        ..Default::default()
+    })
+    .expect("valid config");
+    let normalize = NormalizeConfig::default();
+    for lang in ["en", "zh"] {
+        let docs = sample(lang);
+        let mut g = c.benchmark_group(format!("service reading {lang}"));
+        g.throughput(Throughput::Bytes(docs.iter().map(|d| d.len() as u64).sum()));
+        g.bench_function("fingerprint, then shingles apart", |b| {
+            b.iter(|| {
+                docs.iter()
+                    .map(|d| {
+                        let (fp, shares) = h.fingerprint_and_shares(d);
+                        let s = Signature::of(&shingles_for(d, &normalize));
+                        (fp, shares, s)
+                    })
+                    .count()
+            })
+        });
+        let mut shingles = Vec::new();
+        g.bench_function("one reading", |b| {
+            b.iter(|| {
+                docs.iter()
+                    .map(|d| {
+                        let (fp, shares) = h.fingerprint_shares_and_shingles(d, &mut shingles);
+                        (fp, shares, Signature::of(&shingles))
+                    })
+                    .count()
+            })
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, stages, service);
 criterion_main!(benches);
