@@ -27,9 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use neardup_core::centre::Centre;
 use neardup_core::index::OnlineDesign;
-use neardup_core::jaccard::ShingleKey;
 use neardup_core::sketch::Signature;
-use neardup_core::{FingerprintConfig, SimHasher, TableDesign};
+use neardup_core::{FingerprintConfig, TableDesign};
 
 use crate::error::ServiceError;
 
@@ -78,28 +77,20 @@ const COMPACT_OF_WORDS: &str = "compact-words";
 /// made alike compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Signatures {
-    /// [`Signature::write`]'s form, of [`ShingleKey::STORED`] shingles (the
-    /// collections of store versions 2 to 6).
+    /// [`Signature::write`]'s form, of shingles hashed by
+    /// [`neardup_core::jaccard::ShingleKey::STORED`] (the collections of
+    /// store versions 2 to 6).
     Full,
-    /// [`Signature::write_compact`]'s form, of [`ShingleKey::STORED`]
-    /// shingles (the collections version 7 created).
+    /// [`Signature::write_compact`]'s form, of shingles hashed by
+    /// [`neardup_core::jaccard::ShingleKey::STORED`] (the collections
+    /// version 7 created).
     Compact,
     /// [`Signature::write_compact`]'s form, of the shingles the collection's
-    /// fingerprints read ([`SimHasher::shingle_key`]): one reading of a text
-    /// makes both (the collections created now).
+    /// fingerprints read ([`neardup_core::SimHasher::shingle_key`]): one
+    /// reading of a text makes both (the collections created now).
     CompactOfWords,
 }
 
-impl Signatures {
-    /// How this form's shingles are hashed, for a collection fingerprinting
-    /// with `hasher`.
-    pub fn key(self, hasher: &SimHasher) -> ShingleKey {
-        match self {
-            Signatures::Full | Signatures::Compact => ShingleKey::STORED,
-            Signatures::CompactOfWords => hasher.shingle_key(),
-        }
-    }
-}
 /// The settings' checksum (version 4 on): the settings are checked before
 /// they are used, like every other byte read.
 const SETTINGS_CHECK_KEY: &str = "settings_check";
@@ -1581,8 +1572,6 @@ mod tests {
         };
         let (store, _) = Store::open_or_create(dir.path(), || Ok(settings(STORE_VERSION))).unwrap();
         assert_eq!(store.signatures(), Signatures::CompactOfWords);
-        let hasher = SimHasher::new(settings(STORE_VERSION).config).unwrap();
-        assert_eq!(store.signatures().key(&hasher), hasher.shingle_key());
         let compact = put(&store);
         drop(store);
         let set_form = |form: Option<&str>| {
@@ -1600,7 +1589,6 @@ mod tests {
         set_form(Some("compact"));
         let (store, _) = Store::open_or_create(dir.path(), refuse).unwrap();
         assert_eq!(store.signatures(), Signatures::Compact);
-        assert_eq!(store.signatures().key(&hasher), ShingleKey::STORED);
         assert_eq!(put(&store), compact);
         let mut legacy = Vec::new();
         stored.write(&mut legacy);
