@@ -26,13 +26,16 @@
 //! **Cost of a query.** On block i, Σ_{j<=r_i} C(d_i, j) bucket look-ups
 //! (every block's requested together, so that the misses overlap), and the
 //! entries of those buckets: for n uniformly random fingerprints, n / 2^d_i
-//! per bucket. Each entry's 64 bits outside the block are read in sequence
-//! with the bucket, and their distance to the query's (a lower bound of the
+//! per bucket. Each entry's slot and 64 bits outside the block are read in
+//! sequence with the bucket (its lines requested a few buckets ahead of
+//! their reading), and their distance to the query's (a lower bound of the
 //! whole distance) leaves only the few within k to be read from the
 //! fingerprint array at random: at 128 bits, two unrelated fingerprints are
 //! within 19 on 64 bits about once in 1,300. Crowded text fills some buckets
-//! more; the planner ([`super::plan_online`]) estimates candidates from a
-//! sample of the fingerprints themselves.
+//! more (and more of their entries pass, being related); the planner
+//! ([`super::plan_online`]) estimates candidates from a sample of the
+//! fingerprints themselves. A query is bound by memory latency: the look-ups
+//! and bucket lines are requested ahead so that many are in flight at once.
 //!
 //! **Growth.** Additions are searchable at once, scanned linearly until they
 //! are an eighth of the indexed ones; then they are merged into each block
@@ -56,18 +59,38 @@ struct BlockTable {
     block: Block,
     /// Top bits of the block's value that pick a bucket (at most its length).
     dir_bits: u32,
-    /// `slots[dir[b]..dir[b + 1]]` are the slots of bucket b.
+    /// `entries[dir[b]..dir[b + 1]]` are the entries of bucket b.
     dir: Vec<u32>,
-    slots: Vec<u32>,
-    /// Beside each slot, 64 bits of its fingerprint outside the block
-    /// ([`rest`]): their distance to the query's is a lower bound of the
-    /// whole distance, read in sequence with the bucket, so that the
-    /// fingerprint itself (a random read) is fetched only for the few within
-    /// k on them.
-    rest: Vec<u64>,
+    entries: Vec<Entry>,
     /// Every xor mask of `dir_bits` bits with at most the radius's ones,
     /// 0 first: the buckets a query looks up.
     flips: Vec<u32>,
+}
+
+/// A stored fingerprint in a block's bucket: its slot, and beside it 64 bits
+/// of the fingerprint outside the block ([`rest`]), read in sequence with the
+/// bucket. Their distance to the query's is a lower bound of the whole
+/// distance, so that the fingerprint itself (a random read) is fetched only
+/// for the few within k on them. Twelve bytes: three 4-byte words, so that
+/// the slot is read with the bits and costs no read of its own.
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry([u32; 3]);
+
+impl Entry {
+    #[inline]
+    fn new(rest: u64, slot: u32) -> Entry {
+        Entry([rest as u32, (rest >> 32) as u32, slot])
+    }
+
+    #[inline]
+    fn rest(self) -> u64 {
+        u64::from(self.0[1]) << 32 | u64::from(self.0[0])
+    }
+
+    #[inline]
+    fn slot(self) -> u32 {
+        self.0[2]
+    }
 }
 
 /// The 64 bits of `fp` that follow `block` (wrapping around the width),
@@ -130,22 +153,18 @@ impl BlockTable {
             dir[b + 1] += dir[b];
         }
         let mut fill = dir[..buckets].to_vec();
-        let mut slots = super::mem::with_huge_capacity(fps.len());
-        slots.resize(fps.len(), 0u32);
-        let mut rests = super::mem::with_huge_capacity(fps.len());
-        rests.resize(fps.len(), 0u64);
+        let mut entries = super::mem::with_huge_capacity(fps.len());
+        entries.resize(fps.len(), Entry::default());
         for (i, &f) in fps.iter().enumerate() {
             let at = &mut fill[Self::bucket(&block, dir_bits, f)];
-            slots[*at as usize] = i as u32;
-            rests[*at as usize] = rest(&block, f);
+            entries[*at as usize] = Entry::new(rest(&block, f), i as u32);
             *at += 1;
         }
         BlockTable {
             block,
             dir_bits,
             dir,
-            slots,
-            rest: rests,
+            entries,
             flips: masks(dir_bits, block.radius),
         }
     }
@@ -174,31 +193,30 @@ impl BlockTable {
             grouped[*at as usize] = i as u32;
             *at += 1;
         }
-        let mut slots = super::mem::with_huge_capacity(n);
-        let mut rests = super::mem::with_huge_capacity(n);
+        let mut entries = super::mem::with_huge_capacity(n);
         let mut dir = super::mem::with_huge_capacity(buckets + 1);
         for b in 0..buckets {
-            dir.push(slots.len() as u32);
+            dir.push(entries.len() as u32);
             let old = self.dir[b] as usize..self.dir[b + 1] as usize;
-            slots.extend_from_slice(&self.slots[old.clone()]);
-            rests.extend_from_slice(&self.rest[old]);
+            entries.extend_from_slice(&self.entries[old]);
             let new = &grouped[added[b] as usize..added[b + 1] as usize];
-            slots.extend_from_slice(new);
-            rests.extend(new.iter().map(|&s| rest(block, fps[s as usize])));
+            entries.extend(
+                new.iter()
+                    .map(|&s| Entry::new(rest(block, fps[s as usize]), s)),
+            );
         }
-        dir.push(slots.len() as u32);
+        dir.push(entries.len() as u32);
         BlockTable {
             block: self.block,
             dir_bits,
             dir,
-            slots,
-            rest: rests,
+            entries,
             flips: self.flips.clone(),
         }
     }
 
     fn memory(&self) -> usize {
-        (self.dir.len() + self.slots.len() + self.flips.len()) * 4 + self.rest.len() * 8
+        (self.dir.len() + self.flips.len()) * 4 + self.entries.len() * size_of::<Entry>()
     }
 }
 
@@ -213,8 +231,7 @@ struct Scratch {
     ranges: Vec<(u32, u32, u32)>,
     /// Where each block's ranges end.
     ends: Vec<usize>,
-    hits: Vec<u32>,
-    /// A block's entries within k outside it: positions, then slots.
+    /// A block's slots within k outside it.
     passed: Vec<u32>,
 }
 
@@ -259,6 +276,13 @@ pub struct MultiIndex<B: Bits> {
     /// The blocks' masks and radii, for the first-block rule.
     masks: Vec<(B, u32)>,
 }
+
+/// Buckets between the one a query reads and the one whose lines it
+/// requests; at most the first `AHEAD_ENTRIES` of a bucket's entries are
+/// requested, a line (`LINE_ENTRIES` entries) each.
+const AHEAD: usize = 16;
+const AHEAD_ENTRIES: u32 = 32;
+const LINE_ENTRIES: usize = 64 / size_of::<Entry>();
 
 /// Largest number of slots: slot numbers are u32, `u32::MAX` excluded.
 const MAX_SLOTS: usize = u32::MAX as usize - 1;
@@ -464,7 +488,6 @@ impl<B: Bits> MultiIndex<B> {
             buckets,
             ranges,
             ends,
-            hits,
             passed,
         } = scratch;
         let mut capped = false;
@@ -487,7 +510,7 @@ impl<B: Bits> MultiIndex<B> {
                 let u = v ^ e as usize;
                 let (lo, hi) = (table.dir[u], table.dir[u + 1]);
                 if lo < hi {
-                    prefetch(&table.rest[lo as usize]);
+                    prefetch(&table.entries[lo as usize]);
                     let len = (hi - lo) as usize;
                     capped |= len > cap.scan;
                     ranges.push((lo, lo + len.min(cap.scan) as u32, e.count_ones()));
@@ -498,25 +521,28 @@ impl<B: Bits> MultiIndex<B> {
         let mut from = 0;
         for (t, (table, &end)) in self.blocks.iter().zip(ends.iter()).enumerate() {
             // The entries within k on the bits outside the block: their
-            // positions, then (all requested first) their slots, then (the
-            // same) their fingerprints, measured whole.
+            // slots (each bucket's lines requested some buckets ahead of its
+            // reading), then their fingerprints (all requested first),
+            // measured whole.
             let q = rest(&table.block, query);
             passed.clear();
-            for &(lo, hi, apart) in &ranges[from..end] {
+            let mine = &ranges[from..end];
+            for (i, &(lo, hi, apart)) in mine.iter().enumerate() {
+                if let Some(&(lo, hi, _)) = mine.get(i + AHEAD) {
+                    let ahead = &table.entries[lo as usize..hi.min(lo + AHEAD_ENTRIES) as usize];
+                    for e in ahead.iter().step_by(LINE_ENTRIES) {
+                        prefetch(e);
+                    }
+                }
                 // The bucket is `apart` bits from the query's on the block:
                 // what is left of k for the bits outside it.
-                hits.clear();
                 let left = k.saturating_sub(apart);
-                super::near::within_u64(q, &table.rest[lo as usize..hi as usize], left, hits);
-                for &h in hits.iter() {
-                    let at = lo + h;
-                    prefetch(&table.slots[at as usize]);
-                    passed.push(at);
+                for &e in &table.entries[lo as usize..hi as usize] {
+                    if (e.rest() ^ q).count_ones() <= left {
+                        prefetch(&self.fps[e.slot() as usize]);
+                        passed.push(e.slot());
+                    }
                 }
-            }
-            for at in passed.iter_mut() {
-                *at = table.slots[*at as usize];
-                prefetch(&self.fps[*at as usize]);
             }
             for &s in passed.iter() {
                 let diff = self.fps[s as usize].xor(query);
