@@ -255,7 +255,7 @@ impl Signature {
     /// checked whole.
     pub fn compact_is_valid(stored: &[u8]) -> bool {
         match stored.split_first() {
-            Some((&COMPACT_FEATURES, rest)) => rice_for_each(rest, |_| {}).is_some(),
+            Some((&COMPACT_FEATURES, rest)) => rice_for_each(rest, |_| true).is_some(),
             Some((&COMPACT_FULL, rest)) => Signature::from_bytes(rest).is_some(),
             _ => false,
         }
@@ -264,17 +264,42 @@ impl Signature {
     /// [`Signature::jaccard_stored`] of a compact stored form
     /// ([`Signature::write_compact`]): the exact similarity of the features
     /// where both keep them (this signature as [`Signature::of`] gives it),
-    /// compared as they are decoded. None when `stored` is not a compact
-    /// signature, or holds features this signature, without its own, cannot
-    /// be compared with.
+    /// compared as they are decoded, for a caller that keeps a match only
+    /// when it reaches `threshold`. Once the features read so far show that
+    /// the similarity cannot reach it (or the sets' sizes do, before any is
+    /// read), the largest it could still be is the answer and the rest is
+    /// not read: below `threshold`, at least the exact value. With a
+    /// threshold of 0 every byte is read and checked; above it a damaged
+    /// tail may go unread (the store checks each record's checksum before
+    /// its bytes reach this). None when `stored` is not a compact signature,
+    /// or holds features this signature, without its own, cannot be compared
+    /// with.
     pub fn jaccard_compact(&self, stored: &[u8], threshold: f64) -> Option<f64> {
         let (&tag, rest) = stored.split_first()?;
         match tag {
             COMPACT_FULL => self.jaccard_stored(rest, threshold),
             COMPACT_FEATURES => {
-                let mut shared = Shared::new(self.features.as_deref()?);
-                let n = rice_for_each(rest, |f| shared.see(f))?;
-                Some(shared.jaccard(n))
+                let a = self.features.as_deref()?;
+                let n = usize::try_from(read_leb128(&mut &rest[..])?).ok()?;
+                let (small, large) = (a.len().min(n), a.len().max(n));
+                // Jaccard is at most the smaller set's share of the larger.
+                if small > 0 && (small as f64) < threshold * large as f64 {
+                    return Some(small as f64 / large as f64);
+                }
+                let mut shared = Shared::new(a);
+                let mut bound = None;
+                rice_for_each(rest, |f| {
+                    shared.see(f);
+                    if !shared.seen.is_multiple_of(64) {
+                        return true;
+                    }
+                    let most = shared.most(n);
+                    if most < threshold {
+                        bound = Some(most);
+                    }
+                    bound.is_none()
+                })?;
+                Some(bound.unwrap_or_else(|| shared.jaccard(n)))
             }
             _ => None,
         }
@@ -288,16 +313,35 @@ struct Shared<'a> {
     a: &'a [u32],
     i: usize,
     shared: usize,
+    /// Features of the other set seen.
+    seen: usize,
 }
 
 impl<'a> Shared<'a> {
     fn new(a: &'a [u32]) -> Self {
-        Shared { a, i: 0, shared: 0 }
+        Shared {
+            a,
+            i: 0,
+            shared: 0,
+            seen: 0,
+        }
+    }
+
+    /// The largest Jaccard similarity the sets can have, the other having
+    /// `n` features: every feature of it still to be seen shared, as far as
+    /// this set has features left past the ones passed.
+    fn most(&self, n: usize) -> f64 {
+        let shared = self.shared + (n - self.seen).min(self.a.len() - self.i);
+        if shared == 0 {
+            return 0.0;
+        }
+        shared as f64 / (self.a.len() + n - shared) as f64
     }
 
     /// The other set's next feature (greater than those seen before).
     #[inline]
     fn see(&mut self, f: u32) {
+        self.seen += 1;
         while self.i < self.a.len() && self.a[self.i] < f {
             self.i += 1;
         }
@@ -370,9 +414,10 @@ fn rice_write(features: &[u32], out: &mut Vec<u8>) {
 }
 
 /// Calls `f` with each feature of a Rice-coded set ([`rice_write`]), in
-/// order; returns how many, or None when `bytes` are not one (cut short,
+/// order, until it returns false (the rest is then not read); returns how
+/// many the set holds, or None when `bytes` are not one (cut short,
 /// trailing bytes or bits, a feature out of range or out of order).
-fn rice_for_each(mut bytes: &[u8], mut f: impl FnMut(u32)) -> Option<usize> {
+fn rice_for_each(mut bytes: &[u8], mut f: impl FnMut(u32) -> bool) -> Option<usize> {
     let n = usize::try_from(read_leb128(&mut bytes)?).ok()?;
     let (&b, mut bytes) = bytes.split_first()?;
     let b = u32::from(b);
@@ -424,7 +469,9 @@ fn rice_for_each(mut bytes: &[u8], mut f: impl FnMut(u32)) -> Option<usize> {
         if feature >= limit {
             return None;
         }
-        f(feature as u32);
+        if !f(feature as u32) {
+            return Some(n);
+        }
         next = feature + 1;
     }
     // Only the last byte's zero padding may follow.
@@ -558,7 +605,10 @@ mod tests {
             sb.write_compact(&mut bytes);
             prop_assert!(Signature::compact_is_valid(&bytes));
             let mut read = Vec::new();
-            prop_assert_eq!(rice_for_each(&bytes[1..], |f| read.push(f)), Some(read.len()));
+            prop_assert_eq!(rice_for_each(&bytes[1..], |f| {
+                read.push(f);
+                true
+            }), Some(read.len()));
             let kept: std::collections::BTreeSet<u32> =
                 b.iter().map(|h| (h >> (64 - FEATURE_BITS)) as u32).collect();
             prop_assert_eq!(&read, &kept.iter().copied().collect::<Vec<_>>());
@@ -568,8 +618,16 @@ mod tests {
             let want = if mine.is_empty() || kept.is_empty() { 0.0 } else {
                 shared as f64 / (mine.len() + kept.len() - shared) as f64
             };
-            let got = sa.jaccard_compact(&bytes, 0.8).unwrap();
-            prop_assert!((got - want).abs() <= 1e-12, "{} against {}", got, want);
+            // Exact where it reaches the threshold; below it, a bound
+            // between the exact value and the threshold.
+            for t in [0.0, 0.5, 0.8, 0.95] {
+                let got = sa.jaccard_compact(&bytes, t).unwrap();
+                if want >= t {
+                    prop_assert!((got - want).abs() <= 1e-12, "{} against {} at {}", got, want, t);
+                } else {
+                    prop_assert!(got < t && got >= want - 1e-12, "{} against {} at {}", got, want, t);
+                }
+            }
             if kept.len() >= 64 {
                 let bits = 2.0 + (f64::from(1u32 << FEATURE_BITS) / kept.len() as f64).log2();
                 prop_assert!(
@@ -614,7 +672,10 @@ mod tests {
             s.write_compact(&mut bytes);
             let mut read = Vec::new();
             assert_eq!(
-                rice_for_each(&bytes[1..], |f| read.push(f)),
+                rice_for_each(&bytes[1..], |f| {
+                    read.push(f);
+                    true
+                }),
                 Some(features.len())
             );
             assert_eq!(read, features);
