@@ -31,7 +31,10 @@
 //! their reading), and their distance to the query's (a lower bound of the
 //! whole distance) leaves only the few within k to be read from the
 //! fingerprint array at random: at 128 bits, two unrelated fingerprints are
-//! within 19 on 64 bits about once in 1,300. Crowded text fills some buckets
+//! within 19 on 64 bits about once in 1,300. Block i reports only what no
+//! earlier block does, so what it reports is more than r_j from the query on
+//! each earlier block j: those its 64 bits leave out lower what the screen
+//! allows them ([`credits`]), exactly. Crowded text fills some buckets
 //! more (and more of their entries pass, being related); the planner
 //! ([`super::plan_online`]) estimates candidates from a sample of the
 //! fingerprints themselves. A query is bound by memory latency: the look-ups
@@ -226,8 +229,9 @@ impl BlockTable {
 struct Scratch {
     /// Each block's bucket of the query.
     buckets: Vec<usize>,
-    /// A bucket's entries `lo..hi`, and how many bits its directory value
-    /// is from the query's.
+    /// A bucket's entries `lo..hi`, and how far from the query a
+    /// fingerprint the block reports from it is at least, off the rest: its
+    /// directory value's bits apart, and the block's credit.
     ranges: Vec<(u32, u32, u32)>,
     /// Where each block's ranges end.
     ends: Vec<usize>,
@@ -275,6 +279,35 @@ pub struct MultiIndex<B: Bits> {
     indexed: usize,
     /// The blocks' masks and radii, for the first-block rule.
     masks: Vec<(B, u32)>,
+    /// Per block, the distance a fingerprint it reports has at least on the
+    /// earlier blocks its [`rest`] leaves out ([`credits`]).
+    credits: Vec<u32>,
+}
+
+/// Per block t, Σ (r_j + 1) over the blocks j before it that lie wholly
+/// outside t's [`rest`]. Block t reports a match only when every earlier
+/// block is more than its radius from the query (the first-block rule), so
+/// a fingerprint it reports is at least that far from the query on those
+/// bits, which are neither t's nor its rest's: the screen on the rest may
+/// ask that much less of it, and stays exact.
+fn credits<B: Bits>(design: &RadiusDesign) -> Vec<u32> {
+    design
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(t, block)| {
+            // The bits `rest` keeps: every bit whose value it moves there.
+            let kept = (0..B::BITS).fold(B::zero(), |m, b| {
+                let one = B::mask(b, 1);
+                if rest(block, one) != 0 { m.xor(one) } else { m }
+            });
+            design.blocks[..t]
+                .iter()
+                .filter(|j| B::mask(j.start, j.len).and(kept).distance(B::zero()) == 0)
+                .map(|j| j.radius + 1)
+                .sum::<u32>()
+        })
+        .collect()
 }
 
 /// Buckets between the one a query reads and the one whose lines it
@@ -319,6 +352,7 @@ impl<B: Bits> MultiIndex<B> {
         if fps.len() > MAX_SLOTS {
             return Err(full());
         }
+        let credits = credits::<B>(&design);
         let masks = design
             .blocks
             .iter()
@@ -333,6 +367,7 @@ impl<B: Bits> MultiIndex<B> {
             blocks: Vec::new(),
             indexed: 0,
             masks,
+            credits,
         };
         index.rebuild_blocks();
         Ok(index)
@@ -505,15 +540,21 @@ impl<B: Bits> MultiIndex<B> {
         }));
         ranges.clear();
         ends.clear();
-        for (table, &v) in self.blocks.iter().zip(buckets.iter()) {
+        for ((table, &v), &credit) in self.blocks.iter().zip(buckets.iter()).zip(&self.credits) {
             for &e in &table.flips {
+                // At least this far from the query on the bits outside the
+                // rest, for a fingerprint this block reports.
+                let apart = e.count_ones() + credit;
+                if apart > k {
+                    continue;
+                }
                 let u = v ^ e as usize;
                 let (lo, hi) = (table.dir[u], table.dir[u + 1]);
                 if lo < hi {
                     prefetch(&table.entries[lo as usize]);
                     let len = (hi - lo) as usize;
                     capped |= len > cap.scan;
-                    ranges.push((lo, lo + len.min(cap.scan) as u32, e.count_ones()));
+                    ranges.push((lo, lo + len.min(cap.scan) as u32, apart));
                 }
             }
             ends.push(ranges.len());
@@ -534,9 +575,10 @@ impl<B: Bits> MultiIndex<B> {
                         prefetch(e);
                     }
                 }
-                // The bucket is `apart` bits from the query's on the block:
-                // what is left of k for the bits outside it.
-                let left = k.saturating_sub(apart);
+                // What is left of k for the rest: the bucket is `apart`
+                // bits from the query on the block's bits and the earlier
+                // blocks' outside the rest, at least.
+                let left = k - apart;
                 for &e in &table.entries[lo as usize..hi as usize] {
                     if (e.rest() ^ q).count_ones() <= left {
                         prefetch(&self.fps[e.slot() as usize]);
