@@ -119,14 +119,16 @@ pub struct Signature {
 }
 
 impl Signature {
-    /// The signature of a sorted set of uniformly distributed feature
-    /// hashes (as [`crate::jaccard::shingles`] gives).
+    /// The signature of a set of uniformly distributed feature hashes (as
+    /// [`crate::jaccard::shingles`] gives), in any order, repeats allowed.
     pub fn of(set: &[u64]) -> Signature {
-        let mut features: Vec<u32> = set
-            .iter()
-            .map(|&h| (h >> (64 - FEATURE_BITS)) as u32)
-            .collect();
-        features.sort_unstable();
+        // Their top halves sorted by a counting pass (they are spread
+        // evenly), then narrowed: the order stays.
+        let mut features = Vec::with_capacity(set.len());
+        crate::jaccard::narrow(set, &mut features);
+        for f in &mut features {
+            *f >>= 32 - FEATURE_BITS;
+        }
         features.dedup();
         Signature {
             sketch: Sketch::of(set),
