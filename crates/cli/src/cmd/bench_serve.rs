@@ -417,13 +417,18 @@ fn load(
             .map(|i| {
                 let text = sentences.document(i);
                 // As the service reads a text: once, for the fingerprint
-                // and the signature.
-                let mut shingles = Vec::new();
-                let (fp, shares) = hasher.fingerprint_shares_and_shingles(&text, &mut shingles);
+                // and (verified) the signature.
+                let (fp, shares, sketch) = if verified {
+                    let mut shingles = Vec::new();
+                    let (fp, shares) = hasher.fingerprint_shares_and_shingles(&text, &mut shingles);
+                    (fp, shares, Some(Signature::of(&shingles)))
+                } else {
+                    let (fp, shares) = hasher.fingerprint_and_shares(&text);
+                    (fp, shares, None)
+                };
                 let fp = centre
                     .as_ref()
                     .map_or(fp, |c| c.fingerprint(shares.as_bytes()));
-                let sketch = verified.then(|| Signature::of(&shingles));
                 let bytes = fp.width().bits() as usize / 8;
                 let le = fp.value().to_le_bytes()[..bytes].to_vec();
                 Ok((format!("https://example.com/{i}"), le, sketch))
