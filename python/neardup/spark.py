@@ -46,7 +46,10 @@ undecided pairs checked per connected component, components by a union-find
 per task then in one task (or large-star/small-star rounds), and the kept
 records streamed from each input range minus its removed positions. It
 takes the components policy (ids of JSON Lines records read as integers
-when every one is, else as strings). ``--report FILE``
+when every one is, else as strings). With ``against``, the existing set is
+read but never shuffled: the new batch is broadcast and indexed in each
+worker, and every partition of the existing set looks its documents up in
+it (:func:`_batch_pairs`). ``--report FILE``
 writes each stage's seconds, rows and bytes shuffled.
 
 Outputs under ``--output DIR``: ``DIR/pairs`` (columns ``a``, ``b``,
@@ -514,6 +517,109 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     return pairs.where(~F.isnan("score")), pairs.where(F.isnan("score"))
 
 
+# The batch index of the new documents, built once per Python worker and
+# kept while the job's stages query it (one at a time).
+_BATCH: dict = {}
+
+
+def _batch_pairs(spark: Any, queries: Any, batch: Any, bits: int, k: int, threshold: Optional[float]) -> tuple:
+    """The paper's batch mode: pairs within k of a document of ``queries``
+    (the existing set's rows: ``_pos``, ``fp_hi``, ``fp_lo`` and, to screen,
+    ``summary``) and one of ``batch`` (rows alike, the new ones). The batch
+    is collected and broadcast (about 170 bytes a document: fingerprint,
+    position and summary), each Python worker indexes it once (core's
+    online index), and every partition of ``queries`` looks its documents
+    up: the existing set is read once and never shuffled. Returns (kept,
+    undecided) DataFrames of (``pa``, ``pb``, ``distance``, ``score``),
+    pa < pb, screened as :func:`_candidates` screens them."""
+    import uuid
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    screened = threshold is not None
+    cols = ["_pos", "fp_hi", "fp_lo"] + (["summary"] if screened else [])
+    t = _to_arrow(batch.select(*cols))
+    if t.num_rows == 0:
+        empty = spark.createDataFrame([], _scored_pair_schema())
+        return empty, empty
+    shipped = spark.sparkContext.broadcast((
+        _fp_words(t.combine_chunks().to_batches()[0]),
+        _packed(t.column("summary")) if screened else None,
+        t.column("_pos").to_numpy(),
+    ))
+    key = uuid.uuid4().hex  # this batch, in a worker that indexed another
+    del t
+
+    def scan(batches):
+        if key not in _BATCH:
+            _BATCH.clear()  # an earlier stage's batch
+            words, sums, pos = shipped.value
+            _BATCH[key] = (_rs._BatchIndex(words, bits, k, sums, threshold), pos)
+        index, pos = _BATCH[key]
+        for b in batches:
+            kept, scores, und = index.pairs(_fp_words(b), _packed(b.column("summary")) if screened else None)
+            kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
+            und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
+            if not len(kept) + len(und):
+                continue
+            rows = np.concatenate([kept, und])
+            mine, theirs = b.column("_pos").to_numpy()[rows[:, 0]], pos[rows[:, 1]]
+            score = np.concatenate([np.frombuffer(scores, dtype="<f8"), np.full(len(und), np.nan)])
+            yield pa.RecordBatch.from_arrays([pa.array(np.minimum(mine, theirs)), pa.array(np.maximum(mine, theirs)),
+                                              pa.array(rows[:, 2]), pa.array(score)], names=["pa", "pb", "distance", "score"])
+
+    pairs = queries.select(*cols).mapInArrow(scan, _scored_pair_schema()).localCheckpoint()
+    shipped.unpersist()
+    return pairs.where(~F.isnan("score")), pairs.where(F.isnan("score"))
+
+
+def _scored_pair_schema() -> Any:
+    from pyspark.sql import types as T
+
+    return T.StructType([
+        T.StructField("pa", T.LongType(), False),
+        T.StructField("pb", T.LongType(), False),
+        T.StructField("distance", T.LongType(), False),
+        T.StructField("score", T.DoubleType(), False),
+    ])
+
+
+def _old_links(spark: Any, edges: Any, old_fps: Any, first_new: int, *, bits: int, k: int, threshold: Optional[float],
+               quiet: bool, verify: Any) -> Any:
+    """``edges`` (verified pairs with a new document) plus the verified
+    pairs of two old documents in the components of new ones: ``neardup
+    dedup --against`` joins every document, so two old documents near each
+    other join one cluster when a new one reaches either. Round by round,
+    the old documents reached last (first those paired with a new one) are
+    looked up against the whole existing set (:func:`_batch_pairs`, which
+    reads it without shuffling it) and their pairs verified (``verify(und,
+    count)``), until a round reaches no old document not seen before; the
+    existing set being clean, one round is the rule."""
+    from pyspark.sql import functions as F
+
+    def ends(pairs):
+        return pairs.select(F.col("pa").alias("_pos")).union(pairs.select(F.col("pb").alias("_pos")))
+
+    seen = ends(edges).where(F.col("_pos") < first_new).distinct().localCheckpoint()
+    frontier, rounds = seen, 0
+    while frontier.count():
+        rounds += 1
+        found_kept, found_und = _batch_pairs(spark, old_fps, old_fps.join(frontier, "_pos", "left_semi"), bits, k, threshold)
+        # A pair of two documents both reached is found from either side.
+        found_kept = found_kept.where(F.col("pa") != F.col("pb")).distinct()
+        found_und = found_und.where(F.col("pa") != F.col("pb")).distinct()
+        n_und = found_und.count()
+        found = found_kept.unionByName(verify(found_und, n_und)) if n_und else found_kept
+        found = found.localCheckpoint()
+        edges = edges.unionByName(found)
+        frontier = ends(found).distinct().join(seen, "_pos", "left_anti").localCheckpoint()
+        seen = seen.unionByName(frontier).localCheckpoint()
+    _log(quiet, f"against: {seen.count():,} old documents in clusters with new ones "
+         f"({rounds} round{'' if rounds == 1 else 's'} of lookups)")
+    return edges.localCheckpoint()
+
+
 # Undecided pairs checked by one task of the distributed exact check (their
 # documents' texts and feature sets are held at once), and the most
 # documents of one connected group of them sent to one task whole.
@@ -617,14 +723,23 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
 def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, threshold: Optional[float], centred: bool,
                        max_group: int, pairs: bool, quiet: bool, stages: dict, rows_of: Any, splits: Any, texts: Any,
                        numbered: Any, json_col: Optional[str], bad: Any = None,
-                       report: Any = None, keep_by: Optional[str] = None) -> SparkDedupResult:
+                       report: Any = None, keep_by: Optional[str] = None,
+                       first_new: Optional[int] = None) -> SparkDedupResult:
     """The distributed path for texts: every stage in the executors, the
     driver holding only what does not grow with the corpus (the centre, the
     hot keys, counts). Reads the fingerprint pass's rows ``fps`` (``_pos``,
     ``_id``, ``fp_hi``/``fp_lo`` or ``shares``, ``summary``); candidates by
     :func:`_candidates`, the undecided ones checked by
     :func:`_verify_distributed`, components by large-star/small-star, and
-    the kept records streamed from the input minus the removed positions."""
+    the kept records streamed from the input minus the removed positions.
+
+    ``first_new``: with documents already clean (``--against``), the first
+    position of a new one (the old ones come first). The new ones are joined
+    among themselves by :func:`_candidates` and with the old ones by
+    :func:`_batch_pairs` (the existing set read, never shuffled); pairs of
+    two old documents are sought only from the old documents the new ones
+    reach (:func:`_old_links`), for the clusters, as ``neardup dedup
+    --against`` clusters them."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -637,7 +752,17 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
     t1 = time.time()
     if centred:
         fps = _centre_distributed(spark, fps, bits)
-    kept, undecided = _candidates(spark, fps, n, bits, k, threshold, max_group, quiet, spanning=not pairs)
+    if first_new is None:
+        kept, undecided = _candidates(spark, fps, n, bits, k, threshold, max_group, quiet, spanning=not pairs)
+    else:
+        new_fps, old_fps = fps.where(F.col("_pos") >= first_new), fps.where(F.col("_pos") < first_new)
+        n_new = new_fps.count()
+        kept, undecided = _candidates(spark, new_fps, n_new, bits, k, threshold, max_group, quiet, spanning=not pairs)
+        tb = time.time()
+        batch_kept, batch_und = _batch_pairs(spark, old_fps, new_fps, bits, k, threshold)
+        _log(quiet, f"against: {n - n_new:,} old documents looked up in the {n_new:,} new ones: "
+             f"{batch_kept.count() + batch_und.count():,} pairs within k = {k} in {time.time() - tb:.1f} s")
+        kept, undecided = kept.unionByName(batch_kept), undecided.unionByName(batch_und)
     n_kept, n_und = kept.count(), undecided.count()
     stages["candidates"] = time.time() - t1
     report.done("candidates", stages["candidates"], n, pairs=n_kept + n_und, undecided=n_und)
@@ -648,6 +773,9 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
     if n_und:
         verified = _verify_distributed(spark, undecided, n_und, threshold, rows_of, splits, texts)
         edges = kept.unionByName(verified).localCheckpoint()
+    if first_new is not None:
+        edges = _old_links(spark, edges, old_fps, first_new, bits=bits, k=k, threshold=threshold, quiet=quiet,
+                           verify=lambda und, count: _verify_distributed(spark, und, count, threshold, rows_of, splits, texts))
     stages["verify"] = time.time() - t2
     n_edges = edges.count()
     report.done("verify", stages["verify"], n, verified=n_edges)
@@ -657,8 +785,15 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
     t3 = time.time()
     reps = _components(spark, edges.select(F.col("pa").alias("a"), F.col("pb").alias("b")))
     if keep_by is not None:
-        reps = _keepers(reps, fps, keep_by)
-    dropped = reps.where(F.col("_pos") != F.col("rep")).select("_pos").localCheckpoint()
+        reps = _keepers(reps, fps, keep_by, first_new)
+    removed = F.col("_pos") != F.col("rep")
+    if first_new is not None:
+        # Old documents are never removed; only clusters with a new member
+        # are reported, and only pairs with a new document.
+        removed &= F.col("_pos") >= first_new
+        reps = reps.join(reps.where(F.col("_pos") >= first_new).select("rep").distinct(), "rep", "left_semi")
+        edges = edges.where(F.col("pb") >= first_new)
+    dropped = reps.where(removed).select("_pos").localCheckpoint()
     n_dropped = dropped.count()
     if bad is not None:
         dropped = dropped.union(bad)  # skipped records are not kept either
@@ -693,7 +828,7 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
                 yield pa.RecordBatch.from_arrays([pa.array(at.astype(np.int64)), pa.array(p)], names=["index", "_pos"])
 
         gone = dropped.mapInArrow(indexed, index_schema).groupBy("index").agg(F.collect_list("_pos").alias("gone"))
-        ranges = splits.frame(spark).join(gone, "index", "left").orderBy("index")
+        ranges = splits.frame(spark).where(F.col("new")).join(gone, "index", "left").orderBy("index")
 
         def kept_of(b, gone_list):
             import pyarrow.compute as pc
@@ -730,6 +865,9 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
 DRIVER_DOCUMENTS = 20_000_000
 
 _POS_SHIFT = 40  # _pos = file rank << 40 | byte offset (or row) in the file
+# Added to the positions of new documents given as a DataFrame with against,
+# so that the old ones come first (as files given with --against do).
+NEW_AFTER = 1 << 62
 
 
 _CONFIGS: dict = {}
@@ -1219,6 +1357,8 @@ def dedup(
         if "_pos" in frame.columns and "_new" in frame.columns:
             return frame
         pos = F.col(order_col).cast("long") if order_col else F.monotonically_increasing_id()
+        if new and against is not None:
+            pos = pos + F.lit(NEW_AFTER)  # the old documents' positions come first
         return frame.withColumn("_pos", pos).withColumn("_new", F.lit(new))
 
     if positions is not None:
@@ -1338,18 +1478,21 @@ def dedup(
         fps = records.select(*[_features_json(records, c) if (weighted and c == body and not json_col) else c for c in wanted])
         fps = fps.mapInArrow(fingerprint_batches, fp_schema)
     fps = fps.localCheckpoint()
-    counts = {bool(r[0]): int(r[1]) for r in fps.groupBy("_bad").count().collect()}
-    n, skipped = counts.get(False, 0), counts.get(True, 0)
+    # Per kind (skipped or not, new or old): the count and the positions' range.
+    kinds = {(bool(r[0]), bool(r[1])): tuple(r[2:]) for r in
+             fps.groupBy("_bad", "_new").agg(F.count("*"), F.min("_pos"), F.max("_pos")).collect()}
+    n = sum(c for (b, _), (c, *_) in kinds.items() if not b)
+    skipped = sum(c for (b, _), (c, *_) in kinds.items() if b)
     fps_all, fps = fps, fps.where(~F.col("_bad"))
     stages["fingerprint"] = time.time() - t0
     _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
     report.documents = n
     report.done("fingerprint", stages["fingerprint"], n, records=n + skipped, skipped=skipped)
     if n > driver_documents:
-        if against is not None or policy != "components" or cfg.idf is not None or weighted or annotate:
+        if policy != "components" or cfg.idf is not None or weighted or annotate:
             raise neardup.NeardupError(
                 f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path "
-                "takes texts with policy components, no against, no IDF table and no annotate (or "
+                "takes texts with policy components, no IDF table and no annotate (or "
                 "raise driver_documents, about 175 bytes of driver memory per document)"
             )
         _log(quiet, f"{n:,} documents are more than the driver joins ({driver_documents:,}): the distributed path runs")
@@ -1367,11 +1510,20 @@ def dedup(
         schema = T.StructType([T.StructField("_pos", T.LongType(), False)] + [records.schema[c] for c in data])
         numbered = records.where(F.col("_new")).select(*{c: None for c in meta + data}).mapInArrow(number, schema)
         texts = numbered.select("_pos", body)
+        first_new = None
+        old, new = kinds.get((False, False)), kinds.get((False, True))
+        if old is not None:
+            # Documents already clean (against), numbered before the new ones.
+            first_new = new[1] if new is not None else old[2] + 1
+            if old[2] >= first_new:
+                raise neardup.NeardupError("the documents of against must be numbered before the new ones (order_col)")
+            # The exact check reads old documents too.
+            texts = records.select(*{c: None for c in meta + data}).mapInArrow(number, schema).select("_pos", body)
         bad = fps_all.where(F.col("_bad")).select("_pos") if skipped else None
         result = _distributed_texts(spark, fps, n, bits=bits, k=k, threshold=threshold, centred=centred, max_group=max_group,
                                     pairs=pairs, quiet=quiet, stages=stages, rows_of=rows_of, splits=splits, texts=texts,
                                     numbered=numbered, json_col=json_col, bad=bad, report=report,
-                                    keep_by=rule)
+                                    keep_by=rule, first_new=first_new)
         return result
 
     bad_pos = np.array([r[0] for r in fps_all.where(F.col("_bad")).select("_pos").collect()] if skipped else [], dtype=np.int64)
@@ -2084,13 +2236,15 @@ def _arrow_type(t: Any) -> Any:
 ONE_TASK_EDGES = 10_000_000
 
 
-def _keepers(reps: Any, fps: Any, rule: str) -> Any:
+def _keepers(reps: Any, fps: Any, rule: str, first_new: Optional[int] = None) -> Any:
     """(_pos, rep) with each component's kept document by ``rule``
     (``longest`` or ``field:NAME[:asc|desc]``), as ``neardup dedup
     --keep-by`` orders them: numbers before strings (reversed when
     descending), documents without the field last, ties to the first in
     input order. ``reps``: each member's component (its smallest position);
-    ``fps``: the keys (``key_kind`` 0 number, 1 string, 2 missing)."""
+    ``fps``: the keys (``key_kind`` 0 number, 1 string, 2 missing).
+    ``first_new``: old documents (positions before it) are preferred to
+    every new one, in input order, as ``--against`` prefers them."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -2100,7 +2254,11 @@ def _keepers(reps: Any, fps: Any, rule: str) -> Any:
     keys = [F.col("key_kind"), F.when(missing, F.lit(0.0)).otherwise(F.col("key_num")),
             F.when(missing, F.lit(None)).otherwise(F.col("key_str"))]
     keyed = reps.join(fps.select("_pos", "key_kind", "key_num", "key_str"), "_pos")
-    order = [missing.asc(), *[k.desc() if desc else k.asc() for k in keys], F.col("_pos").asc()]
+    new = F.col("_pos") >= first_new if first_new is not None else None
+    mask = (lambda c: F.when(new, c)) if new is not None else (lambda c: c)  # noqa: E731
+    order = [mask(missing).asc(), *[mask(k).desc() if desc else mask(k).asc() for k in keys], F.col("_pos").asc()]
+    if new is not None:
+        order.insert(0, new.asc())
     best = (
         keyed.withColumn("_r", F.row_number().over(Window.partitionBy("rep").orderBy(*order)))
         .where(F.col("_r") == 1)

@@ -5,10 +5,10 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use neardup_core::index::{Bits, Pigeonhole};
+use neardup_core::index::{Bits, OnlineIndex, Pigeonhole, plan_online};
 use neardup_core::{Width, with_bits};
 
-use crate::spark::{Decision, Screen};
+use crate::spark::{Decision, SUMMARY_BYTES, Screen, decide_summaries};
 use crate::{err, u64s};
 
 fn i64s(bytes: &[u8]) -> Vec<i64> {
@@ -183,4 +183,155 @@ pub fn pigeonhole_pairs<'py>(
         PyBytes::new(py, bytemuck::cast_slice(&scores)),
         PyBytes::new(py, bytemuck::cast_slice(&undecided)),
     ))
+}
+
+/// The batch mode's index (`--against` on the distributed path): the new
+/// batch's fingerprints, with their summaries, built once per Python worker
+/// and queried by the documents of the existing set a partition at a time,
+/// so that the existing set is read, never shuffled.
+#[pyclass(name = "_BatchIndex", module = "neardup", frozen)]
+pub struct BatchIndex {
+    index: BatchTables,
+    k: u32,
+    summaries: Option<Vec<u8>>,
+    threshold: Option<f64>,
+}
+
+/// The index in its fingerprints' width.
+enum BatchTables {
+    B64(OnlineIndex<u64>),
+    B128(OnlineIndex<u128>),
+}
+
+/// Index memory per batch document the design may spend (the batch is a
+/// share of the corpus, and the existing set's every document queries it).
+const BATCH_BYTES_PER_DOCUMENT: f64 = 256.0;
+
+fn batch_index<B: Bits>(fps: &[u128], k: u32) -> PyResult<OnlineIndex<B>> {
+    let fps: Vec<B> = fps.iter().map(|&f| B::from_u128(f)).collect();
+    let sample = &fps[..fps.len().min(100_000)];
+    let plan =
+        plan_online::<B>(k, fps.len() as f64, sample, BATCH_BYTES_PER_DOCUMENT).map_err(err)?;
+    let design = plan.options[plan.chosen].design.clone();
+    OnlineIndex::build(
+        design,
+        fps.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
+    )
+    .map_err(err)
+}
+
+#[pymethods]
+impl BatchIndex {
+    /// The index of fingerprint words `fp` (two u64 each, high then low) of
+    /// width `bits`, searched within `k`; with `summaries` (one per
+    /// fingerprint) and a `threshold`, pairs are screened as `neardup dedup`
+    /// screens them.
+    #[new]
+    #[pyo3(signature = (fp, bits, k, summaries=None, threshold=None))]
+    fn new(
+        py: Python<'_>,
+        fp: &[u8],
+        bits: u32,
+        k: u32,
+        summaries: Option<Vec<u8>>,
+        threshold: Option<f64>,
+    ) -> PyResult<Self> {
+        let fps = fingerprints(fp);
+        Screen::of("_BatchIndex", fps.len(), summaries.as_deref(), threshold)?;
+        let index = py.detach(|| match Width::from_bits(bits).map_err(err)? {
+            Width::W64 => batch_index::<u64>(&fps, k).map(BatchTables::B64),
+            Width::W128 => batch_index::<u128>(&fps, k).map(BatchTables::B128),
+        })?;
+        Ok(BatchIndex {
+            index,
+            k,
+            summaries,
+            threshold,
+        })
+    }
+
+    /// The pairs of the documents `fp` (words as for the index; with their
+    /// `summaries` when the index has a threshold) with the indexed ones
+    /// within k: (kept, scores, undecided) as `pigeonhole_pairs` returns them,
+    /// rows of (query row, indexed row, distance).
+    #[pyo3(signature = (fp, summaries=None))]
+    #[allow(clippy::type_complexity)]
+    fn pairs<'py>(
+        &self,
+        py: Python<'py>,
+        fp: &[u8],
+        summaries: Option<&[u8]>,
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+    )> {
+        let queries = fingerprints(fp);
+        let screen = match (&self.summaries, self.threshold, summaries) {
+            (Some(mine), Some(t), Some(theirs)) => {
+                if theirs.len() != queries.len() * SUMMARY_BYTES {
+                    return Err(err(
+                        "_BatchIndex.pairs: one summary per fingerprint is needed",
+                    ));
+                }
+                Some((mine.as_slice(), theirs, t))
+            }
+            (None, None, None) => None,
+            _ => {
+                return Err(err(
+                    "_BatchIndex.pairs: give summaries exactly when the index has them",
+                ));
+            }
+        };
+        let k = self.k;
+        let out = py.detach(|| {
+            let matches = match &self.index {
+                BatchTables::B64(i) => {
+                    let q: Vec<u64> = queries.iter().map(|&f| u64::from_u128(f)).collect();
+                    i.query_batch(&q, k)
+                }
+                BatchTables::B128(i) => i.query_batch(&queries, k),
+            }?;
+            let (mut kept, mut scores, mut undecided) = (Vec::new(), Vec::new(), Vec::new());
+            for (q, ms) in matches.iter().enumerate() {
+                for m in ms {
+                    let row = [q as i64, m.id as i64, i64::from(m.distance)];
+                    let decision = match screen {
+                        None => Decision::Kept(-1.0),
+                        Some((mine, theirs, t)) => {
+                            let (a, b) = (q * SUMMARY_BYTES, m.id as usize * SUMMARY_BYTES);
+                            decide_summaries(
+                                &theirs[a..a + SUMMARY_BYTES],
+                                &mine[b..b + SUMMARY_BYTES],
+                                t,
+                            )
+                        }
+                    };
+                    match decision {
+                        Decision::Kept(j) => {
+                            kept.extend(row);
+                            scores.push(j);
+                        }
+                        Decision::Dropped => {}
+                        Decision::Undecided => undecided.extend(row),
+                    }
+                }
+            }
+            Ok::<_, neardup_core::Error>((kept, scores, undecided))
+        });
+        let (kept, scores, undecided) = out.map_err(err)?;
+        Ok((
+            PyBytes::new(py, bytemuck::cast_slice(&kept)),
+            PyBytes::new(py, bytemuck::cast_slice(&scores)),
+            PyBytes::new(py, bytemuck::cast_slice(&undecided)),
+        ))
+    }
+
+    /// Documents indexed.
+    fn __len__(&self) -> usize {
+        match &self.index {
+            BatchTables::B64(i) => i.len(),
+            BatchTables::B128(i) => i.len(),
+        }
+    }
 }

@@ -115,6 +115,7 @@ fn parse_policy(policy: &str) -> PyResult<Policy> {
 fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyConfig>()?;
     m.add_class::<PyIndex>()?;
+    m.add_class::<join::BatchIndex>()?;
     m.add("NeardupError", m.py().get_type::<NeardupError>())?;
     m.add("ConfigError", m.py().get_type::<ConfigError>())?;
     m.add("InputError", m.py().get_type::<InputError>())?;

@@ -21,7 +21,7 @@ use crate::{PyConfig, bytemuck_bytes, err, features_of, parse_policy, u64s};
 
 /// Bytes of a document's verification summary: its feature count (u32), the
 /// set's digest (u128) and its MinHash sketch, little-endian.
-const SUMMARY_BYTES: usize = 4 + 16 + neardup_core::spill::SKETCH_BYTES;
+pub(crate) const SUMMARY_BYTES: usize = 4 + 16 + neardup_core::spill::SKETCH_BYTES;
 
 fn summary_bytes(set: &[SetFeature], out: &mut Vec<u8>) {
     let s = Summary::of(set);
@@ -122,6 +122,16 @@ impl<'a> Screen<'a> {
             Some(_) => Decision::Dropped,
             None => Decision::Undecided,
         }
+    }
+}
+
+/// The decision on two documents' summaries (SUMMARY_BYTES each), as
+/// [`Screen::decide`] makes it for documents of one array.
+pub(crate) fn decide_summaries(a: &[u8], b: &[u8], threshold: f64) -> Decision {
+    match screen(SummaryRef(a), SummaryRef(b), threshold) {
+        Some(j) if j >= threshold => Decision::Kept(j),
+        Some(_) => Decision::Dropped,
+        None => Decision::Undecided,
     }
 }
 

@@ -222,6 +222,45 @@ def test_distributed_command_line_equals_cli(spark, tmp_path, ids):
                  "--driver-documents", "0", "--policy", "incremental"]) == 2
 
 
+@pytest.mark.parametrize(
+    "flags,reader",
+    [([], "executors"), (["--keep-by", "field:quality:desc", "--no-pairs"], "executors"), ([], "spark")],
+    ids=["pairs", "field-no-pairs", "spark-reader"],
+)
+def test_distributed_against_equals_cli(spark, tmp_path, capsys, monkeypatch, flags, reader):
+    """The batch mode on the distributed path: new documents against an
+    existing set whose clusters they reach (copies of one original on both
+    sides, some only near the original): the pairs with a new document,
+    the clusters with a new member (old members reached through other old
+    ones included) and the kept new records of `neardup dedup --against`,
+    whether the executors read the files or Spark does."""
+    from neardup.spark import main
+
+    if reader == "spark":
+        monkeypatch.setenv("NEARDUP_SPARK_READER", "spark")
+
+    lines = make_clusters(tmp_path / "clusters.jsonl").read_text().splitlines(keepends=True)
+    random.Random(4).shuffle(lines)
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    old.write_text("".join(lines[: len(lines) * 2 // 3]))
+    new.write_text("".join(lines[len(lines) * 2 // 3 :]))
+    flags = ["--against", str(old), *flags]
+    want = cli_outputs([new], tmp_path, [f for f in flags if f != "--no-pairs"])
+    assert len(want[1]) > 30 and max(size for _, size, _ in want[1]) > 8
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(new), "--output", str(out), "--format", "jsonl", "--driver-documents", "0",
+                 *flags]) == 0
+    said = capsys.readouterr().err
+    assert "old documents looked up in the" in said and "of lookups" in said, said
+    if "--no-pairs" in flags:
+        got = (want[0], *spark_outputs_no_pairs(out))
+    else:
+        got = spark_outputs(out)
+    assert got[0] == want[0]
+    assert got[1] == want[1]
+    assert got[2] == want[2]
+
+
 def make_clusters(path, seed=21):
     """Originals with many copies each, edited at rates that put some copies
     above the Jaccard threshold and others just below it (near misses): large
