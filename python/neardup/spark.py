@@ -437,7 +437,8 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
             yield pa.RecordBatch.from_arrays([pa.array(keys_of(b))], names=["key"])
 
     key_schema = T.StructType([T.StructField("key", T.LongType(), False)])
-    hot_rows = sorted(
+    # A group holds at most one row per document: none is hot below max_group.
+    hot_rows = [] if n <= max_group else sorted(
         (r[0], r[1])
         for r in fps.select("fp_hi", "fp_lo").mapInArrow(only_keys, key_schema).groupBy("key").count()
         .where(F.col("count") > max_group).collect()
