@@ -104,9 +104,10 @@ class SparkDedupResult:
 
 
 class _Report:
-    """Per-stage figures of a run: seconds, rows, and the bytes the stage
-    wrote to Spark's shuffle (from the driver's status store: every stage
-    Spark ran since the last one recorded), for the log and ``--report``."""
+    """Per-stage figures of a run: seconds, rows, the bytes the stage wrote
+    to Spark's shuffle and its longest task (from the driver's status store:
+    every stage Spark ran since the last one recorded), for the log and
+    ``--report``."""
 
     def __init__(self, spark: Any):
         self.spark = spark
@@ -115,30 +116,44 @@ class _Report:
         self._last = self._shuffle()[0]
 
     def _shuffle(self) -> tuple:
-        """(the newest Spark stage id, bytes written by stages after ``_last``)."""
+        """(the newest Spark stage id, bytes written by stages after
+        ``_last``, their longest task: a dict of its seconds, the median
+        task's seconds of its Spark stage and that stage's task count)."""
         try:
             jvm, sc = self.spark._jvm, self.spark.sparkContext
+            store = sc._jsc.sc().statusStore()
             empty = jvm.java.util.ArrayList()
-            it = sc._jsc.sc().statusStore().stageList(empty, False, False, sc._gateway.new_array(jvm.double, 0), empty).iterator()
-            newest, written = -1, 0
+            it = store.stageList(empty, False, False, sc._gateway.new_array(jvm.double, 0), empty).iterator()
+            quantiles = sc._gateway.new_array(jvm.double, 2)
+            quantiles[0], quantiles[1] = 0.5, 1.0
+            newest, written, longest = -1, 0, None
             last = getattr(self, "_last", -1)
             while it.hasNext():
                 st = it.next()
                 newest = max(newest, st.stageId())
-                if st.stageId() > last:
-                    written += st.shuffleWriteBytes()
-            return newest, written
+                if st.stageId() <= last:
+                    continue
+                written += st.shuffleWriteBytes()
+                summary = store.taskSummary(st.stageId(), st.attemptId(), quantiles)
+                if summary.isDefined():
+                    d = summary.get().duration()
+                    median, most = d.apply(0) / 1000, d.apply(1) / 1000
+                    if longest is None or most > longest["longest_task_seconds"]:
+                        longest = {"longest_task_seconds": round(most, 3), "median_task_seconds": round(median, 3),
+                                   "tasks": st.numTasks()}
+            return newest, written, longest
         except Exception:  # noqa: BLE001 - Spark Connect, or another status store
-            return -1, None
+            return -1, None, None
 
     def done(self, name: str, seconds: float, documents: int, **rows: int) -> None:
-        newest, written = self._shuffle()
+        newest, written, longest = self._shuffle()
         self._last = max(self._last, newest)
         self.stages.append({
             "stage": name,
             "seconds": round(seconds, 3),
             "shuffle_bytes": written,
             "shuffle_bytes_per_document": round(written / documents, 1) if written is not None and documents else None,
+            "longest_task": longest,
             **rows,
         })
 
@@ -803,7 +818,11 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
     _log(quiet, f"components: {n_dropped:,} documents removed in {stages['components']:.1f} s")
     for st in report.stages:
         if st["shuffle_bytes"] is not None:
-            _log(quiet, f"{st['stage']}: {st['shuffle_bytes'] / 1e6:,.1f} MB shuffled ({st['shuffle_bytes_per_document']:,.0f} bytes a document)")
+            task = st["longest_task"]
+            tail = (f", longest task {task['longest_task_seconds']:.1f} s (its Spark stage's median "
+                    f"{task['median_task_seconds']:.1f} s of {task['tasks']:,} tasks)") if task else ""
+            _log(quiet, f"{st['stage']}: {st['shuffle_bytes'] / 1e6:,.1f} MB shuffled "
+                 f"({st['shuffle_bytes_per_document']:,.0f} bytes a document){tail}")
 
     ids = fps.select("_pos", "_id")
     if json_col is not None:

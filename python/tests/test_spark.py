@@ -536,7 +536,8 @@ def test_standalone_cluster_equals_cli(tmp_path):
         assert got[1] == want[1]
         assert got[2] == want[2]
         # The report: every stage, the rows the outputs show, the candidate
-        # stage's shuffle (k + 1 keyed rows a document) and the driver's memory.
+        # stage's shuffle (k + 1 keyed rows a document), its longest task
+        # and the driver's memory.
         rep = json.loads(report.read_text())
         assert [st["stage"] for st in rep["stages"]] == ["fingerprint", "candidates", "verify", "components", "write"]
         by = {st["stage"]: st for st in rep["stages"]}
@@ -544,6 +545,9 @@ def test_standalone_cluster_equals_cli(tmp_path):
         assert by["verify"]["verified"] == len(want[0])
         assert by["components"]["removed"] == sum(size - 1 for _, size, _ in want[1])
         assert by["candidates"]["shuffle_bytes_per_document"] > 100
+        # Each stage's longest task beside its Spark stage's median (skew).
+        task = by["candidates"]["longest_task"]
+        assert task["tasks"] >= 2 and task["longest_task_seconds"] >= task["median_task_seconds"] >= 0, task
         assert 0 < rep["driver"]["python_peak_bytes"] and 0 < rep["driver"]["jvm_peak_bytes"]
         # The executor had the wheel, unpacked in its working directory.
         assert glob.glob(str(tmp_path / "work" / "app-*" / "*" / "neardup_wheel" / "neardup" / "_neardup*.so")), \
