@@ -246,18 +246,21 @@ def _named_outputs(pairs: Any, reps: Any, ids: Any, scores: list) -> tuple:
     ``representative``, ``size`` and ``members`` (in input order)."""
     from pyspark.sql import functions as F
 
+    # Every clustered document named once (a cluster's representative and
+    # each pair's two documents are among them), kept for both outputs.
+    members = reps.join(ids, "_pos").localCheckpoint(eager=False)
     out_pairs = None
     if pairs is not None:
         out_pairs = (
-            pairs.join(ids.withColumnRenamed("_pos", "pa").withColumnRenamed("_id", "a"), "pa")
-            .join(ids.withColumnRenamed("_pos", "pb").withColumnRenamed("_id", "b"), "pb")
+            pairs.join(members.select(F.col("_pos").alias("pa"), F.col("_id").alias("a")), "pa")
+            .join(members.select(F.col("_pos").alias("pb"), F.col("_id").alias("b")), "pb")
             .orderBy("pa", "pb")
             .select("a", "b", "distance", *scores)
         )
-    members = reps.join(ids, "_pos").join(ids.withColumnRenamed("_pos", "rep").withColumnRenamed("_id", "representative"), "rep")
     clusters = (
-        members.groupBy("rep", "representative")
-        .agg(F.count("*").alias("size"), F.sort_array(F.collect_list(F.struct("_pos", "_id"))).alias("m"))
+        members.groupBy("rep")
+        .agg(F.count("*").alias("size"), F.sort_array(F.collect_list(F.struct("_pos", "_id"))).alias("m"),
+             F.first(F.when(F.col("_pos") == F.col("rep"), F.col("_id")), ignorenulls=True).alias("representative"))
         .orderBy("rep")
         .select("representative", "size", F.col("m._id").alias("members"))
     )
