@@ -224,8 +224,8 @@ def test_distributed_command_line_equals_cli(spark, tmp_path, ids):
 
 @pytest.mark.parametrize(
     "flags,reader",
-    [([], "executors"), (["--keep-by", "field:quality:desc", "--no-pairs"], "executors"), ([], "spark")],
-    ids=["pairs", "field-no-pairs", "spark-reader"],
+    [([], "executors"), (["--keep-by", "field:quality:desc", "--no-pairs"], "spark")],
+    ids=["pairs", "field-no-pairs-spark-reader"],
 )
 def test_distributed_against_equals_cli(spark, tmp_path, capsys, monkeypatch, flags, reader):
     """The batch mode on the distributed path: new documents against an
