@@ -8,7 +8,7 @@ use pyo3::types::PyBytes;
 use neardup_core::index::{Bits, OnlineIndex, Pigeonhole, plan_online};
 use neardup_core::{Width, with_bits};
 
-use crate::spark::{Decision, SUMMARY_BYTES, Screen, decide_summaries};
+use crate::spark::{Decision, SUMMARY_BYTES, Screen, Triage, TriageBytes, decide_summaries};
 use crate::{err, u64s};
 
 fn i64s(bytes: &[u8]) -> Vec<i64> {
@@ -65,7 +65,7 @@ pub fn pigeonhole_keys<'py>(
 /// and the pairs only the features can decide.
 #[pyfunction]
 #[pyo3(signature = (key, block_i, block_j, salt, pos, fp, bits, k, summaries=None, threshold=None, spanning=false))]
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[allow(clippy::too_many_arguments)]
 pub fn pigeonhole_pairs<'py>(
     py: Python<'py>,
     key: &[u8],
@@ -79,11 +79,7 @@ pub fn pigeonhole_pairs<'py>(
     summaries: Option<&[u8]>,
     threshold: Option<f64>,
     spanning: bool,
-) -> PyResult<(
-    Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
-)> {
+) -> PyResult<TriageBytes<'py>> {
     let ph = Pigeonhole::new(bits, k).map_err(err)?;
     let cols = [key, block_i, block_j, salt, pos].map(i64s);
     let fps = fingerprints(fp);
@@ -99,20 +95,13 @@ pub fn pigeonhole_pairs<'py>(
         fps: &[u128],
         screen_by: Option<Screen<'_>>,
         spanning: bool,
-    ) -> Result<(Vec<i64>, Vec<f64>, Vec<i64>), neardup_core::Error> {
+    ) -> Result<Triage, neardup_core::Error> {
         let [key, bi, bj, salt, pos] = cols;
         let same = |x: usize, y: usize| key[x] == key[y] && bi[x] == bi[y] && bj[x] == bj[y];
-        let (mut kept, mut scores, mut undecided) = (Vec::new(), Vec::new(), Vec::new());
+        let mut triage = Triage::default();
         let mut decide = |x: usize, y: usize, d: u32| {
             let row = [pos[x].min(pos[y]), pos[x].max(pos[y]), i64::from(d)];
-            match Screen::decide(screen_by, x as u32, y as u32) {
-                Decision::Kept(j) => {
-                    kept.extend(row);
-                    scores.push(j);
-                }
-                Decision::Dropped => {}
-                Decision::Undecided => undecided.extend(row),
-            }
+            triage.push(row, Screen::decide(screen_by, x as u32, y as u32));
         };
         let mut start = 0;
         while start < fps.len() {
@@ -172,17 +161,13 @@ pub fn pigeonhole_pairs<'py>(
             })?;
             start = end;
         }
-        Ok((kept, scores, undecided))
+        Ok(triage)
     }
     let width = Width::from_bits(bits).map_err(err)?;
-    let (kept, scores, undecided) = py
+    let triage = py
         .detach(|| with_bits!(width, B => run::<B>(&ph, k, &cols, &fps, screen_by, spanning)))
         .map_err(err)?;
-    Ok((
-        PyBytes::new(py, bytemuck::cast_slice(&kept)),
-        PyBytes::new(py, bytemuck::cast_slice(&scores)),
-        PyBytes::new(py, bytemuck::cast_slice(&undecided)),
-    ))
+    Ok(triage.into_py(py))
 }
 
 /// The batch mode's index (`--against` on the distributed path): the new
@@ -201,6 +186,11 @@ pub struct BatchIndex {
 enum BatchTables {
     B64(OnlineIndex<u64>),
     B128(OnlineIndex<u128>),
+}
+
+/// Document `x`'s summary in `all` (SUMMARY_BYTES each).
+fn summary(all: &[u8], x: usize) -> &[u8] {
+    &all[x * SUMMARY_BYTES..(x + 1) * SUMMARY_BYTES]
 }
 
 /// Index memory per batch document the design may spend (the batch is a
@@ -255,17 +245,12 @@ impl BatchIndex {
     /// within k: (kept, scores, undecided) as `pigeonhole_pairs` returns them,
     /// rows of (query row, indexed row, distance).
     #[pyo3(signature = (fp, summaries=None))]
-    #[allow(clippy::type_complexity)]
     fn pairs<'py>(
         &self,
         py: Python<'py>,
         fp: &[u8],
         summaries: Option<&[u8]>,
-    ) -> PyResult<(
-        Bound<'py, PyBytes>,
-        Bound<'py, PyBytes>,
-        Bound<'py, PyBytes>,
-    )> {
+    ) -> PyResult<TriageBytes<'py>> {
         let queries = fingerprints(fp);
         let screen = match (&self.summaries, self.threshold, summaries) {
             (Some(mine), Some(t), Some(theirs)) => {
@@ -292,39 +277,21 @@ impl BatchIndex {
                 }
                 BatchTables::B128(i) => i.query_batch(&queries, k),
             }?;
-            let (mut kept, mut scores, mut undecided) = (Vec::new(), Vec::new(), Vec::new());
+            let mut triage = Triage::default();
             for (q, ms) in matches.iter().enumerate() {
                 for m in ms {
-                    let row = [q as i64, m.id as i64, i64::from(m.distance)];
                     let decision = match screen {
                         None => Decision::Kept(-1.0),
                         Some((mine, theirs, t)) => {
-                            let (a, b) = (q * SUMMARY_BYTES, m.id as usize * SUMMARY_BYTES);
-                            decide_summaries(
-                                &theirs[a..a + SUMMARY_BYTES],
-                                &mine[b..b + SUMMARY_BYTES],
-                                t,
-                            )
+                            decide_summaries(summary(theirs, q), summary(mine, m.id as usize), t)
                         }
                     };
-                    match decision {
-                        Decision::Kept(j) => {
-                            kept.extend(row);
-                            scores.push(j);
-                        }
-                        Decision::Dropped => {}
-                        Decision::Undecided => undecided.extend(row),
-                    }
+                    triage.push([q as i64, m.id as i64, i64::from(m.distance)], decision);
                 }
             }
-            Ok::<_, neardup_core::Error>((kept, scores, undecided))
+            Ok::<_, neardup_core::Error>(triage)
         });
-        let (kept, scores, undecided) = out.map_err(err)?;
-        Ok((
-            PyBytes::new(py, bytemuck::cast_slice(&kept)),
-            PyBytes::new(py, bytemuck::cast_slice(&scores)),
-            PyBytes::new(py, bytemuck::cast_slice(&undecided)),
-        ))
+        Ok(out.map_err(err)?.into_py(py))
     }
 
     /// Documents indexed.

@@ -117,22 +117,63 @@ impl<'a> Screen<'a> {
         let Some(s) = screen_by else {
             return Decision::Kept(-1.0);
         };
-        match screen(s.summary(a), s.summary(b), s.threshold) {
-            Some(j) if j >= s.threshold => Decision::Kept(j),
+        Decision::of(screen(s.summary(a), s.summary(b), s.threshold), s.threshold)
+    }
+}
+
+impl Decision {
+    /// What a screen's answer (`screen`) means against `threshold`.
+    fn of(score: Option<f64>, threshold: f64) -> Decision {
+        match score {
+            Some(j) if j >= threshold => Decision::Kept(j),
             Some(_) => Decision::Dropped,
             None => Decision::Undecided,
         }
     }
 }
 
+/// Candidate pairs by their decision: the kept (a, b, distance) rows and
+/// their scores, and the undecided rows (dropped ones are not kept).
+#[derive(Default)]
+pub(crate) struct Triage {
+    kept: Vec<i64>,
+    scores: Vec<f64>,
+    undecided: Vec<i64>,
+}
+
+/// A [`Triage`] as Python bytes: kept rows, scores, undecided rows.
+pub(crate) type TriageBytes<'py> = (
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+);
+
+impl Triage {
+    pub(crate) fn push(&mut self, row: [i64; 3], decision: Decision) {
+        match decision {
+            Decision::Kept(j) => {
+                self.kept.extend(row);
+                self.scores.push(j);
+            }
+            Decision::Dropped => {}
+            Decision::Undecided => self.undecided.extend(row),
+        }
+    }
+
+    /// The rows and scores as little-endian bytes (i64 rows, f64 scores).
+    pub(crate) fn into_py(self, py: Python<'_>) -> TriageBytes<'_> {
+        (
+            PyBytes::new(py, bytemuck::cast_slice(&self.kept)),
+            PyBytes::new(py, bytemuck::cast_slice(&self.scores)),
+            PyBytes::new(py, bytemuck::cast_slice(&self.undecided)),
+        )
+    }
+}
+
 /// The decision on two documents' summaries (SUMMARY_BYTES each), as
 /// [`Screen::decide`] makes it for documents of one array.
 pub(crate) fn decide_summaries(a: &[u8], b: &[u8], threshold: f64) -> Decision {
-    match screen(SummaryRef(a), SummaryRef(b), threshold) {
-        Some(j) if j >= threshold => Decision::Kept(j),
-        Some(_) => Decision::Dropped,
-        None => Decision::Undecided,
-    }
+    Decision::of(screen(SummaryRef(a), SummaryRef(b), threshold), threshold)
 }
 
 /// Calls `f(a, b, distance)` for each candidate pair of fingerprint words
@@ -597,7 +638,6 @@ pub fn config_with_idf(config: &PyConfig, table: &[u8]) -> PyResult<PyConfig> {
 /// b, distance) rows, the pairs only the features can decide.
 #[pyfunction]
 #[pyo3(signature = (fp, bits, k, summaries=None, threshold=None))]
-#[allow(clippy::type_complexity)]
 pub fn spark_join<'py>(
     py: Python<'py>,
     fp: &[u8],
@@ -605,34 +645,18 @@ pub fn spark_join<'py>(
     k: u32,
     summaries: Option<&[u8]>,
     threshold: Option<f64>,
-) -> PyResult<(
-    Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
-)> {
+) -> PyResult<TriageBytes<'py>> {
     let words = u64s(fp);
     let screen_by = Screen::of("spark_join", words.len() / 2, summaries, threshold)?;
     let out = py.detach(|| {
-        let (mut kept, mut scores, mut undecided) = (Vec::new(), Vec::new(), Vec::new());
+        let mut triage = Triage::default();
         each_candidate(&words, bits, k, |a, b, dist| {
             let row = [i64::from(a), i64::from(b), i64::from(dist)];
-            match Screen::decide(screen_by, a, b) {
-                Decision::Kept(j) => {
-                    kept.extend(row);
-                    scores.push(j);
-                }
-                Decision::Dropped => {}
-                Decision::Undecided => undecided.extend(row),
-            }
+            triage.push(row, Screen::decide(screen_by, a, b));
         })
-        .map(|()| (kept, scores, undecided))
+        .map(|()| triage)
     });
-    let (kept, scores, undecided) = out.map_err(err)?;
-    Ok((
-        PyBytes::new(py, bytemuck::cast_slice(&kept)),
-        PyBytes::new(py, bytemuck::cast_slice(&scores)),
-        PyBytes::new(py, bytemuck::cast_slice(&undecided)),
-    ))
+    Ok(out.map_err(err)?.into_py(py))
 }
 
 /// Union-find over documents, from a labelling whose labels are roots.
