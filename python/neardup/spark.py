@@ -667,7 +667,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
     # Pairs of one connected component go to one task, so that each
     # document is read once; a component of more than EXACT_DOCS_PER_TASK
     # documents is spread by its pairs' first documents.
-    comp = _components(spark, undecided.select(F.col("pa").alias("a"), F.col("pb").alias("b")))
+    comp = _components(spark, undecided.select(F.col("pa").alias("a"), F.col("pb").alias("b")), count=count)
     large = comp.groupBy("rep").count().where(F.col("count") > EXACT_DOCS_PER_TASK).select("rep", F.lit(True).alias("large"))
     undecided = (
         undecided.join(comp.withColumnRenamed("_pos", "pa"), "pa")
@@ -802,7 +802,7 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
         _log(quiet, f"verify: {n_edges:,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
 
     t3 = time.time()
-    reps = _components(spark, edges.select(F.col("pa").alias("a"), F.col("pb").alias("b")))
+    reps = _components(spark, edges.select(F.col("pa").alias("a"), F.col("pb").alias("b")), count=n_edges)
     if keep_by is not None:
         reps = _keepers(reps, fps, keep_by, first_new)
     removed = F.col("_pos") != F.col("rep")
@@ -2257,6 +2257,9 @@ def _arrow_type(t: Any) -> Any:
 # Edges of the components stage joined by one task once each partition's
 # own union-find has reduced them (16 bytes each, about 40 in the task).
 ONE_TASK_EDGES = 10_000_000
+# Edges joined by one task's union-find (16 bytes each, and as much again
+# for its nodes) when their count is known.
+EDGES_PER_TASK = 4_000_000
 
 
 def _keepers(reps: Any, fps: Any, rule: str, first_new: Optional[int] = None) -> Any:
@@ -2300,13 +2303,15 @@ def _union_find(a: Any, b: Any) -> tuple:
     return nodes, nodes[reps]
 
 
-def _components(spark: Any, edges: Any, max_rounds: int = 64) -> Any:
+def _components(spark: Any, edges: Any, max_rounds: int = 64, count: Optional[int] = None) -> Any:
     """(_pos, rep) for every node of an edge (``a``, ``b``), rep the smallest
     node of its connected component.
 
     Each partition's edges are first joined by a union-find in its task,
     which leaves at most one edge per node it holds (a star per local
-    component, no shuffle). If at most ONE_TASK_EDGES remain, one task
+    component, no shuffle); given their ``count``, the edges are first
+    gathered into partitions of about EDGES_PER_TASK (no shuffle), so that
+    many small ones do not each cost a task. If at most ONE_TASK_EDGES remain, one task
     joins them; else large-star / small-star (Kiveris et al., SoCC 2014)
     rounds, until a round changes no edge."""
     import pyarrow as pa
@@ -2324,6 +2329,8 @@ def _components(spark: Any, edges: Any, max_rounds: int = 64) -> Any:
         keep = np.ones(len(nodes), dtype=bool) if every else nodes != reps
         yield pa.RecordBatch.from_arrays([pa.array(nodes[keep]), pa.array(reps[keep])], names=["u", "v"])
 
+    if count is not None:
+        edges = edges.coalesce(max(spark.sparkContext.defaultParallelism, -(-count // EDGES_PER_TASK)))
     e = edges.select(F.col("a").alias("u"), F.col("b").alias("v")).mapInArrow(stars, schema).localCheckpoint()
     if e.count() <= ONE_TASK_EDGES:
         out = e.coalesce(1).mapInArrow(functools.partial(stars, every=True), schema)
