@@ -506,12 +506,7 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
                 cols.append(b.column("summary").take(pa.array(take)))
             yield pa.RecordBatch.from_arrays(cols, names=row_schema.fieldNames())
 
-    pair_schema = T.StructType([
-        T.StructField("pa", T.LongType(), False),
-        T.StructField("pb", T.LongType(), False),
-        T.StructField("distance", T.LongType(), False),
-        T.StructField("score", T.DoubleType(), False),
-    ])
+    pair_schema = _scored_pair_schema()
 
     def pairs_of(batches):
         for t in _whole_groups(batches, ("key", "bi", "bj")):
@@ -594,6 +589,7 @@ def _batch_pairs(spark: Any, queries: Any, batch: Any, bits: int, k: int, thresh
 
 
 def _scored_pair_schema() -> Any:
+    """The distributed path's pairs: (``pa``, ``pb``, ``distance``, ``score``)."""
     from pyspark.sql import types as T
 
     return T.StructType([
@@ -660,7 +656,6 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
     or above the threshold, with their exact ``score``."""
     import pyarrow as pa
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     cores = spark.sparkContext.defaultParallelism
     parts = max(cores, -(-count // EXACT_PAIRS_PER_TASK))
@@ -674,12 +669,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
         .join(F.broadcast(large), "rep", "left")
         .withColumn("bucket", F.when(F.col("large"), F.col("pa")).otherwise(F.col("rep")))
     )
-    out_schema = T.StructType([
-        T.StructField("pa", T.LongType(), False),
-        T.StructField("pb", T.LongType(), False),
-        T.StructField("distance", T.LongType(), False),
-        T.StructField("score", T.DoubleType(), False),
-    ])
+    out_schema = _scored_pair_schema()
     t = threshold
 
     def measured(a, b, d, need, sets):
@@ -743,7 +733,7 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
                        max_group: int, pairs: bool, quiet: bool, stages: dict, rows_of: Any, splits: Any, texts: Any,
                        numbered: Any, json_col: Optional[str], bad: Any = None,
                        report: Any = None, keep_by: Optional[str] = None,
-                       first_new: Optional[int] = None) -> SparkDedupResult:
+                       first_new: Optional[int] = None, n_new: int = 0) -> SparkDedupResult:
     """The distributed path for texts: every stage in the executors, the
     driver holding only what does not grow with the corpus (the centre, the
     hot keys, counts). Reads the fingerprint pass's rows ``fps`` (``_pos``,
@@ -753,7 +743,7 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
     the kept records streamed from the input minus the removed positions.
 
     ``first_new``: with documents already clean (``--against``), the first
-    position of a new one (the old ones come first). The new ones are joined
+    position of a new one (the old ones come first); ``n_new`` new ones. The new ones are joined
     among themselves by :func:`_candidates` and with the old ones by
     :func:`_batch_pairs` (the existing set read, never shuffled); pairs of
     two old documents are sought only from the old documents the new ones
@@ -775,7 +765,6 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
         kept, undecided = _candidates(spark, fps, n, bits, k, threshold, max_group, quiet, spanning=not pairs)
     else:
         new_fps, old_fps = fps.where(F.col("_pos") >= first_new), fps.where(F.col("_pos") < first_new)
-        n_new = new_fps.count()
         kept, undecided = _candidates(spark, new_fps, n_new, bits, k, threshold, max_group, quiet, spanning=not pairs)
         tb = time.time()
         batch_kept, batch_und = _batch_pairs(spark, old_fps, new_fps, bits, k, threshold)
@@ -1546,7 +1535,7 @@ def dedup(
         result = _distributed_texts(spark, fps, n, bits=bits, k=k, threshold=threshold, centred=centred, max_group=max_group,
                                     pairs=pairs, quiet=quiet, stages=stages, rows_of=rows_of, splits=splits, texts=texts,
                                     numbered=numbered, json_col=json_col, bad=bad, report=report,
-                                    keep_by=rule, first_new=first_new)
+                                    keep_by=rule, first_new=first_new, n_new=new[0] if new is not None else 0)
         return result
 
     bad_pos = np.array([r[0] for r in fps_all.where(F.col("_bad")).select("_pos").collect()] if skipped else [], dtype=np.int64)
