@@ -415,13 +415,17 @@ def _fp_words(b: Any) -> bytes:
 # when the session does not set spark.sql.shuffle.partitions.
 DOCUMENTS_PER_PARTITION = 200_000
 
+# A spanning join's group of m rows with more than this many undecided
+# pairs a row is joined again with its documents' feature sets.
+SPAN_UNDECIDED_PER_ROW = 4
+
 # Rows of the candidate stage's shuffle per partition (about 200 bytes each
 # with a verification summary, sorted by Spark, which spills beyond memory).
 CANDIDATE_ROWS_PER_TASK = 1_000_000
 
 
 def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Optional[float], max_group: int,
-                quiet: bool, spanning: bool = False) -> tuple:
+                quiet: bool, spanning: bool = False, features_at: Any = None) -> tuple:
     """Candidate pairs, in the executors (core's ``Pigeonhole``).
 
     Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen, ``summary``).
@@ -436,7 +440,13 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     its summaries. Nothing per document reaches the driver: only the hot
     keys (at most k + 1 per ``max_group`` documents). ``spanning``: only
     enough pairs for the components: copies (one fingerprint, one feature
-    set) are joined as one, each linked to it by one pair.
+    set) are joined as one, each linked to it by one pair, and a group
+    reports only pairs that join two of its components. A group whose
+    undecided pairs outnumber SPAN_UNDECIDED_PER_ROW a row (a crowd of near
+    copies the screen cannot decide) is joined again with its documents'
+    feature sets (``features_at(positions)``, read at their byte offsets),
+    its pairs checked exactly there: a crowd of m near copies then costs
+    at most m - 1 pairs, not m²/2.
 
     Returns (kept, undecided) DataFrames of (``pa``, ``pb``, ``distance``,
     ``score``) with pa < pb (score -1 without verification; NaN in the
@@ -508,19 +518,30 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
 
     pair_schema = _scored_pair_schema()
 
+    exact = spanning and screened and features_at is not None
+
+    def joined(t, sets=None):
+        col = lambda c: t.column(c).to_numpy().astype("<i8").tobytes()  # noqa: E731
+        words = np.column_stack([t.column(c).to_numpy().view(np.uint64) for c in ("fp_hi", "fp_lo")]).astype("<u8").tobytes()
+        kept, scores, und, over = _rs.pigeonhole_pairs(
+            col("key"), col("bi"), col("bj"), col("salt"), col("_pos"), words, bits, k,
+            _packed(t.column("summary")) if screened else None, threshold, spanning,
+            cap=SPAN_UNDECIDED_PER_ROW if exact and sets is None else None, sets=sets)
+        kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
+        und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
+        if len(kept) + len(und):
+            both = np.concatenate([kept, und])
+            score = np.concatenate([np.frombuffer(scores, dtype="<f8"), np.full(len(und), np.nan)])
+            yield pa.RecordBatch.from_arrays([pa.array(both[:, 0]), pa.array(both[:, 1]), pa.array(both[:, 2]), pa.array(score)],
+                                             names=pair_schema.fieldNames())
+        for start, end in np.frombuffer(over, dtype="<i8").reshape(-1, 2):
+            # A crowd of near copies: its pairs checked exactly, here.
+            g = t.slice(int(start), int(end - start))
+            yield from joined(g, features_at(g.column("_pos").to_numpy()))
+
     def pairs_of(batches):
         for t in _whole_groups(batches, ("key", "bi", "bj")):
-            col = lambda c: t.column(c).to_numpy().astype("<i8").tobytes()  # noqa: E731
-            words = np.column_stack([t.column(c).to_numpy().view(np.uint64) for c in ("fp_hi", "fp_lo")]).astype("<u8").tobytes()
-            kept, scores, und = _rs.pigeonhole_pairs(col("key"), col("bi"), col("bj"), col("salt"), col("_pos"), words, bits, k,
-                                                     _packed(t.column("summary")) if screened else None, threshold, spanning)
-            kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
-            und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
-            if len(kept) + len(und):
-                both = np.concatenate([kept, und])
-                score = np.concatenate([np.frombuffer(scores, dtype="<f8"), np.full(len(und), np.nan)])
-                yield pa.RecordBatch.from_arrays([pa.array(both[:, 0]), pa.array(both[:, 1]), pa.array(both[:, 2]), pa.array(score)],
-                                                 names=pair_schema.fieldNames())
+            yield from joined(t)
 
     cores = spark.sparkContext.defaultParallelism
     parts = max(2 * cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))
@@ -642,6 +663,28 @@ EXACT_PAIRS_PER_TASK = 20_000
 EXACT_DOCS_PER_TASK = 20_000
 
 
+def _features_of(rows_of: Any, batch: Any, need: Any) -> list:
+    """The feature sets (sorted u64 hashes as bytes) of the records of
+    ``batch``, at positions ``need``."""
+    r, rows = rows_of(batch, need, False, True, fingerprints=False)
+    if len(rows) != len(need):
+        raise neardup.NeardupError("the input changed while the job ran: a document to check is no longer where it was read")
+    return r["features"]
+
+
+def _features_at(spark: Any, splits: Any, rows_of: Any) -> Any:
+    """A function of positions to their documents' feature sets, one each,
+    read in the executors at their byte offsets (one read per document)."""
+    paths = spark.sparkContext.broadcast(splits.paths())
+
+    def at(positions):
+        need, back = np.unique(positions, return_inverse=True)
+        sets = _features_of(rows_of, read_lines_at(paths.value, need), need)
+        return [sets[i] for i in back]
+
+    return at
+
+
 def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float, rows_of: Any, splits: Any,
                         texts: Any) -> Any:
     """The exact check of the undecided pairs, in the executors.
@@ -681,10 +724,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
                                           names=out_schema.fieldNames())
 
     def features(batch, need):
-        r, rows = rows_of(batch, need, False, True, fingerprints=False)
-        if len(rows) != len(need):
-            raise neardup.NeardupError("the input changed while the job ran: a document to check is no longer where it was read")
-        return r["features"]
+        return _features_of(rows_of, batch, need)
 
     if splits is not None:
         paths = spark.sparkContext.broadcast(splits.paths())
@@ -761,11 +801,16 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
     t1 = time.time()
     if centred:
         fps = _centre_distributed(spark, fps, bits)
+    # A crowd of near copies in one group is checked there (texts read at
+    # their byte offsets, when the executors read the input).
+    features_at = _features_at(spark, splits, rows_of) if splits is not None and not pairs else None
     if first_new is None:
-        kept, undecided = _candidates(spark, fps, n, bits, k, threshold, max_group, quiet, spanning=not pairs)
+        kept, undecided = _candidates(spark, fps, n, bits, k, threshold, max_group, quiet, spanning=not pairs,
+                                      features_at=features_at)
     else:
         new_fps, old_fps = fps.where(F.col("_pos") >= first_new), fps.where(F.col("_pos") < first_new)
-        kept, undecided = _candidates(spark, new_fps, n_new, bits, k, threshold, max_group, quiet, spanning=not pairs)
+        kept, undecided = _candidates(spark, new_fps, n_new, bits, k, threshold, max_group, quiet, spanning=not pairs,
+                                      features_at=features_at)
         tb = time.time()
         batch_kept, batch_und = _batch_pairs(spark, old_fps, new_fps, bits, k, threshold)
         _log(quiet, f"against: {n - n_new:,} old documents looked up in the {n_new:,} new ones: "

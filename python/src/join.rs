@@ -2,14 +2,20 @@
 //! fingerprint's k + 1 group keys, and the pairs of sorted groups, screened
 //! by the documents' summaries as `neardup dedup` screens them.
 
+use std::borrow::Cow;
+
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 
 use neardup_core::index::{Bits, OnlineIndex, Pigeonhole, plan_online};
+use neardup_core::jaccard::{SetFeature, jaccard_at_least};
 use neardup_core::{Width, with_bits};
 
-use crate::spark::{Decision, SUMMARY_BYTES, Screen, Triage, TriageBytes, decide_summaries};
-use crate::{err, u64s};
+use crate::spark::{
+    Components, Decision, SUMMARY_BYTES, Screen, Triage, TriageBytes, decide_summaries,
+};
+use crate::{err, features_of, u64s};
 
 fn i64s(bytes: &[u8]) -> Vec<i64> {
     bytes
@@ -54,18 +60,30 @@ pub fn pigeonhole_keys<'py>(
 /// block i alone when i == j). With `summaries` (one per row) and a
 /// `threshold`, pairs are screened as `neardup dedup` screens them.
 ///
-/// `spanning`: not every pair, only enough for the same components: rows
+/// `spanning`: not every pair, only enough for the same components. Rows
 /// with one fingerprint and one feature set (one summary digest; one
 /// fingerprint without a screen) and one salt are joined as one, each of
 /// the others paired with it alone (a cluster of m copies costs m pairs,
-/// not m²/2).
+/// not m²/2). Within a group, a pair already connected by the group's kept
+/// pairs is neither screened nor reported, and its undecided pairs are
+/// reported at the group's end only if they join two of its components
+/// (the components of what is reported are those of every pair). A group
+/// of m rows with more than `cap` m such undecided pairs (the screen cannot
+/// decide a crowd of near copies: m²/2 pairs) reports none of them: its rows'
+/// range is returned instead, to be joined again with `sets`.
 ///
-/// Returns (`kept`, `scores`, `undecided`): rows of (pos a, pos b,
-/// distance) i64 with a < b, a score per kept row (-1 without a screen),
-/// and the pairs only the features can decide.
+/// `sets` (spanning only: one feature set per row, sorted u64 hashes as
+/// bytes): the pairs the screen leaves undecided are checked exactly here,
+/// so that a group of m near copies costs at most m - 1 pairs and no
+/// undecided one.
+///
+/// Returns (`kept`, `scores`, `undecided`, `overflow`): rows of (pos a,
+/// pos b, distance) i64 with a < b, a score per kept row (-1 without a
+/// screen), the pairs only the features can decide, and (start, end) i64
+/// row ranges of the groups over `cap`.
 #[pyfunction]
-#[pyo3(signature = (key, block_i, block_j, salt, pos, fp, bits, k, summaries=None, threshold=None, spanning=false))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (key, block_i, block_j, salt, pos, fp, bits, k, summaries=None, threshold=None, spanning=false, cap=None, sets=None))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn pigeonhole_pairs<'py>(
     py: Python<'py>,
     key: &[u8],
@@ -79,7 +97,14 @@ pub fn pigeonhole_pairs<'py>(
     summaries: Option<&[u8]>,
     threshold: Option<f64>,
     spanning: bool,
-) -> PyResult<TriageBytes<'py>> {
+    cap: Option<usize>,
+    sets: Option<Vec<PyBackedBytes>>,
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+)> {
     let ph = Pigeonhole::new(bits, k).map_err(err)?;
     let cols = [key, block_i, block_j, salt, pos].map(i64s);
     let fps = fingerprints(fp);
@@ -88,21 +113,72 @@ pub fn pigeonhole_pairs<'py>(
         return Err(err("pigeonhole_pairs: columns differ in length"));
     }
     let screen_by = Screen::of("pigeonhole_pairs", n, summaries, threshold)?;
-    fn run<B: Bits>(
-        ph: &Pigeonhole,
-        k: u32,
-        cols: &[Vec<i64>; 5],
-        fps: &[u128],
-        screen_by: Option<Screen<'_>>,
-        spanning: bool,
-    ) -> Result<Triage, neardup_core::Error> {
-        let [key, bi, bj, salt, pos] = cols;
+    match &sets {
+        Some(_) if !spanning || screen_by.is_none() => {
+            return Err(err(
+                "pigeonhole_pairs: feature sets check a spanning join's screened pairs",
+            ));
+        }
+        Some(s) if s.len() != n => {
+            return Err(err("pigeonhole_pairs: one feature set per row is needed"));
+        }
+        _ => {}
+    }
+    // The features in place when aligned (CPython's bytes usually are), else copied.
+    let sets: Option<Vec<Cow<'_, [SetFeature]>>> = sets.as_ref().map(|s| {
+        s.iter()
+            .map(|b| match bytemuck::try_cast_slice::<u8, SetFeature>(b) {
+                Ok(w) => Cow::Borrowed(w),
+                Err(_) => Cow::Owned(features_of(b)),
+            })
+            .collect()
+    });
+    let width = Width::from_bits(bits).map_err(err)?;
+    let join = Join {
+        ph: &ph,
+        k,
+        cols: &cols,
+        fps: &fps,
+        screen_by,
+        spanning,
+        cap,
+        sets: sets.as_deref(),
+    };
+    let (triage, overflow) = py
+        .detach(|| with_bits!(width, B => join.run::<B>()))
+        .map_err(err)?;
+    let (kept, scores, undecided) = triage.into_py(py);
+    Ok((
+        kept,
+        scores,
+        undecided,
+        PyBytes::new(py, bytemuck::cast_slice(&overflow)),
+    ))
+}
+
+/// One call's groups and how their pairs are reported
+/// ([`pigeonhole_pairs`]).
+struct Join<'a> {
+    ph: &'a Pigeonhole,
+    k: u32,
+    /// key, block i, block j, salt, position: one per row.
+    cols: &'a [Vec<i64>; 5],
+    fps: &'a [u128],
+    screen_by: Option<Screen<'a>>,
+    spanning: bool,
+    cap: Option<usize>,
+    sets: Option<&'a [Cow<'a, [SetFeature]>]>,
+}
+
+impl Join<'_> {
+    fn run<B: Bits>(&self) -> Result<(Triage, Vec<i64>), neardup_core::Error> {
+        let (fps, screen_by) = (self.fps, self.screen_by);
+        let [key, bi, bj, salt, pos] = self.cols;
         let same = |x: usize, y: usize| key[x] == key[y] && bi[x] == bi[y] && bj[x] == bj[y];
+        let row =
+            |x: usize, y: usize, d: u32| [pos[x].min(pos[y]), pos[x].max(pos[y]), i64::from(d)];
         let mut triage = Triage::default();
-        let mut decide = |x: usize, y: usize, d: u32| {
-            let row = [pos[x].min(pos[y]), pos[x].max(pos[y]), i64::from(d)];
-            triage.push(row, Screen::decide(screen_by, x as u32, y as u32));
-        };
+        let mut overflow = Vec::new();
         let mut start = 0;
         while start < fps.len() {
             let mut end = start + 1;
@@ -111,12 +187,54 @@ pub fn pigeonhole_pairs<'py>(
             }
             let (gi, gj) = (bi[start], bj[start]);
             let part = Pigeonhole::part_of(key[start]);
+            // Spanning: the group's components by its kept pairs (rows
+            // numbered from the group's start), and its undecided pairs.
+            let mut joined = self.spanning.then(|| Components::new(end - start));
+            let mut pending: Vec<(usize, usize, u32)> = Vec::new();
+            let mut over = false;
+            let mut decide = |x: usize, y: usize, d: u32| {
+                let Some(c) = joined.as_mut() else {
+                    triage.push(row(x, y, d), Screen::decide(screen_by, x as u32, y as u32));
+                    return;
+                };
+                let (lx, ly) = ((x - start) as u32, (y - start) as u32);
+                if over || c.find(lx) == c.find(ly) {
+                    return;
+                }
+                let decision = match (Screen::decide(screen_by, x as u32, y as u32), self.sets) {
+                    (Decision::Undecided, Some(sets)) => {
+                        let t = screen_by.map_or(0.0, |s| s.threshold());
+                        let j = jaccard_at_least(&sets[x], &sets[y], t);
+                        if j >= t {
+                            Decision::Kept(j)
+                        } else {
+                            Decision::Dropped
+                        }
+                    }
+                    (Decision::Undecided, None) => {
+                        pending.push((x, y, d));
+                        if self
+                            .cap
+                            .is_some_and(|cap| pending.len() > cap.saturating_mul(end - start))
+                        {
+                            over = true;
+                            pending = Vec::new();
+                        }
+                        return;
+                    }
+                    (decision, _) => decision,
+                };
+                if let Decision::Kept(_) = decision {
+                    c.union(lx, ly);
+                }
+                triage.push(row(x, y, d), decision);
+            };
             // The rows joined: all, or (spanning) one per class of rows with
             // one fingerprint, one feature set and one salt, the others
             // linked to it (by the group of part 0, which every copy shares;
             // a class is within one salt, so its block pair (s, s) holds it).
             let mut rows: Vec<usize> = (start..end).collect();
-            if spanning {
+            if self.spanning {
                 let identity = |x: usize| screen_by.map_or(&[][..], |s| s.identity(x as u32));
                 rows.sort_unstable_by(|&x, &y| {
                     (fps[x], identity(x), salt[x], pos[x]).cmp(&(
@@ -147,7 +265,7 @@ pub fn pigeonhole_pairs<'py>(
                 rows = reps;
             }
             let group: Vec<B> = rows.iter().map(|&x| B::from_u128(fps[x])).collect();
-            ph.group_pairs(part, &group, k, |x, y, d| {
+            self.ph.group_pairs(part, &group, self.k, |x, y, d| {
                 let (x, y) = (rows[x as usize], rows[y as usize]);
                 let (sx, sy) = (salt[x], salt[y]);
                 let wanted = if gi == gj {
@@ -159,15 +277,19 @@ pub fn pigeonhole_pairs<'py>(
                     decide(x, y, d);
                 }
             })?;
+            if over {
+                overflow.extend([start as i64, end as i64]);
+            } else if let Some(c) = joined.as_mut() {
+                for (x, y, d) in pending {
+                    if c.find((x - start) as u32) != c.find((y - start) as u32) {
+                        triage.push(row(x, y, d), Decision::Undecided);
+                    }
+                }
+            }
             start = end;
         }
-        Ok(triage)
+        Ok((triage, overflow))
     }
-    let width = Width::from_bits(bits).map_err(err)?;
-    let triage = py
-        .detach(|| with_bits!(width, B => run::<B>(&ph, k, &cols, &fps, screen_by, spanning)))
-        .map_err(err)?;
-    Ok(triage.into_py(py))
 }
 
 /// The batch mode's index (`--against` on the distributed path): the new

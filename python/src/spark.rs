@@ -106,6 +106,11 @@ impl<'a> Screen<'a> {
         &self.summary(x).0[..20]
     }
 
+    /// The similarity a pair must reach.
+    pub(crate) fn threshold(&self) -> f64 {
+        self.threshold
+    }
+
     fn summary(&self, x: u32) -> SummaryRef<'a> {
         let at = x as usize * SUMMARY_BYTES;
         SummaryRef(&self.summaries[at..at + SUMMARY_BYTES])
@@ -660,10 +665,15 @@ pub fn spark_join<'py>(
 }
 
 /// Union-find over documents, from a labelling whose labels are roots.
-struct Components(Vec<u32>);
+pub(crate) struct Components(pub(crate) Vec<u32>);
 
 impl Components {
-    fn find(&mut self, mut x: u32) -> u32 {
+    /// `n` documents, each its own component.
+    pub(crate) fn new(n: usize) -> Self {
+        Components((0..n as u32).collect())
+    }
+
+    pub(crate) fn find(&mut self, mut x: u32) -> u32 {
         while self.0[x as usize] != x {
             let up = self.0[self.0[x as usize] as usize];
             self.0[x as usize] = up;
@@ -673,7 +683,7 @@ impl Components {
     }
 
     /// Joins the components of `a` and `b`; false if they were one.
-    fn union(&mut self, a: u32, b: u32) -> bool {
+    pub(crate) fn union(&mut self, a: u32, b: u32) -> bool {
         let (ra, rb) = (self.find(a), self.find(b));
         if ra == rb {
             return false;

@@ -22,7 +22,10 @@ N_BASE = 4_000
 N_DUPS = 1_000
 
 
-def make_corpus(path, seed=11, n_base=N_BASE, n_dups=N_DUPS):
+def make_corpus(path, seed=11, n_base=N_BASE, n_dups=N_DUPS, near=0):
+    """JSON Lines of documents and their edited copies, then 300 identical
+    copies of a page and ``near`` near copies of another (a word or two of
+    its 200 replaced in each)."""
     rng = random.Random(seed)
     vocab = [f"w{i}" for i in range(6000)]
     weights = [1.0 / (i + 1) ** 0.9 for i in range(len(vocab))]
@@ -45,6 +48,12 @@ def make_corpus(path, seed=11, n_base=N_BASE, n_dups=N_DUPS):
     rng.shuffle(docs)
     # A giant cluster: 300 identical copies (the skew case, with max_group below it).
     docs += [(f"copy-{c}", ["the", "same", "page", "again"] * 20) for c in range(300)]
+    page = rng.choices(vocab, k=200)
+    for c in range(near):
+        words = list(page)
+        for _ in range(rng.randint(1, 2)):
+            words[rng.randrange(len(words))] = f"changed{rng.randrange(10**6)}"
+        docs.append((f"near-{c}", words))
     with open(path, "w") as f:
         for doc_id, words in docs:
             f.write(json.dumps({"id": doc_id, "text": " ".join(words), "lang": "x"}) + "\n")
@@ -133,28 +142,40 @@ def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader):
 @pytest.mark.parametrize("pairs", [True, False], ids=["pairs", "no-pairs"])
 def test_distributed_path_equals_cli(spark, tmp_path, pairs):
     """Above the driver's limit the join is distributed (groups keyed by a
-    part of the fingerprint, the skewed ones split into block pairs): the
-    same pairs and clusters; without the pairs, the same clusters from one
-    pair per copy of the 300 identical documents."""
-    from neardup.spark import dedup, write
+    part of the fingerprint, the skewed ones split into block pairs): by
+    the DataFrame API, the same pairs and clusters; by the command line
+    without the pairs (its executors reading the file), the same clusters
+    and kept records from one pair per copy of the 300 identical documents,
+    and from pairs checked in their groups for the 200 near copies of one
+    page (their summaries leave most undecided)."""
+    from neardup.spark import dedup, main, write
 
     corpus = tmp_path / "corpus.jsonl"
     # A smaller corpus: the distributed path runs several Spark jobs a round.
-    n = make_corpus(corpus, n_base=1_500, n_dups=500)
+    n = make_corpus(corpus, n_base=1_500, n_dups=500, near=200)
+    if not pairs:
+        want = cli_outputs([corpus], tmp_path, [])
+        near = sum(1 for a, b, *_ in want[0] if a.startswith("near-") and b.startswith("near-"))
+        copies = sum(1 for a, b, *_ in want[0] if a.startswith("copy-") and b.startswith("copy-"))
+        assert near > 19_000 and copies == 44_850
+        out, report = tmp_path / "out", tmp_path / "report.json"
+        assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", "--no-pairs",
+                     "--driver-documents", "0", "--max-group", "64", "--report", str(report)]) == 0
+        kept = [l for f in sorted((out / "deduped").glob("part-*")) for l in f.read_text().splitlines()]
+        assert outputs([], read_parts(out / "clusters"), kept)[1:] == want[1:]
+        # The copies: 299 pairs, not 44,850; the near copies: at most 199 in
+        # each block pair of each group they share, not 19,900.
+        stages = {st["stage"]: st for st in json.loads(report.read_text())["stages"]}
+        assert stages["verify"]["verified"] < len(want[0]) - copies - near + 6_000
+        return
     want_pairs, want_clusters = cli_dedup(corpus, tmp_path, [])
     df = spark.read.json(str(corpus))
-    result = dedup(spark, df, max_group=64, driver_documents=0, pairs=pairs)
+    result = dedup(spark, df, max_group=64, driver_documents=0)
     out = tmp_path / "out"
     write(result, str(out), "parquet")
-    if pairs:
-        got = spark.read.parquet(str(out / "pairs"))
-        assert got.columns[:3] == ["a", "b", "distance"]
-        assert sorted((r.a, r.b, r.distance) for r in got.collect()) == want_pairs
-    else:
-        assert result.pairs is None
-        # The 300 copies: 299 pairs, not 44,850.
-        verified = {st["stage"]: st for st in result.report.stages}["verify"]["verified"]
-        assert verified < len(want_pairs) - 44_000
+    got = spark.read.parquet(str(out / "pairs"))
+    assert got.columns[:3] == ["a", "b", "distance"]
+    assert sorted((r.a, r.b, r.distance) for r in got.collect()) == want_pairs
     got_clusters = sorted((r.representative, r.size, tuple(r.members)) for r in spark.read.parquet(str(out / "clusters")).collect())
     assert got_clusters == want_clusters
     deduped = spark.read.parquet(str(out / "deduped"))
