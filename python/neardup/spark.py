@@ -416,8 +416,15 @@ def _fp_words(b: Any) -> bytes:
 DOCUMENTS_PER_PARTITION = 200_000
 
 # A spanning join's group of m rows with more than this many undecided
-# pairs a row is joined again with its documents' feature sets.
-SPAN_UNDECIDED_PER_ROW = 4
+# pairs a row (more than m, at 1) is joined again with its documents'
+# feature sets. At 4, a 1 GB corpus with 50,000 near copies of one page
+# left 757,204 pairs to the exact check (one of its tasks 8x their median);
+# at 1, 151,040.
+SPAN_UNDECIDED_PER_ROW = 1
+
+# The feature sets a task of the candidate stage keeps for its groups of near
+# copies (each read once, though the copies share up to k + 1 groups).
+SPAN_CACHE_BYTES = 256 << 20
 
 # Rows of the candidate stage's shuffle per partition (about 200 bytes each
 # with a verification summary, sorted by Spark, which spills beyond memory).
@@ -520,7 +527,25 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
 
     exact = spanning and screened and features_at is not None
 
-    def joined(t, sets=None):
+    def sets_of(g, cache):
+        """One feature set per row of group ``g``, read once per distinct
+        feature set (rows with one summary digest share theirs) and kept in
+        ``cache`` for the task's other groups."""
+        packed = np.frombuffer(_packed(g.column("summary")), dtype=np.uint8).reshape(g.num_rows, -1)
+        ident = [x.tobytes() for x in packed[:, :20]]  # feature count and digest
+        missing = {}
+        for row, i in enumerate(ident):
+            if i not in cache and i not in missing:
+                missing[i] = row
+        if missing:
+            if sum(len(v) for v in cache.values()) > SPAN_CACHE_BYTES:
+                cache.clear()
+            pos = g.column("_pos").to_numpy()
+            for i, f in zip(missing, features_at(pos[list(missing.values())])):
+                cache[i] = f
+        return [cache[i] for i in ident]
+
+    def joined(t, sets=None, cache=None):
         col = lambda c: t.column(c).to_numpy().astype("<i8").tobytes()  # noqa: E731
         words = np.column_stack([t.column(c).to_numpy().view(np.uint64) for c in ("fp_hi", "fp_lo")]).astype("<u8").tobytes()
         kept, scores, und, over = _rs.pigeonhole_pairs(
@@ -537,11 +562,12 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
         for start, end in np.frombuffer(over, dtype="<i8").reshape(-1, 2):
             # A crowd of near copies: its pairs checked exactly, here.
             g = t.slice(int(start), int(end - start))
-            yield from joined(g, features_at(g.column("_pos").to_numpy()))
+            yield from joined(g, sets_of(g, cache))
 
     def pairs_of(batches):
+        cache: dict = {}
         for t in _whole_groups(batches, ("key", "bi", "bj")):
-            yield from joined(t)
+            yield from joined(t, cache=cache)
 
     cores = spark.sparkContext.defaultParallelism
     parts = max(2 * cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))

@@ -195,11 +195,11 @@ impl Join<'_> {
             let mut decide = |x: usize, y: usize, d: u32| {
                 let Some(c) = joined.as_mut() else {
                     triage.push(row(x, y, d), Screen::decide(screen_by, x as u32, y as u32));
-                    return;
+                    return true;
                 };
                 let (lx, ly) = ((x - start) as u32, (y - start) as u32);
-                if over || c.find(lx) == c.find(ly) {
-                    return;
+                if c.find(lx) == c.find(ly) {
+                    return true;
                 }
                 let decision = match (Screen::decide(screen_by, x as u32, y as u32), self.sets) {
                     (Decision::Undecided, Some(sets)) => {
@@ -217,10 +217,10 @@ impl Join<'_> {
                             .cap
                             .is_some_and(|cap| pending.len() > cap.saturating_mul(end - start))
                         {
-                            over = true;
+                            over = true; // the group is joined again: stop
                             pending = Vec::new();
                         }
-                        return;
+                        return !over;
                     }
                     (decision, _) => decision,
                 };
@@ -228,12 +228,14 @@ impl Join<'_> {
                     c.union(lx, ly);
                 }
                 triage.push(row(x, y, d), decision);
+                true
             };
             // The rows joined: all, or (spanning) one per class of rows with
             // one fingerprint, one feature set and one salt, the others
             // linked to it (by the group of part 0, which every copy shares;
             // a class is within one salt, so its block pair (s, s) holds it).
             let mut rows: Vec<usize> = (start..end).collect();
+            let mut going = true;
             if self.spanning {
                 let identity = |x: usize| screen_by.map_or(&[][..], |s| s.identity(x as u32));
                 rows.sort_unstable_by(|&x, &y| {
@@ -254,8 +256,8 @@ impl Join<'_> {
                             == (fps[r], identity(r), salt[r])
                     {
                         // Once: in part 0's group, in its block pair (s, s).
-                        if part == 0 && gi == gj {
-                            decide(r, rows[next], 0);
+                        if part == 0 && gi == gj && going {
+                            going = decide(r, rows[next], 0);
                         }
                         next += 1;
                     }
@@ -265,18 +267,16 @@ impl Join<'_> {
                 rows = reps;
             }
             let group: Vec<B> = rows.iter().map(|&x| B::from_u128(fps[x])).collect();
-            self.ph.group_pairs(part, &group, self.k, |x, y, d| {
-                let (x, y) = (rows[x as usize], rows[y as usize]);
-                let (sx, sy) = (salt[x], salt[y]);
-                let wanted = if gi == gj {
-                    sx == gi && sy == gi
-                } else {
-                    (sx == gi && sy == gj) || (sx == gj && sy == gi)
-                };
-                if wanted {
-                    decide(x, y, d);
-                }
-            })?;
+            // A block pair (i, i) holds rows of block i alone, and (i, j)
+            // rows of both: its pairs are those across (by group order, so
+            // that a pair found reads no row far away).
+            let first_block: Vec<bool> = rows.iter().map(|&x| salt[x] == gi).collect();
+            if going {
+                self.ph.group_pairs_while(part, &group, self.k, |x, y, d| {
+                    gi != gj && first_block[x as usize] == first_block[y as usize]
+                        || decide(rows[x as usize], rows[y as usize], d)
+                })?;
+            }
             if over {
                 overflow.extend([start as i64, end as i64]);
             } else if let Some(c) = joined.as_mut() {

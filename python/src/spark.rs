@@ -674,12 +674,15 @@ impl Components {
     }
 
     pub(crate) fn find(&mut self, mut x: u32) -> u32 {
-        while self.0[x as usize] != x {
-            let up = self.0[self.0[x as usize] as usize];
-            self.0[x as usize] = up;
-            x = up;
+        loop {
+            let up = self.0[x as usize];
+            let top = self.0[up as usize];
+            if top == up {
+                return up; // no write where the path is already short
+            }
+            self.0[x as usize] = top;
+            x = top;
         }
-        x
     }
 
     /// Joins the components of `a` and `b`; false if they were one.

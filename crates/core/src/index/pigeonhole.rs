@@ -30,6 +30,8 @@ const VALUE_BITS: u32 = 56;
 pub struct Pigeonhole {
     /// (first bit, length) of each part, from the least significant bit.
     parts: Vec<(u32, u32)>,
+    /// Each part's bits, and its partner's (none without one).
+    masks: Vec<(u128, u128)>,
 }
 
 impl Pigeonhole {
@@ -42,13 +44,25 @@ impl Pigeonhole {
                  (and at most 127 parts); lower k"
             )));
         }
-        let parts = (0..n)
+        let parts: Vec<(u32, u32)> = (0..n)
             .map(|b| {
                 let start = b * bits / n;
                 (start, (b + 1) * bits / n - start)
             })
             .collect();
-        Ok(Self { parts })
+        let bits_of = |(start, len): (u32, u32)| (u128::MAX >> (128 - len)) << start;
+        let masks: Vec<(u128, u128)> = (0..parts.len())
+            .map(|p| {
+                let partner = p ^ 1;
+                let theirs = if partner < parts.len() {
+                    bits_of(parts[partner])
+                } else {
+                    0
+                };
+                (bits_of(parts[p]), theirs)
+            })
+            .collect();
+        Ok(Self { parts, masks })
     }
 
     /// Parts, that is, groups per document.
@@ -92,10 +106,8 @@ impl Pigeonhole {
     /// Whether the group of part `part` finds `a` and `b`: the part equal,
     /// its partner (if any) within one bit.
     fn finds(&self, part: usize, x: u128) -> bool {
-        self.value(part, x) == 0
-            && self
-                .partner(part)
-                .is_none_or(|p| self.value(p, x).count_ones() <= 1)
+        let (mine, partner) = self.masks[part];
+        x & mine == 0 && (x & partner).count_ones() <= 1
     }
 
     /// The group that reports `a` and `b` (within k): the first part whose
@@ -115,6 +127,21 @@ impl Pigeonhole {
         fps: &[B],
         k: u32,
         mut f: impl FnMut(u32, u32, u32),
+    ) -> Result<(), Error> {
+        self.group_pairs_while(part, fps, k, |x, y, d| {
+            f(x, y, d);
+            true
+        })
+    }
+
+    /// [`Pigeonhole::group_pairs`], until `f` returns false (the group's
+    /// other pairs are not sought).
+    pub fn group_pairs_while<B: Bits>(
+        &self,
+        part: usize,
+        fps: &[B],
+        k: u32,
+        mut f: impl FnMut(u32, u32, u32) -> bool,
     ) -> Result<(), Error> {
         let partner = self.partner(part);
         let key = |fp: B| partner.map_or(0, |p| self.value(p, fp.to_u128()));
@@ -138,7 +165,9 @@ impl Pigeonhole {
                 let m = members(u);
                 for (x, &a) in m.iter().enumerate() {
                     for &b in &m[x + 1..] {
-                        emit(a, b, 0);
+                        if !emit(a, b, 0) {
+                            return Ok(());
+                        }
                     }
                 }
             }
@@ -192,7 +221,9 @@ impl Pigeonhole {
                     let d = distinct[u].distance(distinct[v]);
                     for &a in members(u) {
                         for &b in members(v) {
-                            emit(a, b, d);
+                            if !emit(a, b, d) {
+                                return Ok(());
+                            }
                         }
                     }
                 }
@@ -303,6 +334,22 @@ mod tests {
         let mut fps = clustered(&centres, &picks, u128::MAX);
         fps.extend_from_within(..40);
         check::<u128>(&fps, 19);
+    }
+
+    #[test]
+    fn a_group_stops_when_asked() {
+        let fps: Vec<u128> = (0..50u128).map(|x| x << 100).collect();
+        let ph = Pigeonhole::new(128, 19).unwrap();
+        let mut all = 0;
+        ph.group_pairs(0, &fps, 19, |_, _, _| all += 1).unwrap();
+        assert!(all > 100);
+        let mut seen = 0;
+        ph.group_pairs_while(0, &fps, 19, |_, _, _| {
+            seen += 1;
+            seen < 7
+        })
+        .unwrap();
+        assert_eq!(seen, 7);
     }
 
     #[test]
