@@ -15,12 +15,13 @@ writing pairs, clusters and kept records: wall time, peak resident memory of
 the largest process, their ratio, and whether the kept records agree.
 
 Usage: python python/bench.py [--docs N] [--no-spark] [--neardup target/release/neardup]
-       python python/bench.py spark [--gb 1] [--corpus FILE] [--no-pairs] [--neardup ...]
+       python python/bench.py spark [--gb 1] [--corpus FILE] [--no-pairs] [--near-copies N] [--exact-copies N] [--neardup ...]
 """
 
 import argparse
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -62,6 +63,34 @@ def timed(cmd):
     return wall, usage.ru_maxrss / 1024, err
 
 
+def plant_copies(corpus, out, near, exact, seed=7):
+    """``corpus`` with ``near`` near copies and ``exact`` exact copies of
+    its first record of 3,000-8,000 characters appended (the skew case):
+    a near copy has one to four of the page's words replaced at random, as
+    a counter, a date or a session id changes."""
+    rng = random.Random(seed)
+    page = None
+    with open(corpus, "rb") as f, open(out, "wb") as w:
+        for line in f:
+            w.write(line)
+            if page is None:
+                r = json.loads(line)
+                if 3000 <= len(r.get("text", "")) <= 8000 and " " in r["text"]:
+                    page = r
+        if page is None:
+            sys.exit(f"{corpus}: no record of 3,000-8,000 characters to copy")
+        words = page["text"].split(" ")
+        for i in range(near):
+            copy = list(words)
+            for _ in range(rng.randint(1, 4)):
+                copy[rng.randrange(len(copy))] = f"x{rng.randrange(10**9)}"
+            w.write(json.dumps(dict(page, id=f"near-{i}", text=" ".join(copy)), ensure_ascii=False).encode() + b"\n")
+        for i in range(exact):
+            w.write(json.dumps(dict(page, id=f"exact-{i}"), ensure_ascii=False).encode() + b"\n")
+    print(f"planted {near:,} near and {exact:,} exact copies of {page['id']!r} ({len(page['text']):,} characters)")
+    return out
+
+
 def spark_bench(argv):
     ap = argparse.ArgumentParser(prog="bench.py spark")
     ap.add_argument("--gb", type=float, default=1.0)
@@ -72,6 +101,9 @@ def spark_bench(argv):
                     help="clusters and kept records only: the CLI without --pairs, the job with --no-pairs")
     ap.add_argument("--driver-documents", type=int, help="the job's --driver-documents (0: the distributed path)")
     ap.add_argument("--driver-memory", default="4g", help="the job's driver memory (default 4g)")
+    ap.add_argument("--near-copies", type=int, default=0,
+                    help="append this many near copies of one page (one to four words replaced in each): skew")
+    ap.add_argument("--exact-copies", type=int, default=0, help="append this many exact copies of the same page")
     args = ap.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with tempfile.TemporaryDirectory(dir=args.tmp_dir) as tmp:
@@ -81,6 +113,8 @@ def spark_bench(argv):
             r = subprocess.run([args.neardup, "bench", "dedup", "--gb", str(args.gb), "--save-corpus", str(corpus), "--generate-only"],
                                capture_output=True, text=True, check=True)
             print(r.stdout.strip())
+        if args.near_copies or args.exact_copies:
+            corpus = plant_copies(corpus, tmp / "skewed.jsonl", args.near_copies, args.exact_copies)
         mb = corpus.stat().st_size / 1e6
         cli_out = tmp / "cli"
         cli_out.mkdir()
