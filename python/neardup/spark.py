@@ -297,7 +297,7 @@ def _dedup_vectors(
     bits = cfg.bits
     cfg_json = cfg.to_json()
     stages = {}
-    t0 = time.time()
+    t0 = time.monotonic()
 
     if "_pos" in df.columns:
         with_pos = df  # numbered by the caller in input order
@@ -333,15 +333,15 @@ def _dedup_vectors(
 
     fps = with_pos.select("_pos", vector_col).mapInArrow(fingerprint_batches, fp_schema).localCheckpoint()
     fps.count()
-    stages["fingerprint"] = time.time() - t0
+    stages["fingerprint"] = time.monotonic() - t0
 
-    t1 = time.time()
+    t1 = time.monotonic()
     pairs, _ = _candidates(spark, fps.select("_pos", "fp_hi", "fp_lo"), n, bits, k, None, max_group, True)
     pairs = pairs.select("pa", "pb", "distance")
     pair_schema = T.StructType([T.StructField(c, T.LongType(), False) for c in ("pa", "pb", "distance")])
-    stages["candidates"] = time.time() - t1
+    stages["candidates"] = time.monotonic() - t1
 
-    t2 = time.time()
+    t2 = time.monotonic()
     if threshold is not None:
         sets = fps.select("_pos", "shingles")
         joined = (
@@ -362,18 +362,18 @@ def _dedup_vectors(
         pairs = joined.select("pa", "pb", "distance", "sa", "sb").mapInArrow(jaccard_batches, j_schema)
         pairs = pairs.where(F.col(score) >= F.lit(threshold)).localCheckpoint()
         pairs.count()
-    stages["verify"] = time.time() - t2
+    stages["verify"] = time.monotonic() - t2
 
-    t3 = time.time()
+    t3 = time.monotonic()
     reps = _components(spark, pairs.select(F.col("pa").alias("a"), F.col("pb").alias("b")))
-    stages["components"] = time.time() - t3
+    stages["components"] = time.monotonic() - t3
 
-    t4 = time.time()
+    t4 = time.monotonic()
     ids = with_pos.select("_pos", F.col(id_col).alias("_id"))
     out_pairs, clusters = _named_outputs(pairs, reps, ids, [score] if threshold is not None else [])
     dropped = reps.where(F.col("_pos") != F.col("rep")).select("_pos")
     deduped = with_pos.join(dropped, "_pos", "left_anti").orderBy("_pos").drop("_pos")
-    stages["outputs"] = time.time() - t4
+    stages["outputs"] = time.monotonic() - t4
     return SparkDedupResult(out_pairs, clusters, deduped, stages)
 
 
@@ -824,7 +824,7 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
         # The joins' shuffles (Spark's default of 200 partitions is too many
         # on a few cores, too few at billions of documents), unless set.
         spark.conf.set("spark.sql.shuffle.partitions", str(max(4 * cores, -(-n // DOCUMENTS_PER_PARTITION))))
-    t1 = time.time()
+    t1 = time.monotonic()
     if centred:
         fps = _centre_distributed(spark, fps, bits)
     # A crowd of near copies in one group is checked there (texts read at
@@ -837,17 +837,17 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
         new_fps, old_fps = fps.where(F.col("_pos") >= first_new), fps.where(F.col("_pos") < first_new)
         kept, undecided = _candidates(spark, new_fps, n_new, bits, k, threshold, max_group, quiet, spanning=not pairs,
                                       features_at=features_at)
-        tb = time.time()
+        tb = time.monotonic()
         batch_kept, batch_und = _batch_pairs(spark, old_fps, new_fps, bits, k, threshold)
         _log(quiet, f"against: {n - n_new:,} old documents looked up in the {n_new:,} new ones: "
-             f"{batch_kept.count() + batch_und.count():,} pairs within k = {k} in {time.time() - tb:.1f} s")
+             f"{batch_kept.count() + batch_und.count():,} pairs within k = {k} in {time.monotonic() - tb:.1f} s")
         kept, undecided = kept.unionByName(batch_kept), undecided.unionByName(batch_und)
     n_kept, n_und = kept.count(), undecided.count()
-    stages["candidates"] = time.time() - t1
+    stages["candidates"] = time.monotonic() - t1
     report.done("candidates", stages["candidates"], n, pairs=n_kept + n_und, undecided=n_und)
     _log(quiet, f"candidates: {n_kept + n_und:,} pairs within k = {k}"
          f"{f', {n_und:,} left to the exact check' if threshold is not None else ''} in {stages['candidates']:.1f} s")
-    t2 = time.time()
+    t2 = time.monotonic()
     edges = kept
     if n_und:
         verified = _verify_distributed(spark, undecided, n_und, threshold, rows_of, splits, texts)
@@ -855,13 +855,13 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
     if first_new is not None:
         edges = _old_links(spark, edges, old_fps, first_new, bits=bits, k=k, threshold=threshold, quiet=quiet,
                            verify=lambda und, count: _verify_distributed(spark, und, count, threshold, rows_of, splits, texts))
-    stages["verify"] = time.time() - t2
+    stages["verify"] = time.monotonic() - t2
     n_edges = edges.count()
     report.done("verify", stages["verify"], n, verified=n_edges)
     if threshold is not None:
         _log(quiet, f"verify: {n_edges:,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
 
-    t3 = time.time()
+    t3 = time.monotonic()
     reps = _components(spark, edges.select(F.col("pa").alias("a"), F.col("pb").alias("b")), count=n_edges)
     if keep_by is not None:
         reps = _keepers(reps, fps, keep_by, first_new)
@@ -876,7 +876,7 @@ def _distributed_texts(spark: Any, fps: Any, n: int, *, bits: int, k: int, thres
     n_dropped = dropped.count()
     if bad is not None:
         dropped = dropped.union(bad)  # skipped records are not kept either
-    stages["components"] = time.time() - t3
+    stages["components"] = time.monotonic() - t3
     report.done("components", stages["components"], n, removed=n_dropped)
     _log(quiet, f"components: {n_dropped:,} documents removed in {stages['components']:.1f} s")
     for st in report.stages:
@@ -1434,7 +1434,7 @@ def dedup(
     idf_b = spark.sparkContext.broadcast(idf_bytes) if idf_bytes is not None else None
     stages = {}
     report = _Report(spark)
-    t0 = time.time()
+    t0 = time.monotonic()
 
     def positioned(frame, new):
         if "_pos" in frame.columns and "_new" in frame.columns:
@@ -1567,7 +1567,7 @@ def dedup(
     n = sum(c for (b, _), (c, *_) in kinds.items() if not b)
     skipped = sum(c for (b, _), (c, *_) in kinds.items() if b)
     fps_all, fps = fps, fps.where(~F.col("_bad"))
-    stages["fingerprint"] = time.time() - t0
+    stages["fingerprint"] = time.monotonic() - t0
     _log(quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
     report.documents = n
     report.done("fingerprint", stages["fingerprint"], n, records=n + skipped, skipped=skipped)
@@ -1611,7 +1611,7 @@ def dedup(
 
     bad_pos = np.array([r[0] for r in fps_all.where(F.col("_bad")).select("_pos").collect()] if skipped else [], dtype=np.int64)
     # Candidates: every fingerprint on the driver, joined as `neardup dedup` joins them.
-    t1 = time.time()
+    t1 = time.monotonic()
     cols = (["_pos", "_new"] + (["shares"] if centred else ["fp_hi", "fp_lo"]) + (["summary"] if threshold is not None else [])
             + (["key_kind", "key_num", "key_str"] if rule else []))
     table = _to_arrow(fps.select(*cols))
@@ -1644,7 +1644,7 @@ def dedup(
         )
     del table
     _log(quiet, f"collect: {n:,} fingerprints{' and summaries' if threshold is not None else ''} on the driver in "
-         f"{time.time() - t1:.1f} s")
+         f"{time.monotonic() - t1:.1f} s")
     def exact_check(undecided, kept, scores):
         if splits is not None:
             return _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept, scores)
@@ -1660,14 +1660,14 @@ def dedup(
         kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
         scores = np.frombuffer(scores, dtype="<f8")
         undecided = np.frombuffer(undecided, dtype="<i8").reshape(-1, 3)
-        stages["candidates"] = time.time() - t1
+        stages["candidates"] = time.monotonic() - t1
         _log(quiet, f"candidates: {len(kept) + len(undecided):,} pairs within k = {k}"
              f"{f', {len(undecided):,} left to the exact check' if threshold is not None else ''} in {stages['candidates']:.1f} s")
 
-        t2 = time.time()
+        t2 = time.monotonic()
         if len(undecided):
             kept, scores = exact_check(undecided, kept, scores)
-        stages["verify"] = time.time() - t2
+        stages["verify"] = time.monotonic() - t2
         if threshold is not None:
             _log(quiet, f"verify: {len(kept):,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
     else:
@@ -1675,14 +1675,14 @@ def dedup(
                                  lambda und: exact_check(und, np.empty((0, 3), dtype=np.int64), np.empty(0)))
         del words, sums
 
-    t3 = time.time()
+    t3 = time.monotonic()
     all_pairs = kept  # (the name `kept` is reused below)
     a32, b32 = kept[:, 0].astype(np.uint32), kept[:, 1].astype(np.uint32)
     reps = np.frombuffer(
         _rs.resolve_pairs(n, a32.tobytes(), b32.tobytes(), policy, rule, *(keys or (None, None, None)), old=n_old),
         dtype=np.uint32,
     ).astype(np.int64)
-    stages["components"] = time.time() - t3
+    stages["components"] = time.monotonic() - t3
     moved = np.nonzero(reps != np.arange(n))[0]
     for name in ("candidates", "verify", "components"):
         report.done(name, stages.get(name, 0.0), n)
@@ -2042,7 +2042,7 @@ def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
     rounds = candidates = 0
     while True:
         rounds += 1
-        t = time.time()
+        t = time.monotonic()
         by_pair = np.lexsort((failed[:, 1], failed[:, 0]))
         k_r, s_r, und, forest, complete = _rs.spark_span(words, bits, k, sums, threshold, labels.tobytes(),
                                                          np.ascontiguousarray(failed[by_pair]).tobytes(), SPAN_BUDGET)
@@ -2051,11 +2051,11 @@ def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
         kept_parts.append(k_r)
         score_parts.append(np.frombuffer(s_r, dtype="<f8"))
         candidates += len(k_r) + len(und)
-        took = time.time() - t
+        took = time.monotonic() - t
         stages["candidates"] += took
         _log(quiet, f"candidates, round {rounds}: {len(k_r):,} pairs kept by the summaries, {len(und):,} left to the "
              f"exact check in {took:.1f} s")
-        t = time.time()
+        t = time.monotonic()
         if len(und):
             v, vs = check(und)
             kept_parts.append(v)
@@ -2066,8 +2066,8 @@ def _spanning(spark, words, bits, k, sums, threshold, n, stages, quiet, check):
             # forest connects, now by verified pairs.
             complete = complete or bool(passed[:forest].all())
             _log(quiet, f"verify, round {rounds}: {len(v):,} of {len(und):,} pairs at Jaccard >= {threshold} "
-                 f"in {time.time() - t:.1f} s")
-        stages["verify"] += time.time() - t
+                 f"in {time.monotonic() - t:.1f} s")
+        stages["verify"] += time.monotonic() - t
         if complete:
             break
         edges = np.concatenate(kept_parts)
@@ -2437,15 +2437,15 @@ def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
                         ("annotated", result.annotated)]:
         if frame is None:
             continue
-        t = time.time()
+        t = time.monotonic()
         if name in local and result.json_records:
             if fmt == "jsonl" and local[name] is not None and ("://" not in output or output.startswith("file:")):
                 local[name](f"{output}/{name}")
-                took[name] = time.time() - t
+                took[name] = time.monotonic() - t
                 continue
             if fmt == "jsonl":
                 frame.write.mode("overwrite").text(f"{output}/{name}")
-                took[name] = time.time() - t
+                took[name] = time.monotonic() - t
                 continue
             frame = _parse_json(frame)
         w = frame.write.mode("overwrite")
@@ -2453,7 +2453,7 @@ def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
             w.parquet(f"{output}/{name}")
         else:
             w.json(f"{output}/{name}")
-        took[name] = time.time() - t
+        took[name] = time.monotonic() - t
     return took
 
 
@@ -2606,7 +2606,7 @@ def main(argv: Optional[list] = None) -> int:
         except (OSError, ValueError) as e:
             return fail(f"{args.config}: {e}")
     spark = _session(args.master, args.driver_memory)
-    started = time.time()
+    started = time.monotonic()
     try:
         if args.vector_column:
             df = spark.read.parquet(*args.input) if fmt == "parquet" else spark.read.json(args.input)
@@ -2635,13 +2635,13 @@ def main(argv: Optional[list] = None) -> int:
         took = write(result, args.output, args.format)
         result.stages["write"] = sum(took.values())
         if args.report:
-            _write_report(args.report, result, time.time() - started)
+            _write_report(args.report, result, time.monotonic() - started)
     except Exception as e:  # noqa: BLE001 - one clear line, not a JVM trace
         if isinstance(e, (neardup.NeardupError, OSError, ValueError)) or "NeardupError" in str(e) or "AnalysisException" in type(e).__name__:
             return fail(_error_message(e))
         raise
     _log(quiet, f"write: {args.output} in {result.stages['write']:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in took.items())})")
-    total = time.time() - started
+    total = time.monotonic() - started
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.stages.items())
     if not quiet:
         print(f"neardup.spark: done in {total:.1f} s ({stages}); output in {args.output}", file=sys.stderr)
