@@ -749,9 +749,6 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
         return pa.RecordBatch.from_arrays([pa.array(a[keep]), pa.array(b[keep]), pa.array(d[keep]), pa.array(js[keep])],
                                           names=out_schema.fieldNames())
 
-    def features(batch, need):
-        return _features_of(rows_of, batch, need)
-
     if splits is not None:
         paths = spark.sparkContext.broadcast(splits.paths())
 
@@ -762,7 +759,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
             tb = pa.Table.from_batches(got)
             a, b, d = (tb.column(c).to_numpy() for c in ("pa", "pb", "distance"))
             need = np.unique(np.concatenate([a, b]))
-            yield measured(a, b, d, need, features(read_lines_at(paths.value, need), need))
+            yield measured(a, b, d, need, _features_of(rows_of, read_lines_at(paths.value, need), need))
 
         return undecided.select("pa", "pb", "distance", "bucket").repartition(parts, "bucket").mapInArrow(check, out_schema)
 
@@ -790,7 +787,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
         need, first = np.unique(p, return_index=True)
         one = docs_t.take(pa.array(first)).combine_chunks().to_batches()[0]
         a, b, d = (pairs_t.column(c).to_numpy() for c in ("pa", "pb", "distance"))
-        yield measured(a, b, d, need, features(one, need))
+        yield measured(a, b, d, need, _features_of(rows_of, one, need))
 
     return both.repartition(parts, "part").mapInArrow(check_routed, out_schema)
 
