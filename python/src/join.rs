@@ -204,12 +204,7 @@ impl Join<'_> {
                 let decision = match (Screen::decide(screen_by, x as u32, y as u32), self.sets) {
                     (Decision::Undecided, Some(sets)) => {
                         let t = screen_by.map_or(0.0, |s| s.threshold());
-                        let j = jaccard_at_least(&sets[x], &sets[y], t);
-                        if j >= t {
-                            Decision::Kept(j)
-                        } else {
-                            Decision::Dropped
-                        }
+                        Decision::of(Some(jaccard_at_least(&sets[x], &sets[y], t)), t)
                     }
                     (Decision::Undecided, None) => {
                         pending.push((x, y, d));

@@ -128,7 +128,7 @@ impl<'a> Screen<'a> {
 
 impl Decision {
     /// What a screen's answer (`screen`) means against `threshold`.
-    fn of(score: Option<f64>, threshold: f64) -> Decision {
+    pub(crate) fn of(score: Option<f64>, threshold: f64) -> Decision {
         match score {
             Some(j) if j >= threshold => Decision::Kept(j),
             Some(_) => Decision::Dropped,
@@ -665,7 +665,7 @@ pub fn spark_join<'py>(
 }
 
 /// Union-find over documents, from a labelling whose labels are roots.
-pub(crate) struct Components(pub(crate) Vec<u32>);
+pub(crate) struct Components(Vec<u32>);
 
 impl Components {
     /// `n` documents, each its own component.

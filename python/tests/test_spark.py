@@ -161,6 +161,7 @@ def test_distributed_path_equals_cli(spark, tmp_path, pairs):
         out, report = tmp_path / "out", tmp_path / "report.json"
         assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", "--no-pairs",
                      "--driver-documents", "0", "--max-group", "64", "--report", str(report)]) == 0
+        assert not (out / "pairs").exists()
         kept = [l for f in sorted((out / "deduped").glob("part-*")) for l in f.read_text().splitlines()]
         assert outputs([], read_parts(out / "clusters"), kept)[1:] == want[1:]
         # The copies: 299 pairs, not 44,850; the near copies: at most 199 in
