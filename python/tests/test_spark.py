@@ -511,7 +511,7 @@ def test_standalone_cluster_equals_cli(tmp_path):
     unpacked = tmp_path / "driver-wheel"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(unpacked)
-    script = unpacked / "neardup" / "spark.py"
+    script = unpacked / "neardup" / "spark" / "__main__.py"
 
     corpus = make_mixed(tmp_path / "mixed.jsonl", seed=8, n=1500)
     want = cli_outputs([corpus], tmp_path, [])

@@ -2643,7 +2643,3 @@ def main(argv: Optional[list] = None) -> int:
     if not quiet:
         print(f"neardup.spark: done in {total:.1f} s ({stages}); output in {args.output}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
