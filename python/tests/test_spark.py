@@ -63,7 +63,7 @@ def make_corpus(path, seed=11, n_base=N_BASE, n_dups=N_DUPS, near=0):
 @pytest.fixture(scope="module")
 def spark():
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from neardup.spark import _session
+    from neardup.spark.cli import _session
 
     s = _session("local[2]")
     s.sparkContext.setLogLevel("ERROR")
@@ -190,7 +190,7 @@ def test_components_of_random_graphs(spark, monkeypatch, one_task):
     or by large-star/small-star rounds (after each partition's union-find),
     against a union-find on the driver: every node's component's smallest
     node."""
-    import neardup.spark as S
+    import neardup.spark.components as S
 
     if not one_task:
         monkeypatch.setattr(S, "ONE_TASK_EDGES", 0)
@@ -306,13 +306,14 @@ def test_no_pairs_gives_the_cli_clusters(spark, tmp_path, monkeypatch, capsys, b
     """--no-pairs verifies only pairs that span the clusters, in rounds of the
     join when the undecided pairs overflow the budget (a budget of 5 forces
     many): the clusters and kept records of `neardup dedup`."""
-    import neardup.spark as job
+    import neardup.spark.driver as driver
+    from neardup.spark import main
 
-    monkeypatch.setattr(job, "SPAN_BUDGET", budget)
+    monkeypatch.setattr(driver, "SPAN_BUDGET", budget)
     corpus = make_clusters(tmp_path / "clusters.jsonl")
     want = cli_outputs([corpus], tmp_path, flags)
     out = tmp_path / "out"
-    assert job.main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "--no-pairs", *flags]) == 0
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "--no-pairs", *flags]) == 0
     assert not (out / "pairs").exists()
     said = capsys.readouterr().err
     assert ("in 1 round of the join" in said) == (budget > 5), said
@@ -596,7 +597,7 @@ def test_exact_check_routes_each_pair_with_both_documents(cap, seed):
     group of at most `cap` documents shares one bucket, and no document goes
     to a bucket none of its pairs is in; checked against a direct model."""
     import numpy as np
-    from neardup.spark import _buckets
+    from neardup.spark.verify import _buckets
 
     rng = random.Random(seed)
     n = rng.randrange(2, 60)
@@ -642,7 +643,7 @@ def test_sorted_batches_are_cut_into_whole_groups(seed):
     batch sizes (groups longer than a batch, batches that end where a group
     does, empty batches)."""
     import pyarrow as pa
-    from neardup.spark import _whole_groups
+    from neardup.spark.candidates import _whole_groups
 
     rng = random.Random(seed)
     rows = []
@@ -669,7 +670,7 @@ def test_executors_read_every_line_of_a_range_once(tmp_path, seed):
     ``strip`` without its line end."""
     import pyarrow as pa
 
-    from neardup.spark import _POS_SHIFT, read_ranges
+    from neardup.spark.read import _POS_SHIFT, read_ranges
 
     rng = random.Random(seed)
     lines = ["".join(rng.choice("ab {}é\r") for _ in range(rng.randrange(0, 40))) for _ in range(rng.randrange(0, 60))]

@@ -1,0 +1,317 @@
+"""Stage 2 on the distributed path, candidates: pairs within k, in the
+executors (core's ``Pigeonhole``).
+
+Reads the fingerprint pass's rows (``_pos``, ``fp_hi``, ``fp_lo`` and, to
+screen, ``summary``). Centres them on the corpus when the job does
+(:func:`_centre_distributed`: sums per partition, added on the driver,
+broadcast back). Collects the hot keys (groups above ``max_group`` rows) to
+the driver. Shuffles each document k + 1 times keyed by block (40 bytes a
+row, plus the 144-byte summary when verifying) and joins each group in Rust
+(:func:`_candidates`). With ``against``, the existing set is not shuffled:
+the new batch is broadcast and every partition of the existing set looks
+its documents up in it (:func:`_batch_pairs`). Returns DataFrames of
+(``pa``, ``pb``, ``distance``, ``score``): pairs the summaries kept, and
+those left to the exact check.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from neardup import _neardup as _rs
+
+from .arrow import _packed, _scored_pair_schema, _to_arrow
+from .report import _log
+
+
+# Rows of one group of the distributed join held by one task (about 200
+# bytes each with verification); a larger group is split into block pairs.
+MAX_GROUP = 500_000
+
+
+def _centre_distributed(spark: Any, fps: Any, bits: int) -> Any:
+    """Rows with a ``shares`` column (and zero ``fp_hi``/``fp_lo``) with their
+    fingerprints centred on all rows' shares: summed per partition, added on
+    the driver, and sent back to decide each row's bits."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    def sums(batches):
+        for b in batches:
+            yield pa.RecordBatch.from_arrays([pa.array([_rs.centre_of(_packed(b.column("shares")), bits)], type=pa.binary())], names=["centre"])
+
+    parts = fps.select("shares").mapInArrow(sums, T.StructType([T.StructField("centre", T.BinaryType(), False)])).collect()
+    total = np.zeros(bits + 1, dtype=np.uint64)
+    for row in parts:
+        total += np.frombuffer(row[0], dtype="<u8")
+    centre = spark.sparkContext.broadcast(total.astype("<u8").tobytes())
+    keep = [f for f in fps.schema.fields if f.name != "shares"]
+
+    def decide(batches):
+        for b in batches:
+            words = np.frombuffer(_rs.centred_words(_packed(b.column("shares")), centre.value), dtype="<u8")
+            hi, lo = (words.reshape(-1, 2)[:, 0], words.reshape(-1, 2)[:, 1]) if bits == 128 else (np.zeros(len(words), dtype=np.uint64), words)
+            cols = [pa.array(hi.view(np.int64)) if f.name == "fp_hi" else pa.array(lo.view(np.int64)) if f.name == "fp_lo" else b.column(f.name) for f in keep]
+            yield pa.RecordBatch.from_arrays(cols, names=[f.name for f in keep])
+
+    out = fps.mapInArrow(decide, T.StructType(keep)).localCheckpoint()
+    out.count()
+    return out
+
+
+def _whole_groups(batches: Any, cols: tuple) -> Any:
+    """Tables of whole groups from batches sorted by ``cols``: a group that
+    runs across batches is held until its last row has come."""
+    import pyarrow as pa
+
+    pending: list = []
+    for b in batches:
+        if not b.num_rows:
+            continue
+        change = np.zeros(b.num_rows, dtype=bool)
+        for c in cols:
+            v = b.column(c).to_numpy()
+            change[1:] |= v[1:] != v[:-1]
+        change[0] = not pending or any(pending[-1].column(c)[-1].as_py() != b.column(c)[0].as_py() for c in cols)
+        starts = np.flatnonzero(change)
+        if not len(starts):
+            pending.append(b)
+            continue
+        last = int(starts[-1])
+        done = pending + ([b.slice(0, last)] if last else [])
+        if done:
+            yield pa.Table.from_batches(done)
+        pending = [b.slice(last)]
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
+def _fp_words(b: Any) -> bytes:
+    """A batch's fingerprints as words, two u64 per row (high, then low)."""
+    hi = b.column("fp_hi").to_numpy().view(np.uint64)
+    lo = b.column("fp_lo").to_numpy().view(np.uint64)
+    return np.column_stack([hi, lo]).astype("<u8").tobytes()
+
+
+# A spanning join's group of m rows with more than this many undecided
+# pairs a row (more than m, at 1) is joined again with its documents'
+# feature sets. At 4, a 1 GB corpus with 50,000 near copies of one page
+# left 757,204 pairs to the exact check (one of its tasks 8x their median);
+# at 1, 151,040.
+SPAN_UNDECIDED_PER_ROW = 1
+
+
+# The feature sets a task of the candidate stage keeps for its groups of near
+# copies (each read once, though the copies share up to k + 1 groups).
+SPAN_CACHE_BYTES = 256 << 20
+
+
+# Rows of the candidate stage's shuffle per partition (about 200 bytes each
+# with a verification summary, sorted by Spark, which spills beyond memory).
+CANDIDATE_ROWS_PER_TASK = 1_000_000
+
+
+def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Optional[float], max_group: int,
+                quiet: bool, spanning: bool = False, features_at: Any = None) -> tuple:
+    """Candidate pairs, in the executors (core's ``Pigeonhole``).
+
+    Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen, ``summary``).
+    Shuffles each document k + 1 times, keyed by (block, block value): 40
+    bytes a row, plus the 144-byte summary when verifying. A group of more
+    than ``max_group`` rows (counted first: only distinct keys move) is split
+    into B = ceil(rows / max_group) salted blocks, each row sent to the B
+    block pairs of its block, so that a task holds at most about
+    2 ``max_group`` rows of it. Each group is joined in Rust as ``neardup
+    dedup`` joins (the planner's design for its fingerprints); a pair is
+    reported by the group of the first block it shares, and screened by
+    its summaries. Nothing per document reaches the driver: only the hot
+    keys (at most k + 1 per ``max_group`` documents). ``spanning``: only
+    enough pairs for the components: copies (one fingerprint, one feature
+    set) are joined as one, each linked to it by one pair, and a group
+    reports only pairs that join two of its components. A group whose
+    undecided pairs outnumber SPAN_UNDECIDED_PER_ROW a row (a crowd of near
+    copies the screen cannot decide) is joined again with its documents'
+    feature sets (``features_at(positions)``, read at their byte offsets),
+    its pairs checked exactly there: a crowd of m near copies then costs
+    at most m - 1 pairs, not m²/2.
+
+    Returns (kept, undecided) DataFrames of (``pa``, ``pb``, ``distance``,
+    ``score``) with pa < pb (score -1 without verification; NaN in the
+    undecided ones, which only the features can decide)."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    blocks = k + 1
+
+    def keys_of(b):
+        return np.frombuffer(_rs.pigeonhole_keys(_fp_words(b), bits, k), dtype="<i8")
+
+    def only_keys(batches):
+        for b in batches:
+            yield pa.RecordBatch.from_arrays([pa.array(keys_of(b))], names=["key"])
+
+    key_schema = T.StructType([T.StructField("key", T.LongType(), False)])
+    # A group holds at most one row per document: none is hot below max_group.
+    hot_rows = [] if n <= max_group else sorted(
+        (r[0], r[1])
+        for r in fps.select("fp_hi", "fp_lo").mapInArrow(only_keys, key_schema).groupBy("key").count()
+        .where(F.col("count") > max_group).collect()
+    )
+    hot_keys = np.array([key for key, _ in hot_rows], dtype=np.int64)
+    hot_split = np.array([-(-c // max_group) for _, c in hot_rows], dtype=np.int64)
+    if len(hot_rows):
+        _log(quiet, f"candidates: {len(hot_rows):,} groups of more than {max_group:,} rows (up to {max(c for _, c in hot_rows):,}) "
+             f"split into up to {hot_split.max():,} blocks each")
+    hot = spark.sparkContext.broadcast((hot_keys, hot_split))
+    screened = threshold is not None
+    fields = [T.StructField(c, T.LongType(), False) for c in ("key", "bi", "bj", "salt", "_pos", "fp_hi", "fp_lo")]
+    if screened:
+        fields.append(T.StructField("summary", T.BinaryType(), False))
+    row_schema = T.StructType(fields)
+
+    def keyed(batches):
+        hk, hs = hot.value
+        for b in batches:
+            m = b.num_rows
+            keys = keys_of(b)
+            row = np.repeat(np.arange(m), blocks)
+            split = np.ones(len(keys), dtype=np.int64)
+            if len(hk):
+                at = np.minimum(np.searchsorted(hk, keys), len(hk) - 1)
+                is_hot = hk[at] == keys
+                split[is_hot] = hs[at[is_hot]]
+            pos = b.column("_pos").to_numpy()
+            mixed = (pos[row].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)
+            salt = (mixed % split.astype(np.uint64)).astype(np.int64)
+            # A row of a split group goes to the block pair (min, max) of its
+            # block and each block of the group.
+            rep = np.repeat(np.arange(len(keys)), split)
+            other = np.arange(len(rep)) - np.repeat(np.cumsum(split) - split, split)
+            s = salt[rep]
+            take = row[rep]
+            cols = [
+                pa.array(keys[rep]),
+                pa.array(np.minimum(s, other)),
+                pa.array(np.maximum(s, other)),
+                pa.array(s),
+                pa.array(pos[take]),
+                pa.array(b.column("fp_hi").to_numpy()[take]),
+                pa.array(b.column("fp_lo").to_numpy()[take]),
+            ]
+            if screened:
+                cols.append(b.column("summary").take(pa.array(take)))
+            yield pa.RecordBatch.from_arrays(cols, names=row_schema.fieldNames())
+
+    pair_schema = _scored_pair_schema()
+
+    exact = spanning and screened and features_at is not None
+
+    def sets_of(g, cache):
+        """One feature set per row of group ``g``, read once per distinct
+        feature set (rows with one summary digest share theirs) and kept in
+        ``cache`` for the task's other groups."""
+        packed = np.frombuffer(_packed(g.column("summary")), dtype=np.uint8).reshape(g.num_rows, -1)
+        ident = [x.tobytes() for x in packed[:, :20]]  # feature count and digest
+        missing = {}
+        for row, i in enumerate(ident):
+            if i not in cache and i not in missing:
+                missing[i] = row
+        if missing:
+            if sum(len(v) for v in cache.values()) > SPAN_CACHE_BYTES:
+                cache.clear()
+            pos = g.column("_pos").to_numpy()
+            for i, f in zip(missing, features_at(pos[list(missing.values())])):
+                cache[i] = f
+        return [cache[i] for i in ident]
+
+    def joined(t, sets=None, cache=None):
+        col = lambda c: t.column(c).to_numpy().astype("<i8").tobytes()  # noqa: E731
+        words = np.column_stack([t.column(c).to_numpy().view(np.uint64) for c in ("fp_hi", "fp_lo")]).astype("<u8").tobytes()
+        kept, scores, und, over = _rs.pigeonhole_pairs(
+            col("key"), col("bi"), col("bj"), col("salt"), col("_pos"), words, bits, k,
+            _packed(t.column("summary")) if screened else None, threshold, spanning,
+            cap=SPAN_UNDECIDED_PER_ROW if exact and sets is None else None, sets=sets)
+        kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
+        und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
+        if len(kept) + len(und):
+            both = np.concatenate([kept, und])
+            score = np.concatenate([np.frombuffer(scores, dtype="<f8"), np.full(len(und), np.nan)])
+            yield pa.RecordBatch.from_arrays([pa.array(both[:, 0]), pa.array(both[:, 1]), pa.array(both[:, 2]), pa.array(score)],
+                                             names=pair_schema.fieldNames())
+        for start, end in np.frombuffer(over, dtype="<i8").reshape(-1, 2):
+            # A crowd of near copies: its pairs checked exactly, here.
+            g = t.slice(int(start), int(end - start))
+            yield from joined(g, sets_of(g, cache))
+
+    def pairs_of(batches):
+        cache: dict = {}
+        for t in _whole_groups(batches, ("key", "bi", "bj")):
+            yield from joined(t, cache=cache)
+
+    cores = spark.sparkContext.defaultParallelism
+    parts = max(2 * cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))
+    group = ["key", "bi", "bj"]
+    rows = fps.select(*row_schema.fieldNames()[4:]).mapInArrow(keyed, row_schema)
+    pairs = rows.repartition(parts, *group).sortWithinPartitions(*group).mapInArrow(pairs_of, pair_schema).localCheckpoint()
+    hot.unpersist()
+    return pairs.where(~F.isnan("score")), pairs.where(F.isnan("score"))
+
+
+# The batch index of the new documents, built once per Python worker and
+# kept while the job's stages query it (one at a time).
+_BATCH: dict = {}
+
+
+def _batch_pairs(spark: Any, queries: Any, batch: Any, bits: int, k: int, threshold: Optional[float]) -> tuple:
+    """The paper's batch mode: pairs within k of a document of ``queries``
+    (the existing set's rows: ``_pos``, ``fp_hi``, ``fp_lo`` and, to screen,
+    ``summary``) and one of ``batch`` (rows alike, the new ones). The batch
+    is collected and broadcast (about 170 bytes a document: fingerprint,
+    position and summary), each Python worker indexes it once (core's
+    online index), and every partition of ``queries`` looks its documents
+    up: the existing set is read once and never shuffled. Returns (kept,
+    undecided) DataFrames of (``pa``, ``pb``, ``distance``, ``score``),
+    pa < pb, screened as :func:`_candidates` screens them."""
+    import uuid
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    screened = threshold is not None
+    cols = ["_pos", "fp_hi", "fp_lo"] + (["summary"] if screened else [])
+    t = _to_arrow(batch.select(*cols))
+    if t.num_rows == 0:
+        empty = spark.createDataFrame([], _scored_pair_schema())
+        return empty, empty
+    shipped = spark.sparkContext.broadcast((
+        _fp_words(t.combine_chunks().to_batches()[0]),
+        _packed(t.column("summary")) if screened else None,
+        t.column("_pos").to_numpy(),
+    ))
+    key = uuid.uuid4().hex  # this batch, in a worker that indexed another
+    del t
+
+    def scan(batches):
+        if key not in _BATCH:
+            _BATCH.clear()  # an earlier stage's batch
+            words, sums, pos = shipped.value
+            _BATCH[key] = (_rs._BatchIndex(words, bits, k, sums, threshold), pos)
+        index, pos = _BATCH[key]
+        for b in batches:
+            kept, scores, und = index.pairs(_fp_words(b), _packed(b.column("summary")) if screened else None)
+            kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
+            und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
+            if not len(kept) + len(und):
+                continue
+            rows = np.concatenate([kept, und])
+            mine, theirs = b.column("_pos").to_numpy()[rows[:, 0]], pos[rows[:, 1]]
+            score = np.concatenate([np.frombuffer(scores, dtype="<f8"), np.full(len(und), np.nan)])
+            yield pa.RecordBatch.from_arrays([pa.array(np.minimum(mine, theirs)), pa.array(np.maximum(mine, theirs)),
+                                              pa.array(rows[:, 2]), pa.array(score)], names=["pa", "pb", "distance", "score"])
+
+    pairs = queries.select(*cols).mapInArrow(scan, _scored_pair_schema()).localCheckpoint()
+    shipped.unpersist()
+    return pairs.where(~F.isnan("score")), pairs.where(F.isnan("score"))

@@ -1,0 +1,187 @@
+"""The command line, ``python -m neardup.spark dedup`` (:func:`main`): its
+flags, the Spark session (:func:`_session`), the input read as the CLI
+reads it, :func:`neardup.spark.dedup`, the outputs written, and one clear
+line for an error (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Optional
+
+import neardup
+
+from .candidates import MAX_GROUP
+from .driver import DRIVER_DOCUMENTS
+from .pipeline import dedup
+from .read import read_records
+from .report import _log, _write_report
+from .writing import write
+
+
+def _session(master: Optional[str], driver_memory: Optional[str] = None) -> Any:
+    import os
+
+    from pyspark.sql import SparkSession
+
+    b = SparkSession.builder.appName("neardup dedup")
+    if driver_memory:
+        b = b.config("spark.driver.memory", driver_memory)
+    if master:
+        b = b.master(master)
+        if master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+            b = b.config("spark.ui.enabled", "false")
+    b = b.config("spark.sql.execution.arrow.pyspark.enabled", "true").config("spark.ui.showConsoleProgress", "false")
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _error_message(e: BaseException) -> str:
+    """The neardup message inside a Spark task failure, else the error."""
+    import re
+
+    text = str(e)
+    m = re.search(r"NeardupError: (.*)", text)
+    return m.group(1).strip() if m else text.splitlines()[0] if text else type(e).__name__
+
+
+def main(argv: Optional[list] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m neardup.spark", description="Near-duplicate detection on Apache Spark, with the answers of `neardup dedup`.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("dedup", help="pairs, clusters and deduplicated records of a corpus")
+    d.add_argument("--input", required=True, nargs="+", help="JSON Lines (.gz too) or Parquet files or folders")
+    d.add_argument("--output", required=True, help="output folder: pairs/, clusters/, deduped/")
+    d.add_argument("--input-format", choices=["auto", "jsonl", "parquet"], default="auto")
+    d.add_argument("--output-format", "--format", dest="format", choices=["parquet", "jsonl"], default="parquet",
+                   help="format of the outputs (as neardup dedup --output-format; --format is its older spelling)")
+    d.add_argument("--id-field", default="id")
+    d.add_argument("--text-field", default="text")
+    d.add_argument("--k", type=int)
+    d.add_argument("--verify", help="jaccard:T (default jaccard:0.8)")
+    d.add_argument("--no-verify", action="store_true", help="decide by Hamming distance alone")
+    d.add_argument("--no-centre", action="store_true", help="candidates from plain fingerprints, not centred on the corpus (as neardup dedup --no-centre)")
+    d.add_argument("--policy", choices=["components", "incremental"], default="components")
+    d.add_argument("--keep-by", default="first", help="first, longest or field:NAME[:asc|desc]")
+    d.add_argument("--against", nargs="+", help="documents already clean: pairs with them are reported, they are never removed")
+    d.add_argument("--config", help="a configuration file (neardup config)")
+    d.add_argument("--profile", choices=["native", "python-simhash"])
+    d.add_argument("--bits", type=int, choices=[64, 128])
+    d.add_argument("--features", help="tokens, shingles:W or ngrams:N")
+    d.add_argument("--tokenizer", choices=["auto", "words", "jieba", "chars"])
+    d.add_argument("--weights", choices=["tf", "binary", "tfidf", "textrank"])
+    d.add_argument("--idf", help="an IDF table from `neardup idf build` (implies --weights tfidf), shipped to the executors")
+    d.add_argument("--top", type=int)
+    d.add_argument("--hash", choices=["xxh3", "fnv1a", "md5", "siphash"])
+    d.add_argument("--seed", type=int)
+    d.add_argument("--stopwords", action="store_true")
+    d.add_argument("--html", action="store_true")
+    d.add_argument("--skip-invalid", action="store_true", help="skip malformed records and count them, instead of failing")
+    d.add_argument("--no-pairs", action="store_true",
+                   help="write clusters and records only: with --policy components, only the pairs that span "
+                        "the clusters are verified (a cluster of m copies costs about m checks, not m^2/2)")
+    d.add_argument("--driver-documents", type=int, default=DRIVER_DOCUMENTS,
+                   help="join on the driver up to this many documents (about 175 bytes of driver memory each), else distribute")
+    d.add_argument("--max-group", type=int, default=MAX_GROUP,
+                   help="distributed path: split join groups of more rows than this into block pairs (skew)")
+    d.add_argument("--vector-column", help="dedup dense vectors (an array of numbers) in this column instead of texts")
+    d.add_argument("--min-similarity", type=float,
+                   help="with --vector-column or --features-field: the cosine threshold (default 0.95); for weighted "
+                        "features, k is the largest distance whose estimated similarity reaches it")
+    d.add_argument("--features-field", nargs="?", const="features", metavar="NAME",
+                   help="documents are weighted features in this field (column), an object (map) of feature -> weight, "
+                        "instead of texts (--features-field alone: the field \"features\"), as neardup dedup --features-field")
+    d.add_argument("--annotate", action="store_true",
+                   help="also write annotated/: every record, kept or not, with \"cluster\", \"duplicate_of\" and "
+                        "\"similarity\" added (as neardup dedup --annotate; columns added to Parquet rows)")
+    d.add_argument("--report", metavar="FILE",
+                   help="write a JSON report: per stage its seconds, rows and bytes shuffled (per document too), "
+                        "and the driver's peak memory")
+    d.add_argument("--master", help="Spark master, e.g. local[2] (default: from spark-submit)")
+    d.add_argument("--driver-memory", help="e.g. 4g (local mode; under spark-submit use its own flag)")
+    d.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    args = ap.parse_args(argv)
+    quiet = args.quiet
+
+    def fail(msg):
+        print(f"neardup.spark: error: {msg}", file=sys.stderr)
+        return 2
+
+    import os
+
+    for path in args.input + (args.against or []):
+        if "://" not in path and not os.path.exists(path):
+            return fail(f"{path}: no such file or folder")
+    fmt = args.input_format
+    if fmt == "auto":
+        fmt = "parquet" if all(p.rstrip("/").endswith(".parquet") for p in args.input) else "jsonl"
+    if args.vector_column and (args.against or args.policy != "components" or args.keep_by != "first"):
+        return fail("--vector-column takes --policy components and --keep-by first, without --against")
+    if args.features_field and args.against:
+        return fail("--against takes texts; deduplicate weighted features without it (as neardup dedup)")
+    if args.vector_column and (args.features_field or args.annotate):
+        return fail("--vector-column takes neither --features-field nor --annotate")
+    if args.min_similarity is not None and not (args.vector_column or args.features_field):
+        return fail("--min-similarity goes with --vector-column or --features-field (texts: use --k)")
+    verify = False if args.no_verify else (True if args.verify is None else args.verify)
+    kwargs = {
+        k: v
+        for k, v in [
+            ("bits", args.bits), ("features", args.features), ("tokenizer", args.tokenizer), ("weights", args.weights),
+            ("seed", args.seed), ("top", args.top), ("hash", args.hash), ("profile", args.profile),
+            ("stopwords", True if args.stopwords else None), ("html", True if args.html else None),
+        ]
+        if v is not None
+    }
+    config = None
+    if args.config:
+        # Flags given as well override its settings, as with `neardup dedup`.
+        try:
+            config = neardup.FingerprintConfig.load(args.config, idf=args.idf)
+        except (OSError, ValueError) as e:
+            return fail(f"{args.config}: {e}")
+    spark = _session(args.master, args.driver_memory)
+    started = time.monotonic()
+    try:
+        if args.vector_column:
+            df = spark.read.parquet(*args.input) if fmt == "parquet" else spark.read.json(args.input)
+            for col in (args.id_field, args.vector_column):
+                if col not in df.columns:
+                    return fail(f"the input has no {col!r} column (columns: {df.columns}); use --id-field/--vector-column")
+            kw = {k: v for k, v in kwargs.items() if k in ("bits", "seed")}
+            result = dedup(spark, df, id_col=args.id_field, k=args.k, verify=verify,
+                           max_group=args.max_group, vector_col=args.vector_column, min_similarity=args.min_similarity, **kw)
+        else:
+            records, positions, splits = read_records(spark, args.input, fmt, args.against)
+            if fmt == "parquet":
+                for col in (args.id_field, args.features_field or args.text_field):
+                    if col not in records.columns:
+                        flag = "--features-field" if args.features_field else "--text-field"
+                        return fail(f"the input has no {col!r} column (columns: {[c for c in records.columns if not c.startswith('_')]}); use --id-field/{flag}")
+            result = dedup(
+                spark, records, id_col=args.id_field, text_col=args.text_field,
+                json_col="value" if fmt == "jsonl" else None, k=args.k,
+                verify=verify, policy=args.policy, keep_by=args.keep_by,
+                config=config, idf=args.idf, skip_invalid=args.skip_invalid, max_group=args.max_group,
+                driver_documents=args.driver_documents, quiet=quiet, pairs=not args.no_pairs, positions=positions,
+                splits=splits, centre=not args.no_centre, features_col=args.features_field,
+                annotate=args.annotate, min_similarity=args.min_similarity, **kwargs,
+            )
+        took = write(result, args.output, args.format)
+        result.stages["write"] = sum(took.values())
+        if args.report:
+            _write_report(args.report, result, time.monotonic() - started)
+    except Exception as e:  # noqa: BLE001 - one clear line, not a JVM trace
+        if isinstance(e, (neardup.NeardupError, OSError, ValueError)) or "NeardupError" in str(e) or "AnalysisException" in type(e).__name__:
+            return fail(_error_message(e))
+        raise
+    _log(quiet, f"write: {args.output} in {result.stages['write']:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in took.items())})")
+    total = time.monotonic() - started
+    stages = ", ".join(f"{k} {v:.1f} s" for k, v in result.stages.items())
+    if not quiet:
+        print(f"neardup.spark: done in {total:.1f} s ({stages}); output in {args.output}", file=sys.stderr)
+    return 0
