@@ -219,7 +219,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         let (settings, centre) = load(&dir, settings, &sentences, n)?;
         writeln!(out, "\n{n} documents; {}", settings.summary())?;
         let load_secs = started.elapsed().as_secs_f64();
-        let disk = std::fs::metadata(dir.join(neardup_server::store::DB_FILE))?.len();
+        let disk = neardup_server::store::folder_bytes(&dir);
         let (mut server, addr, open_secs) = Server::start(&dir)?;
         let rss_open = server.rss()?;
         writeln!(
