@@ -439,9 +439,13 @@ pub struct Store {
     /// Why the last commit failed, until one succeeds.
     failing: Mutex<Option<String>>,
     /// The signature log, in the collections that keep one (the `sketches`
-    /// table then holds pointers into it). Locked after the database's
-    /// guard: a commit holds both while it appends.
+    /// table then holds pointers into it): its writer, locked by a commit
+    /// after it begins its transaction.
     log: Option<Mutex<Log>>,
+    /// The log's file for readers, which begin their transaction under this
+    /// lock: a compaction switches file and pointers under its write lock,
+    /// so that a reader's snapshot and file agree.
+    log_file: RwLock<Option<Arc<std::fs::File>>>,
     /// Garbage in the log below this many bytes is never compacted (raised
     /// after a compaction fails, so that it is not tried at every commit).
     compact_min: std::sync::atomic::AtomicU64,
@@ -687,6 +691,7 @@ impl Store {
             signatures,
             opener,
             failing: Mutex::new(None),
+            log_file: RwLock::new(log.as_ref().map(Log::file)),
             log: log.map(Mutex::new),
             compact_min: Log::COMPACT_MIN.into(),
         };
@@ -757,8 +762,8 @@ impl Store {
     }
 
     /// Rewrites the signature log without its garbage once at least half of
-    /// it is garbage (and no less than the minimum): readers and writers
-    /// wait meanwhile (the file changes under every pointer). A compaction
+    /// it is garbage (and no less than the minimum): writes wait meanwhile,
+    /// reads go on in the old file until the switch. A compaction
     /// that fails leaves the log as it was, and is tried again once the
     /// garbage has doubled.
     fn compact_log_when_due(&self) {
@@ -797,16 +802,13 @@ impl Store {
     /// the pointers and the committed state switched in one transaction.
     fn compact_log(&self) -> Result<LogState, ServiceError> {
         const CHUNK: usize = 10_000;
-        let db = self.db.write().expect("store lock");
-        let db = db
-            .0
-            .as_ref()
-            .ok_or_else(|| ServiceError::Storage(format!("{} is closed", self.path.display())))?;
+        let db = self.handle()?;
+        // The write transaction first, as a commit takes it: the only writer.
+        let tx = db.begin_write().map_err(storage)?;
         let mut log = self.log.as_ref().expect("a log").lock().expect("log lock");
         let before = log.state();
         let old = log.file();
         let mut next = log.next()?;
-        let tx = db.begin_write().map_err(storage)?;
         let copied = (|| {
             let mut sketches = tx.open_table(SKETCHES).map_err(storage)?;
             let (mut buf, mut out) = (Vec::new(), Vec::new());
@@ -867,6 +869,9 @@ impl Store {
                 return Err(e);
             }
         };
+        // Readers begin no transaction from here until they have the file
+        // that goes with it.
+        let mut files = self.log_file.write().expect("log lock");
         let committed = (|| {
             let mut meta = tx.open_table(META).map_err(storage)?;
             meta.insert(LOG_KEY, state.text().as_str())
@@ -880,6 +885,7 @@ impl Store {
             let _ = std::fs::remove_file(path);
             return Err(e);
         }
+        *files = Some(new_log.file());
         log.replace(new_log);
         Ok(state)
     }
@@ -1121,13 +1127,10 @@ impl Store {
     ) -> Result<Vec<R>, ServiceError> {
         guarded(&self.path, || {
             let db = self.handle()?;
+            let files = self.log_file.read().expect("log lock");
             let tx = db.begin_read().map_err(storage)?;
-            // (Taken under the database's guard: a compaction, which
-            // replaces the file, waits for it.)
-            let log = self.log.as_ref().filter(|_| in_log).map(|l| {
-                let l = l.lock().expect("log lock");
-                (l.file(), l.state().len)
-            });
+            let log = files.clone().filter(|_| in_log);
+            drop(files);
             let mut buf = Vec::new();
             let table = match tx.open_table(def) {
                 Ok(t) => Some(t),
@@ -1155,11 +1158,9 @@ impl Store {
                             let (bytes, _) = unsealed(tag, id, v.value()).ok_or_else(damaged)?;
                             match &log {
                                 None => f(id, Some(bytes)),
-                                Some((file, committed)) => {
+                                Some(file) => {
+                                    // (A pointer past the end fails to read.)
                                     let (at, len) = read_pointer(bytes).ok_or_else(damaged)?;
-                                    if at.saturating_add(u64::from(len)) > *committed {
-                                        return Err(damaged());
-                                    }
                                     buf.resize(len as usize, 0);
                                     file.read_exact_at(&mut buf, at).map_err(|e| {
                                         self.damaged(format!(
@@ -1806,6 +1807,63 @@ mod tests {
             COMPACTIONS.load(Ordering::Relaxed) > 5,
             "the cases compacted the log"
         );
+    }
+
+    /// Readers go on while the log is compacted under them: every read of a
+    /// signature, from another thread through many compactions, is the one
+    /// written (or none yet), never an error.
+    #[test]
+    fn reads_go_on_through_compactions() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open_or_create(dir.path(), || Ok(settings(STORE_VERSION))).unwrap();
+        store.compact_min.store(4096, Ordering::Relaxed);
+        let ids: Vec<String> = (0..20).map(|i| format!("r-{i}")).collect();
+        let sigs: Vec<Signature> = (0..20).map(|i| sketch(i + 30)).collect();
+        let want: Vec<Vec<u8>> = sigs
+            .iter()
+            .map(|s| {
+                let mut b = Vec::new();
+                s.write_compact(&mut b);
+                b
+            })
+            .collect();
+        let done = AtomicBool::new(false);
+        let reads = std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                let keys: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let mut reads = 0;
+                while !done.load(Ordering::Relaxed) {
+                    let got = store.sketches(&keys).unwrap();
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!(g.as_ref().is_none_or(|g| g == w));
+                    }
+                    reads += 1;
+                }
+                reads
+            });
+            let fp = fingerprint(7);
+            for _ in 0..300 {
+                let writes: Vec<Write> = ids
+                    .iter()
+                    .zip(&sigs)
+                    .map(|(id, s)| Write::Put {
+                        id,
+                        fingerprint: &fp,
+                        meta: None,
+                        sketch: Some(s),
+                        shares: None,
+                        vector: None,
+                    })
+                    .collect();
+                store.commit(&writes).unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+            reader.join().unwrap()
+        });
+        let state = store.log.as_ref().unwrap().lock().unwrap().state();
+        assert!(state.generation > 10, "{state:?}");
+        assert!(reads > 10, "{reads} reads");
     }
 
     /// A batch whose signatures reached the log but whose transaction was
