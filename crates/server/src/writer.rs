@@ -6,6 +6,13 @@
 //! sees the first), commits them all in one durable transaction, applies them
 //! to the in-memory collection, and only then answers. One fsync serves every
 //! request of the batch.
+//!
+//! The collection does not change while a batch is decided, so each
+//! document's matches in it (an index query, and the stored evidence of the
+//! candidates when verified: most of the work) are found first, on every
+//! core ([`Early`]); the decisions in order then use them for each document
+//! whose matches the batch's earlier writes leave alone, and look again
+//! for the others.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -260,24 +267,7 @@ pub fn verify_found(
         .filter(|f| in_batch(&f.id).is_none())
         .map(|f| &*f.id)
         .collect();
-    let mut stored = match probe {
-        // Each stored signature read in place: the sketches' estimate
-        // screens out the clearly dissimilar before any feature is decoded.
-        Evidence::Text(sketch) => store.signatures_with(&from_store, |id, bytes| match bytes {
-            None => Ok(None),
-            Some(b) => store
-                .similarity(sketch, b, threshold)
-                .map(Some)
-                .ok_or_else(|| store.damaged(format!("document {id:?} has a damaged sketch"))),
-        })?,
-        Evidence::Vector(v) => store.vectors_with(&from_store, |id, bytes| match bytes {
-            None => Ok(None),
-            Some(b) => stored_cosine(v, b)
-                .map(Some)
-                .ok_or_else(|| store.damaged(format!("document {id:?} has a damaged vector"))),
-        })?,
-    }
-    .into_iter();
+    let mut stored = stored_similarities(store, &from_store, probe, threshold)?.into_iter();
     let mut out = Vec::with_capacity(found.len());
     for mut f in found {
         let similarity = match in_batch(&f.id) {
@@ -295,6 +285,162 @@ pub fn verify_found(
         }
     }
     Ok(out)
+}
+
+/// The similarity of `probe` to each stored document's evidence (None for a
+/// document without any); one below `threshold` may be cut short. Damaged
+/// evidence is an error.
+fn stored_similarities(
+    store: &Store,
+    ids: &[&str],
+    probe: &Evidence,
+    threshold: f64,
+) -> Result<Vec<Option<f64>>, ServiceError> {
+    match probe {
+        // Each stored signature read in place: the sketches' estimate
+        // screens out the clearly dissimilar before any feature is decoded.
+        Evidence::Text(sketch) => store.signatures_with(ids, |id, bytes| match bytes {
+            None => Ok(None),
+            Some(b) => store
+                .similarity(sketch, b, threshold)
+                .map(Some)
+                .ok_or_else(|| store.damaged(format!("document {id:?} has a damaged sketch"))),
+        }),
+        Evidence::Vector(v) => store.vectors_with(ids, |id, bytes| match bytes {
+            None => Ok(None),
+            Some(b) => stored_cosine(v, b)
+                .map(Some)
+                .ok_or_else(|| store.damaged(format!("document {id:?} has a damaged vector"))),
+        }),
+    }
+}
+
+/// A document's matches in the collection as it is before the batch
+/// (none skipped), and with verification each one's similarity: found for
+/// every document of a batch at once, on every core. Only a complete list
+/// is kept (not cut at its cap), so that leaving out the documents the batch
+/// replaces or deletes would change nothing when it holds none of them.
+struct Early {
+    found: Vec<Found>,
+    similarity: HashMap<Arc<str>, Option<f64>>,
+}
+
+impl Early {
+    fn find<B: Bits>(
+        (store, collection): (&Store, &Collection<B>),
+        centre: Option<&neardup_core::centre::Centre>,
+        d: &NewDoc<B>,
+        ask: &Ask,
+    ) -> Option<Early> {
+        let fp = centred(centre, d.fp, d.shares.as_deref());
+        let k = match d.shares {
+            Some(_) => collection.text_k(centre, ask.k),
+            None => ask.k,
+        };
+        let (found, more) = collection.nearest(fp, k, cap_of(ask, d), |_| false);
+        if more {
+            return None;
+        }
+        let similarity = match (ask.verify, &d.evidence) {
+            (Some(t), Some(probe)) => {
+                let ids: Vec<&str> = found.iter().map(|f| &*f.id).collect();
+                // (Damage is found again, and answered, in order.)
+                let s = stored_similarities(store, &ids, probe, t).ok()?;
+                found.iter().map(|f| Arc::clone(&f.id)).zip(s).collect()
+            }
+            _ => HashMap::new(),
+        };
+        Some(Early { found, similarity })
+    }
+
+    /// [`Early::find`] for every document of `jobs`' upserts, on as many
+    /// threads as there are cores (in turn for a single document).
+    fn find_all<B: Bits>(
+        parts: (&Store, &Collection<B>),
+        jobs: &[Job<B>],
+    ) -> Vec<Vec<Option<Early>>> {
+        let centre = parts.1.centre();
+        let work: Vec<(usize, usize, &NewDoc<B>, Ask)> = jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(j, job)| match job {
+                Job::Upsert {
+                    docs,
+                    mode,
+                    k,
+                    verify,
+                    limit,
+                    ..
+                } => docs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| {
+                        let ask = Ask {
+                            mode: *mode,
+                            k: *k,
+                            verify: *verify,
+                            limit: *limit,
+                        };
+                        (j, i, d, ask)
+                    })
+                    .collect(),
+                Job::Delete { .. } => Vec::new(),
+            })
+            .collect();
+        let mut out: Vec<Vec<Option<Early>>> = jobs
+            .iter()
+            .map(|job| match job {
+                Job::Upsert { docs, .. } => docs.iter().map(|_| None).collect(),
+                Job::Delete { .. } => Vec::new(),
+            })
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(work.len());
+        let next = AtomicUsize::new(0);
+        let found: Vec<Vec<(usize, usize, Option<Early>)>> = if threads <= 1 {
+            vec![
+                work.iter()
+                    .map(|(j, i, d, ask)| (*j, *i, Early::find(parts, centre.as_deref(), d, ask)))
+                    .collect(),
+            ]
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            let mut mine = Vec::new();
+                            loop {
+                                let at = next.fetch_add(1, Ordering::Relaxed);
+                                let Some((j, i, d, ask)) = work.get(at) else {
+                                    return mine;
+                                };
+                                mine.push((*j, *i, Early::find(parts, centre.as_deref(), d, ask)));
+                            }
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_default())
+                    .collect()
+            })
+        };
+        for (j, i, e) in found.into_iter().flatten() {
+            out[j][i] = e;
+        }
+        out
+    }
+}
+
+/// Candidates examined for one document: its limit, or with verification
+/// enough to verify among.
+fn cap_of<B>(ask: &Ask, d: &NewDoc<B>) -> usize {
+    match (ask.verify, &d.evidence) {
+        (Some(_), Some(_)) => ask.limit.max(VERIFY_CANDIDATES),
+        _ => ask.limit,
+    }
+    .max(1)
 }
 
 /// A write decided in this batch: the id, its fingerprint and evidence
@@ -383,18 +529,20 @@ fn decide<B: Bits>(
     (store, collection): (&Store, &Collection<B>),
     batch: &mut Batch<B>,
     docs: &[NewDoc<B>],
-    Ask {
+    early: Vec<Option<Early>>,
+    ask: Ask,
+    control: &Control,
+) -> Result<Vec<Outcome<B>>, ServiceError> {
+    let Ask {
         mode,
         k,
         verify,
         limit,
-    }: Ask,
-    control: &Control,
-) -> Result<Vec<Outcome<B>>, ServiceError> {
+    } = ask;
     let mut out = Vec::with_capacity(docs.len());
     // Only this thread learns a centre, between batches: one for the batch.
     let centre = collection.centre();
-    for d in docs {
+    for (d, early) in docs.iter().zip(early) {
         let fp = centred(centre.as_deref(), d.fp, d.shares.as_deref());
         let k = match d.shares {
             Some(_) => collection.text_k(centre.as_deref(), k),
@@ -424,13 +572,14 @@ fn decide<B: Bits>(
                 None => batch.dim = Some(dim),
             }
         }
-        let cap = match (verify, &d.evidence) {
-            (Some(_), Some(_)) => limit.max(VERIFY_CANDIDATES),
-            _ => limit,
-        }
-        .max(1);
-        // Later decisions of this batch override the collection.
-        let (mut dups, mut more) = collection.nearest(fp, k, cap, |id| batch.last.contains_key(id));
+        let cap = cap_of(&ask, d);
+        // Later decisions of this batch override the collection: what was
+        // found early holds when they change none of it.
+        let early = early.filter(|e| e.found.iter().all(|f| !batch.last.contains_key(&*f.id)));
+        let (mut dups, mut more) = match &early {
+            Some(e) => (e.found.clone(), false),
+            None => collection.nearest(fp, k, cap, |id| batch.last.contains_key(id)),
+        };
         let mut near: Vec<(u32, &str)> = dups.iter().map(|f| (f.distance, &*f.id)).collect();
         // As in the collection: past `enough` matches, the nearest of those
         // examined are kept.
@@ -459,11 +608,14 @@ fn decide<B: Bits>(
         dups = near;
         if let (Some(t), Some(probe)) = (verify, &d.evidence) {
             let in_batch = |id: &str| {
-                batch.latest(id).map(|w| {
-                    w.as_ref()
-                        .and_then(|(_, e)| e.as_ref())
-                        .and_then(|e| probe.similarity(e))
-                })
+                batch
+                    .latest(id)
+                    .map(|w| {
+                        w.as_ref()
+                            .and_then(|(_, e)| e.as_ref())
+                            .and_then(|e| probe.similarity(e))
+                    })
+                    .or_else(|| early.as_ref()?.similarity.get(id).copied())
             };
             dups = verify_found(store, dups, probe, t, in_batch)?;
         }
@@ -503,7 +655,8 @@ fn process<B: Bits>(
     let mut outcomes: Vec<Option<Result<Vec<Outcome<B>>, ServiceError>>> =
         Vec::with_capacity(jobs.len());
     let mut deleted: Vec<Option<bool>> = Vec::with_capacity(jobs.len());
-    for job in jobs.iter() {
+    let early = Early::find_all((store, collection), jobs);
+    for (job, early) in jobs.iter().zip(early) {
         match job {
             Job::Upsert {
                 docs,
@@ -520,7 +673,7 @@ fn process<B: Bits>(
                     limit: *limit,
                 };
                 let before = (batch.writes.len(), batch.dim);
-                let out = decide((store, collection), &mut batch, docs, ask, control);
+                let out = decide((store, collection), &mut batch, docs, early, ask, control);
                 if out.is_err() {
                     batch.truncate(before.0);
                     batch.dim = before.1;
@@ -641,6 +794,7 @@ mod tests {
     use neardup_core::index::plan;
     use neardup_core::{FingerprintConfig, Width};
     use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
 
     fn open(dir: &std::path::Path) -> (Arc<Store>, Arc<Collection<u64>>) {
         let p = plan(64, 3, 1e4, None).unwrap();
@@ -775,6 +929,138 @@ mod tests {
         ]
     }
 
+    /// The features of a test document: one of six pages (the top bits of
+    /// its fingerprint), with up to seven of its twenty words replaced (by
+    /// the fingerprint's low bit), so that documents of one page are at
+    /// Jaccard 0.48 to 1 of one another, and of two pages at 0.
+    fn features(fp: u64) -> Vec<u64> {
+        let (page, low) = (fp >> 60, fp & ((1 << 60) - 1));
+        let b = if low == 0 {
+            0
+        } else {
+            u64::from(low.trailing_zeros())
+        };
+        let mut set: Vec<u64> = (0..20u64)
+            .map(|x| {
+                if x < b % 8 {
+                    1_000_000 + b * 100 + x
+                } else {
+                    x + page * 100
+                }
+            })
+            .map(|x| x.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        set.sort_unstable();
+        set
+    }
+
+    /// Decides `rounds` by the writer, a round a batch, and checks every
+    /// answer against deciding each document in order against everything
+    /// stored before it; with `verify`, texts' signatures are stored and a
+    /// match must also reach that Jaccard similarity (reported exactly).
+    fn against_oracle(rounds: Vec<Vec<Op>>, verify: Option<f64>) -> Result<(), TestCaseError> {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, collection) = open(dir.path());
+        let control = Control::default();
+        let mut live: Vec<(String, u64)> = Vec::new();
+        for round in rounds {
+            let mut jobs = Vec::new();
+            let mut replies = Vec::new();
+            let mut dels = Vec::new();
+            for op in &round {
+                match op {
+                    Op::Upsert(docs, mode, k, limit) => {
+                        let (mut job, rx) = upsert(docs, *mode, *k, *limit);
+                        if let (
+                            Some(t),
+                            Job::Upsert {
+                                docs,
+                                verify: asked,
+                                ..
+                            },
+                        ) = (verify, &mut job)
+                        {
+                            *asked = Some(t);
+                            for d in docs.iter_mut() {
+                                d.evidence =
+                                    Some(Evidence::Text(Box::new(Signature::of(&features(d.fp)))));
+                            }
+                        }
+                        jobs.push(job);
+                        replies.push(rx);
+                    }
+                    Op::Delete(id) => {
+                        let (tx, rx) = oneshot::channel();
+                        jobs.push(Job::Delete {
+                            id: id.clone(),
+                            reply: tx,
+                        });
+                        dels.push(rx);
+                    }
+                }
+            }
+            process(&store, &collection, &mut jobs, &control, false);
+            let (mut replies, mut dels) = (replies.into_iter(), dels.into_iter());
+            for op in &round {
+                match op {
+                    Op::Upsert(docs, mode, k, limit) => {
+                        let got = replies.next().unwrap().try_recv().unwrap().unwrap();
+                        for ((id, fp), o) in docs.iter().zip(got) {
+                            let probe = Signature::of(&features(*fp));
+                            let mut want: Vec<(u32, &str, Option<f64>)> = live
+                                .iter()
+                                .map(|(i, f)| {
+                                    let j = verify
+                                        .map(|_| probe.jaccard(&Signature::of(&features(*f))));
+                                    (fp.distance(*f), i.as_str(), j)
+                                })
+                                .filter(|(d, _, j)| {
+                                    d <= k && verify.is_none_or(|t| j.is_some_and(|j| j >= t))
+                                })
+                                .collect();
+                            want.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+                            let stored = *mode == Mode::Insert || want.is_empty();
+                            prop_assert_eq!(o.stored, stored);
+                            prop_assert_eq!(o.truncated, want.len() > *limit);
+                            want.truncate(*limit);
+                            prop_assert_eq!(o.duplicates.len(), want.len());
+                            for (f, w) in o.duplicates.iter().zip(&want) {
+                                prop_assert_eq!((f.distance, &*f.id), (w.0, w.1));
+                                match (f.similarity, w.2) {
+                                    (None, None) => {}
+                                    (Some(a), Some(b)) => {
+                                        prop_assert!((a - b).abs() < 1e-9, "{} {}", a, b)
+                                    }
+                                    (a, b) => {
+                                        prop_assert!(false, "similarity {:?}, want {:?}", a, b)
+                                    }
+                                }
+                            }
+                            if stored {
+                                live.retain(|(i, _)| i != id);
+                                live.push((id.clone(), *fp));
+                            }
+                        }
+                    }
+                    Op::Delete(id) => {
+                        let existed = dels.next().unwrap().try_recv().unwrap().unwrap();
+                        prop_assert_eq!(existed, live.iter().any(|(i, _)| i == id));
+                        live.retain(|(i, _)| i != id);
+                    }
+                }
+            }
+            let mut stored = Vec::new();
+            store
+                .for_each(|id, fp| stored.push((id.to_owned(), u64::read_le(fp))))
+                .unwrap();
+            let mut want = live.clone();
+            want.sort();
+            prop_assert_eq!(stored, want);
+            prop_assert_eq!(collection.levels().documents, live.len());
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -786,68 +1072,18 @@ mod tests {
         fn the_writer_matches_a_brute_force_oracle(
             rounds in proptest::collection::vec(proptest::collection::vec(op(), 1..6), 1..5)
         ) {
-            let dir = tempfile::tempdir().unwrap();
-            let (store, collection) = open(dir.path());
-            let control = Control::default();
-            let mut live: Vec<(String, u64)> = Vec::new();
-            for round in rounds {
-                let mut jobs = Vec::new();
-                let mut replies = Vec::new();
-                let mut dels = Vec::new();
-                for op in &round {
-                    match op {
-                        Op::Upsert(docs, mode, k, limit) => {
-                            let (job, rx) = upsert(docs, *mode, *k, *limit);
-                            jobs.push(job);
-                            replies.push(rx);
-                        }
-                        Op::Delete(id) => {
-                            let (tx, rx) = oneshot::channel();
-                            jobs.push(Job::Delete { id: id.clone(), reply: tx });
-                            dels.push(rx);
-                        }
-                    }
-                }
-                process(&store, &collection, &mut jobs, &control, false);
-                let (mut replies, mut dels) = (replies.into_iter(), dels.into_iter());
-                for op in &round {
-                    match op {
-                        Op::Upsert(docs, mode, k, limit) => {
-                            let got = replies.next().unwrap().try_recv().unwrap().unwrap();
-                            for ((id, fp), o) in docs.iter().zip(got) {
-                                let mut want: Vec<(u32, &str)> = live
-                                    .iter()
-                                    .map(|(i, f)| (fp.distance(*f), i.as_str()))
-                                    .filter(|(d, _)| d <= k)
-                                    .collect();
-                                want.sort_unstable();
-                                let stored = *mode == Mode::Insert || want.is_empty();
-                                prop_assert_eq!(o.stored, stored);
-                                prop_assert_eq!(o.truncated, want.len() > *limit);
-                                want.truncate(*limit);
-                                let got: Vec<(u32, &str)> =
-                                    o.duplicates.iter().map(|f| (f.distance, &*f.id)).collect();
-                                prop_assert_eq!(got, want);
-                                if stored {
-                                    live.retain(|(i, _)| i != id);
-                                    live.push((id.clone(), *fp));
-                                }
-                            }
-                        }
-                        Op::Delete(id) => {
-                            let existed = dels.next().unwrap().try_recv().unwrap().unwrap();
-                            prop_assert_eq!(existed, live.iter().any(|(i, _)| i == id));
-                            live.retain(|(i, _)| i != id);
-                        }
-                    }
-                }
-                let mut stored = Vec::new();
-                store.for_each(|id, fp| stored.push((id.to_owned(), u64::read_le(fp)))).unwrap();
-                let mut want = live.clone();
-                want.sort();
-                prop_assert_eq!(stored, want);
-                prop_assert_eq!(collection.levels().documents, live.len());
-            }
+            against_oracle(rounds, None)?;
+        }
+
+        /// The same with texts' signatures, verified at Jaccard 0.6: the
+        /// matches found before the batch's decisions (with the stored
+        /// signatures' similarities) are used only where the batch changes
+        /// none of them.
+        #[test]
+        fn the_verifying_writer_matches_a_brute_force_oracle(
+            rounds in proptest::collection::vec(proptest::collection::vec(op(), 1..6), 1..5)
+        ) {
+            against_oracle(rounds, Some(0.6))?;
         }
     }
 }
