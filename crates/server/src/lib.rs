@@ -16,7 +16,7 @@ pub mod api;
 pub mod collection;
 pub mod error;
 pub mod metrics;
-mod signature_log;
+pub mod signature_log;
 pub mod store;
 pub mod writer;
 

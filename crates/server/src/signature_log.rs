@@ -86,7 +86,7 @@ pub fn pointer(offset: u64, len: u32) -> [u8; 12] {
     p
 }
 
-/// The offset and length of a [`pointer`].
+/// The offset and length of a [`pointer()`].
 pub fn read_pointer(bytes: &[u8]) -> Option<(u64, u32)> {
     let bytes: &[u8; 12] = bytes.try_into().ok()?;
     Some((
@@ -264,6 +264,7 @@ impl Log {
 }
 
 /// A compaction's new log being written.
+#[derive(Debug)]
 pub struct NextLog {
     log: Log,
     out: std::io::BufWriter<File>,
