@@ -814,23 +814,7 @@ impl Store {
             let (mut buf, mut out) = (Vec::new(), Vec::new());
             let mut after: Option<String> = None;
             loop {
-                let chunk: Vec<(String, Vec<u8>)> = {
-                    let range = match &after {
-                        Some(a) => sketches.range::<&str>((
-                            std::ops::Bound::Excluded(a.as_str()),
-                            std::ops::Bound::Unbounded,
-                        )),
-                        None => sketches.range::<&str>(..),
-                    }
-                    .map_err(storage)?;
-                    range
-                        .take(CHUNK)
-                        .map(|e| {
-                            e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec()))
-                                .map_err(storage)
-                        })
-                        .collect::<Result<_, _>>()?
-                };
+                let chunk = records_after(&sketches, after.as_deref(), CHUNK)?;
                 let Some((last, _)) = chunk.last() else {
                     return Ok(());
                 };
@@ -1398,6 +1382,27 @@ impl Store {
     }
 }
 
+/// Up to `n` records of `table` after the key `after` (from the first
+/// without one), owned: a table is rewritten in chunks while it is read.
+fn records_after(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    after: Option<&str>,
+    n: usize,
+) -> Result<Vec<(String, Vec<u8>)>, ServiceError> {
+    let range = match after {
+        Some(a) => table.range::<&str>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
+        None => table.range::<&str>(..),
+    }
+    .map_err(storage)?;
+    range
+        .take(n)
+        .map(|e| {
+            e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec()))
+                .map_err(storage)
+        })
+        .collect()
+}
+
 /// Bytes of the collection's files in `dir`: the database and the
 /// signature log.
 pub fn folder_bytes(dir: &Path) -> u64 {
@@ -1453,23 +1458,7 @@ fn upgrade(db: &Database, path: &Path, mut settings: Settings) -> Result<Setting
             let mut table = tx.open_table(def).map_err(storage)?;
             let mut after: Option<String> = None;
             loop {
-                let chunk: Vec<(String, Vec<u8>)> = {
-                    let range = match &after {
-                        Some(a) => table.range::<&str>((
-                            std::ops::Bound::Excluded(a.as_str()),
-                            std::ops::Bound::Unbounded,
-                        )),
-                        None => table.range::<&str>(..),
-                    }
-                    .map_err(storage)?;
-                    range
-                        .take(CHUNK)
-                        .map(|e| {
-                            e.map(|(k, v)| (k.value().to_owned(), v.value().to_vec()))
-                                .map_err(storage)
-                        })
-                        .collect::<Result<_, _>>()?
-                };
+                let chunk = records_after(&table, after.as_deref(), CHUNK)?;
                 let Some((last, _)) = chunk.last() else { break };
                 after = Some(last.clone());
                 for (id, old) in &chunk {
