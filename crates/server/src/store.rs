@@ -1644,14 +1644,19 @@ mod tests {
         all
     }
 
-    #[test]
-    fn every_flipped_byte_is_refused_or_harmless() {
+    /// A folder [`fill`]ed, its ids, and what the store reads of it.
+    fn filled() -> (tempfile::TempDir, Vec<String>, Dump) {
         let dir = tempfile::tempdir().unwrap();
         let ids = fill(dir.path());
         let (store, _) = Store::open_or_create(dir.path(), refuse).unwrap();
         let want = dump(&store, &ids).unwrap();
+        (dir, ids, want)
+    }
+
+    #[test]
+    fn every_flipped_byte_is_refused_or_harmless() {
+        let (dir, ids, want) = filled();
         assert_eq!(want.0.len(), 280);
-        drop(store);
         let log = crate::signature_log::log_path(dir.path(), 0);
         let log_bytes = std::fs::read(&log).unwrap();
         assert!(!log_bytes.is_empty());
@@ -1861,11 +1866,7 @@ mod tests {
     /// committed is refused, naming the file and the fix.
     #[test]
     fn the_signature_log_recovers_from_a_crash_and_refuses_damage() {
-        let dir = tempfile::tempdir().unwrap();
-        let ids = fill(dir.path());
-        let (store, _) = Store::open_or_create(dir.path(), refuse).unwrap();
-        let want = dump(&store, &ids).unwrap();
-        drop(store);
+        let (dir, ids, want) = filled();
         let log = crate::signature_log::log_path(dir.path(), 0);
         let committed = std::fs::read(&log).unwrap();
         let mut torn = committed.clone();
