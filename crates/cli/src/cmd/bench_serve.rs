@@ -65,6 +65,12 @@ pub struct ServeArgs {
     /// answers by Hamming distance alone, no sketch stored).
     #[arg(long)]
     pub no_verify: bool,
+
+    /// Keep each collection in --dir, and measure one an earlier run kept
+    /// there instead of loading it again (for comparing builds: the inserts
+    /// of the earlier runs stay in it).
+    #[arg(long, requires = "dir")]
+    pub reuse: bool,
 }
 
 /// Documents made of real ones: each stored document joins a few source
@@ -210,22 +216,31 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     for &n in &args.documents {
         let n = n as u64;
         let dir = base.join(format!("collection-{n}"));
-        if dir.exists() {
+        let reused = args.reuse && dir.exists();
+        if dir.exists() && !reused {
             std::fs::remove_dir_all(&dir)?;
         }
         let settings = super::serve::default_settings(n as f64, args.no_verify)?;
         let config = settings.config.clone();
         let started = Instant::now();
-        let (settings, centre) = load(&dir, settings, &sentences, n)?;
+        let (settings, centre) = plan(settings, &sentences, n)?;
+        if !reused {
+            load(&dir, &settings, centre.as_ref(), &sentences, n)?;
+        }
         writeln!(out, "\n{n} documents; {}", settings.summary())?;
         let load_secs = started.elapsed().as_secs_f64();
         let disk = neardup_server::store::folder_bytes(&dir);
         let (mut server, addr, open_secs) = Server::start(&dir)?;
         let rss_open = server.rss()?;
+        let loaded = if reused {
+            "kept by an earlier run".to_owned()
+        } else {
+            format!("bulk load {load_secs:.1} s")
+        };
         writeln!(
             out,
-            "  bulk load {load_secs:.1} s ({:.0} bytes of store per document); restart: ready \
-             in {open_secs:.2} s, every record's checksum checked",
+            "  {loaded} ({:.0} bytes of store per document); restart: ready in {open_secs:.2} s, \
+             every record's checksum checked",
             disk as f64 / n as f64
         )?;
         let per_doc = |rss: u64| rss.saturating_sub(rss_empty) as f64 / n as f64;
@@ -354,7 +369,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             mb(server.peak()?)
         )?;
         server.stop()?;
-        std::fs::remove_dir_all(&dir).ok();
+        if !args.reuse {
+            std::fs::remove_dir_all(&dir).ok();
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -363,19 +380,15 @@ fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
-/// Fills a new collection in `dir` with `n` documents, by the store (as a
-/// long-running service would have them): each text's fingerprint and
-/// sketch made as the service makes them, in parallel. A collection that
-/// learns its centre has learned it from its first documents, as the
-/// service does. Returns the settings stored and the centre.
-fn load(
-    dir: &Path,
+/// The settings a new collection of `n` documents stores, and its centre: a
+/// collection that learns its centre has learned it from its first
+/// documents, as the service does.
+fn plan(
     mut settings: neardup_server::Settings,
     sentences: &Sentences,
     n: u64,
 ) -> Result<(neardup_server::Settings, Option<Centre>)> {
     let hasher = SimHasher::new(settings.config.clone())?;
-    let verified = settings.verified();
     let centre = match settings.centring {
         Some(Centring::Learning { from }) => {
             let mut centre = Centre::new(settings.config.bits);
@@ -401,6 +414,21 @@ fn load(
         Some(Centring::Learned { .. }) => bail!("a new collection has not learned a centre"),
         None => None,
     };
+    Ok((settings, centre))
+}
+
+/// Fills a new collection in `dir` with `n` documents, by the store (as a
+/// long-running service would have them): each text's fingerprint and
+/// sketch made as the service makes them, in parallel.
+fn load(
+    dir: &Path,
+    settings: &neardup_server::Settings,
+    centre: Option<&Centre>,
+    sentences: &Sentences,
+    n: u64,
+) -> Result<()> {
+    let hasher = SimHasher::new(settings.config.clone())?;
+    let verified = settings.verified();
     let stored = settings.clone();
     let (store, _) = Store::open_or_create(dir, move || Ok(stored))?;
     // A new collection's signatures are of the words its fingerprints read.
@@ -426,9 +454,7 @@ fn load(
                     let (fp, shares) = hasher.fingerprint_and_shares(&text);
                     (fp, shares, None)
                 };
-                let fp = centre
-                    .as_ref()
-                    .map_or(fp, |c| c.fingerprint(shares.as_bytes()));
+                let fp = centre.map_or(fp, |c| c.fingerprint(shares.as_bytes()));
                 let bytes = fp.width().bits() as usize / 8;
                 let le = fp.value().to_le_bytes()[..bytes].to_vec();
                 Ok((format!("https://example.com/{i}"), le, sketch))
@@ -448,7 +474,7 @@ fn load(
         store.commit(&writes)?;
         done += m;
     }
-    Ok((settings, centre))
+    Ok(())
 }
 
 /// A `neardup serve` process of this executable on a loopback port.
