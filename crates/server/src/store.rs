@@ -26,6 +26,7 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -448,7 +449,13 @@ pub struct Store {
     log_file: RwLock<Option<Arc<std::fs::File>>>,
     /// Garbage in the log below this many bytes is never compacted (raised
     /// after a compaction fails, so that it is not tried at every commit).
-    compact_min: std::sync::atomic::AtomicU64,
+    compact_min: AtomicU64,
+    /// Set by a whole scan ([`Store::for_each`]) that found no document
+    /// with metadata; with `meta_written` unset, [`Store::metas`] answers
+    /// without reading the database.
+    scanned_without_meta: AtomicBool,
+    /// Set before the first commit that stores a document's metadata.
+    meta_written: AtomicBool,
 }
 
 /// The database's page cache. Small on purpose: the in-memory index holds
@@ -694,6 +701,8 @@ impl Store {
             log_file: RwLock::new(log.as_ref().map(Log::file)),
             log: log.map(Mutex::new),
             compact_min: Log::COMPACT_MIN.into(),
+            scanned_without_meta: AtomicBool::new(false),
+            meta_written: AtomicBool::new(false),
         };
         Ok((store, settings))
     }
@@ -745,6 +754,13 @@ impl Store {
 
     /// Commits `writes` as one durable transaction.
     pub fn commit(&self, writes: &[Write<'_>]) -> Result<(), ServiceError> {
+        // Before any reader can see the metadata.
+        if writes
+            .iter()
+            .any(|w| matches!(w, Write::Put { meta: Some(m), .. } if !m.is_empty()))
+        {
+            self.meta_written.store(true, Ordering::SeqCst);
+        }
         let done = guarded(&self.path, || self.commit_inner(writes));
         let mut failing = self.failing.lock().expect("store lock");
         match &done {
@@ -767,7 +783,6 @@ impl Store {
     /// that fails leaves the log as it was, and is tried again once the
     /// garbage has doubled.
     fn compact_log_when_due(&self) {
-        use std::sync::atomic::Ordering;
         let Some(log) = &self.log else { return };
         let min = self.compact_min.load(Ordering::Relaxed);
         let state = {
@@ -1018,6 +1033,12 @@ impl Store {
 
     /// Several documents' metadata, in one read transaction.
     pub fn metas(&self, ids: &[&str]) -> Result<Vec<Option<Vec<u8>>>, ServiceError> {
+        if self.scanned_without_meta.load(Ordering::SeqCst)
+            && !self.meta_written.load(Ordering::SeqCst)
+        {
+            // No document has any.
+            return Ok(vec![None; ids.len()]);
+        }
         guarded(&self.path, || {
             let db = self.handle()?;
             let tx = db.begin_read().map_err(storage)?;
@@ -1200,6 +1221,7 @@ impl Store {
             let table = tx.open_table(DOCS).map_err(storage)?;
             let mut got = Digest::default();
             let mut previous: Option<String> = None;
+            let mut any_meta = false;
             std::thread::scope(|scope| {
                 // Every document looked up by its own key, on the other core
                 // beside the scan: the scan reads the leaves in order, a
@@ -1234,6 +1256,9 @@ impl Store {
                             )));
                         }
                         got.add(stored_check(v.value()));
+                        // The fingerprint, the byte saying whether it has a
+                        // sketch, then the metadata.
+                        any_meta |= value.len() > self.fp_bytes + 1;
                         f(id, &value[..self.fp_bytes]);
                         match &mut previous {
                             Some(p) => {
@@ -1255,6 +1280,9 @@ impl Store {
                     "records were lost or changed ({} found where {} were written)",
                     got.count, want.count
                 )));
+            }
+            if !any_meta {
+                self.scanned_without_meta.store(true, Ordering::SeqCst);
             }
             Ok(())
         })
@@ -1728,7 +1756,6 @@ mod tests {
     fn the_signature_log_reads_back_what_was_written() {
         use proptest::prelude::*;
         use std::collections::BTreeMap;
-        use std::sync::atomic::Ordering;
 
         static COMPACTIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let ops = proptest::collection::vec(
@@ -1806,6 +1833,45 @@ mod tests {
     /// Readers go on while the log is compacted under them: every read of a
     /// signature, from another thread through many compactions, is the one
     /// written (or none yet), never an error.
+    /// A store whose open scan found no metadata answers `metas` without
+    /// reading; metadata written later, or found by the scan at the next
+    /// open, is answered all the same.
+    #[test]
+    fn metadata_is_answered_after_a_scan_that_found_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = ["a", "b"];
+        let fp = fingerprint(1);
+        let put = |id, meta| Write::Put {
+            id,
+            fingerprint: &fp,
+            meta,
+            sketch: None,
+            shares: None,
+            vector: None,
+        };
+        let open = || {
+            Store::open_or_create(dir.path(), || Ok(settings(STORE_VERSION)))
+                .unwrap()
+                .0
+        };
+        let store = open();
+        store.commit(&[put("a", None)]).unwrap();
+        store.for_each(|_, _| {}).unwrap();
+        assert_eq!(store.metas(&ids).unwrap(), vec![None, None]);
+        store
+            .commit(&[put("b", Some(br#"{"x":1}"#.as_slice()))])
+            .unwrap();
+        let want = vec![None, Some(br#"{"x":1}"#.to_vec())];
+        assert_eq!(store.metas(&ids).unwrap(), want);
+        drop(store);
+        let store = open();
+        store.for_each(|_, _| {}).unwrap();
+        assert_eq!(store.metas(&ids).unwrap(), want);
+        // Without the scan, the database is read.
+        drop(store);
+        assert_eq!(open().metas(&ids).unwrap(), want);
+    }
+
     #[test]
     fn reads_go_on_through_compactions() {
         use std::sync::atomic::{AtomicBool, Ordering};
