@@ -213,7 +213,10 @@ def kept_distributed(spark: Any, job: Job, numbered: Any, dropped: Any) -> tuple
                 yield pa.RecordBatch.from_arrays([pa.array(at.astype(np.int64)), pa.array(p)], names=["index", "_pos"])
 
         gone = dropped.mapInArrow(indexed, index_schema).groupBy("index").agg(F.collect_list("_pos").alias("gone"))
-        ranges = splits.frame(spark).where(F.col("new")).join(gone, "index", "left").orderBy("index")
+        # One range a task again after the join (a sort would gather the
+        # few rows into one task, and the writing onto one core).
+        ranges = (splits.frame(spark).where(F.col("new")).join(gone, "index", "left")
+                  .repartitionByRange(max(len(splits.ranges), 1), "index").sortWithinPartitions("index"))
 
         def kept_of(b, gone_list):
             import pyarrow.compute as pc
