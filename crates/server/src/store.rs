@@ -462,8 +462,10 @@ pub struct Store {
 /// what a lookup needs, the store is read for a request's few candidates'
 /// sketches and metadata, and the operating system's page cache (which is
 /// not the process's memory) keeps the file's hot pages. redb's default (a
-/// gigabyte) would make the process grow with the collection.
-const CACHE_BYTES: usize = 32 << 20;
+/// gigabyte) would make the process grow with the collection. The open
+/// scan of every record fills it: each of its megabytes is a byte a
+/// document of a million-document collection's resident memory.
+const CACHE_BYTES: usize = 16 << 20;
 
 /// Opens the database file: [`Opener::default`] with redb's file backend;
 /// tests give one whose disk fills up on demand.
