@@ -1832,9 +1832,6 @@ mod tests {
         );
     }
 
-    /// Readers go on while the log is compacted under them: every read of a
-    /// signature, from another thread through many compactions, is the one
-    /// written (or none yet), never an error.
     /// A store whose open scan found no metadata answers `metas` without
     /// reading; metadata written later, or found by the scan at the next
     /// open, is answered all the same.
@@ -1874,6 +1871,9 @@ mod tests {
         assert_eq!(open().metas(&ids).unwrap(), want);
     }
 
+    /// Readers go on while the log is compacted under them: every read of a
+    /// signature, from another thread through many compactions, is the one
+    /// written (or none yet), never an error.
     #[test]
     fn reads_go_on_through_compactions() {
         use std::sync::atomic::{AtomicBool, Ordering};
@@ -1946,22 +1946,19 @@ mod tests {
         assert_eq!(std::fs::read(&log).unwrap(), committed);
         assert!(!crate::signature_log::log_path(dir.path(), 1).exists());
         drop(store);
-        std::fs::write(&log, &committed[..committed.len() - 1]).unwrap();
-        let e = Store::open_or_create(dir.path(), refuse)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("signatures-0.log") && e.contains("restore"),
-            "{e}"
-        );
-        std::fs::remove_file(&log).unwrap();
-        let e = Store::open_or_create(dir.path(), refuse)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("signatures-0.log") && e.contains("restore"),
-            "{e}"
-        );
+        // A log shorter than committed, then none at all: refused.
+        let short = |log: &Path| std::fs::write(log, &committed[..committed.len() - 1]).unwrap();
+        let gone = |log: &Path| std::fs::remove_file(log).unwrap();
+        for damage in [&short as &dyn Fn(&Path), &gone] {
+            damage(&log);
+            let e = Store::open_or_create(dir.path(), refuse)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("signatures-0.log") && e.contains("restore"),
+                "{e}"
+            );
+        }
     }
 
     /// Keys damaged where they are used to find records (the separator keys
