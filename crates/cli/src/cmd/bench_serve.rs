@@ -229,11 +229,21 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         }
         writeln!(out, "\n{n} documents; {}", settings.summary())?;
         let load_secs = started.elapsed().as_secs_f64();
+        // A kept collection holds the earlier runs' inserts too: the
+        // figures per document are per document it holds.
+        let stored = if reused {
+            let kept = settings.clone();
+            Store::open_or_create(&dir, move || Ok(kept))?
+                .0
+                .document_count()?
+        } else {
+            n
+        };
         let disk = neardup_server::store::folder_bytes(&dir);
         let (mut server, addr, open_secs) = Server::start(&dir)?;
         let rss_open = server.rss()?;
         let loaded = if reused {
-            "kept by an earlier run".to_owned()
+            format!("kept by an earlier run, {stored} documents")
         } else {
             format!("bulk load {load_secs:.1} s")
         };
@@ -241,9 +251,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             out,
             "  {loaded} ({:.0} bytes of store per document); restart: ready in {open_secs:.2} s, \
              every record's checksum checked",
-            disk as f64 / n as f64
+            disk as f64 / stored as f64
         )?;
-        let per_doc = |rss: u64| rss.saturating_sub(rss_empty) as f64 / n as f64;
+        let per_doc = |rss: u64| rss.saturating_sub(rss_empty) as f64 / stored as f64;
         writeln!(
             out,
             "  server resident memory {:.1} MB: {:.0} bytes per stored document over the empty \
