@@ -131,19 +131,26 @@ def distance(a: int, b: int, bits: int) -> int: ...
 def similarity(a: int, b: int, bits: int) -> float: ...
 def verify_threshold(rule: str) -> float: ...
 def pigeonhole_keys(fp: bytes, bits: int, k: int) -> bytes: ...
-def pigeonhole_pairs(
-    key: bytes,
-    block_i: bytes,
-    block_j: bytes,
-    salt: bytes,
-    pos: bytes,
+PIGEONHOLE_RECORD: Tuple[int, int]
+def pigeonhole_route(
     fp: bytes,
+    pos: bytes,
     bits: int,
     k: int,
+    hot_keys: bytes,
+    hot_splits: bytes,
+    parts: int,
     summaries: Optional[bytes] = ...,
+) -> List[bytes]: ...
+def pigeonhole_pairs(
+    records: List[bytes],
+    bits: int,
+    k: int,
     threshold: Optional[float] = ...,
     spanning: bool = ...,
-) -> Tuple[bytes, bytes, bytes]: ...
+    cap: Optional[int] = ...,
+    sets: Optional[List[bytes]] = ...,
+) -> Tuple[bytes, bytes, bytes, List[bytes]]: ...
 class _BatchIndex:
     def __init__(
         self, fp: bytes, bits: int, k: int, summaries: Optional[bytes] = ..., threshold: Optional[float] = ...

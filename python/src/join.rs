@@ -52,13 +52,134 @@ pub fn pigeonhole_keys<'py>(
     Ok(PyBytes::new(py, bytemuck::cast_slice(&out)))
 }
 
-/// The pairs of whole groups of rows sorted by group (`key`, `block_i`,
-/// `block_j`; i64 columns as little-endian bytes), as the group of each
+/// A candidate row as it crosses the shuffle, little-endian: group key
+/// (i64), position (i64), fingerprint (high, then low u64), block pair (i,
+/// j) and salt (u32 each), four bytes of padding, then the document's
+/// summary (SUMMARY_BYTES) when pairs are screened.
+pub(crate) const RECORD_BYTES: usize = 48;
+
+/// One candidate row ([`RECORD_BYTES`]).
+#[derive(Clone, Copy)]
+struct Record {
+    key: i64,
+    pos: i64,
+    fp: u128,
+    bi: u32,
+    bj: u32,
+    salt: u32,
+}
+
+impl Record {
+    fn write(&self, out: &mut Vec<u8>, summary: Option<&[u8]>) {
+        out.extend_from_slice(&self.key.to_le_bytes());
+        out.extend_from_slice(&self.pos.to_le_bytes());
+        out.extend_from_slice(&((self.fp >> 64) as u64).to_le_bytes());
+        out.extend_from_slice(&(self.fp as u64).to_le_bytes());
+        for v in [self.bi, self.bj, self.salt, 0] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        if let Some(s) = summary {
+            out.extend_from_slice(s);
+        }
+    }
+
+    fn read(b: &[u8]) -> Self {
+        let i64_at = |at: usize| i64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        Record {
+            key: i64_at(0),
+            pos: i64_at(8),
+            fp: (u128::from(i64_at(16) as u64) << 64) | u128::from(i64_at(24) as u64),
+            bi: u32_at(32),
+            bj: u32_at(36),
+            salt: u32_at(40),
+        }
+    }
+}
+
+/// The task (0 to `parts` - 1) of group (`key`, `bi`, `bj`): every row of a
+/// group has the same.
+fn destination(key: i64, bi: u32, bj: u32, parts: usize) -> usize {
+    let mut z = (key as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add((u64::from(bi) << 32 | u64::from(bj)).wrapping_mul(0xC2B2_AE3D_27D4_EB4F));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) % parts as u64) as usize
+}
+
+/// The candidate rows of documents (fingerprint words `fp`, two u64 each,
+/// high then low, of width `bits`; positions `pos`, i64; `summaries`, one
+/// each, when pairs are to be screened), packed as [`RECORD_BYTES`] records
+/// for the `parts` tasks of the join: one buffer per task. Each document
+/// has a row in each of its k + 1 groups; a hot group (`hot_keys`, sorted
+/// i64, split into `hot_splits` blocks, i64) has the row in each block pair
+/// of the document's block (its salt, from its position), so that no task
+/// holds more than about two blocks of it.
+#[pyfunction]
+#[pyo3(signature = (fp, pos, bits, k, hot_keys, hot_splits, parts, summaries=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn pigeonhole_route<'py>(
+    py: Python<'py>,
+    fp: &[u8],
+    pos: &[u8],
+    bits: u32,
+    k: u32,
+    hot_keys: &[u8],
+    hot_splits: &[u8],
+    parts: usize,
+    summaries: Option<&[u8]>,
+) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let ph = Pigeonhole::new(bits, k).map_err(err)?;
+    let fps = fingerprints(fp);
+    let pos = i64s(pos);
+    let (hot, splits) = (i64s(hot_keys), i64s(hot_splits));
+    if pos.len() != fps.len() || hot.len() != splits.len() || parts == 0 {
+        return Err(err(
+            "pigeonhole_route: one position per fingerprint, one split per hot key and a task are needed",
+        ));
+    }
+    if summaries.is_some_and(|s| s.len() != fps.len() * SUMMARY_BYTES) {
+        return Err(err(
+            "pigeonhole_route: one summary per fingerprint is needed",
+        ));
+    }
+    let width = RECORD_BYTES + summaries.map_or(0, |_| SUMMARY_BYTES);
+    let out = py.detach(|| {
+        let mut out = vec![Vec::with_capacity(fps.len() * ph.parts() * width / parts); parts];
+        for (i, (&f, &p)) in fps.iter().zip(&pos).enumerate() {
+            let summary = summaries.map(|s| &s[i * SUMMARY_BYTES..(i + 1) * SUMMARY_BYTES]);
+            for part in 0..ph.parts() {
+                let key = ph.key(part, f);
+                let split = hot
+                    .binary_search(&key)
+                    .map_or(1, |at| splits[at].max(1) as u64);
+                let salt = ((p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33) % split;
+                for other in 0..split {
+                    let rec = Record {
+                        key,
+                        pos: p,
+                        fp: f,
+                        bi: salt.min(other) as u32,
+                        bj: salt.max(other) as u32,
+                        salt: salt as u32,
+                    };
+                    rec.write(&mut out[destination(key, rec.bi, rec.bj, parts)], summary);
+                }
+            }
+        }
+        out
+    });
+    Ok(out.iter().map(|b| PyBytes::new(py, b)).collect())
+}
+
+/// The pairs of the candidate rows `records` ([`pigeonhole_route`]'s
+/// buffers for one task: whole groups, in any order), as the group of each
 /// pair's first shared block reports it. A group too large for one task is
-/// split by `salt` (each row's block among the group's) into block pairs,
+/// split by salt (each row's block among the group's) into block pairs,
 /// each its own group: the group (i, j) compares rows of blocks i and j (of
-/// block i alone when i == j). With `summaries` (one per row) and a
-/// `threshold`, pairs are screened as `neardup dedup` screens them.
+/// block i alone when i == j). With a `threshold` (the records then carry
+/// summaries), pairs are screened as `neardup dedup` screens them.
 ///
 /// `spanning`: not every pair, only enough for the same components. Rows
 /// with one fingerprint and one feature set (one summary digest; one
@@ -69,32 +190,26 @@ pub fn pigeonhole_keys<'py>(
 /// reported at the group's end only if they join two of its components
 /// (the components of what is reported are those of every pair). A group
 /// of m rows with more than `cap` m such undecided pairs (the screen cannot
-/// decide a crowd of near copies: m²/2 pairs) reports none of them: its rows'
-/// range is returned instead, to be joined again with `sets`.
+/// decide a crowd of near copies: m²/2 pairs) reports none of them: its
+/// records are returned instead, to be joined again with `sets`.
 ///
-/// `sets` (spanning only: one feature set per row, sorted u64 hashes as
-/// bytes): the pairs the screen leaves undecided are checked exactly here,
-/// so that a group of m near copies costs at most m - 1 pairs and no
-/// undecided one.
+/// `sets` (spanning only: one feature set per record, sorted u64 hashes as
+/// bytes, in the records' order): the pairs the screen leaves undecided are
+/// checked exactly here, so that a group of m near copies costs at most
+/// m - 1 pairs and no undecided one.
 ///
 /// Returns (`kept`, `scores`, `undecided`, `overflow`): rows of (pos a,
 /// pos b, distance) i64 with a < b, a score per kept row (-1 without a
-/// screen), the pairs only the features can decide, and (start, end) i64
-/// row ranges of the groups over `cap`.
+/// screen), the pairs only the features can decide, and the records of
+/// each group over `cap`, one buffer a group.
 #[pyfunction]
-#[pyo3(signature = (key, block_i, block_j, salt, pos, fp, bits, k, summaries=None, threshold=None, spanning=false, cap=None, sets=None))]
+#[pyo3(signature = (records, bits, k, threshold=None, spanning=false, cap=None, sets=None))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn pigeonhole_pairs<'py>(
     py: Python<'py>,
-    key: &[u8],
-    block_i: &[u8],
-    block_j: &[u8],
-    salt: &[u8],
-    pos: &[u8],
-    fp: &[u8],
+    records: Vec<PyBackedBytes>,
     bits: u32,
     k: u32,
-    summaries: Option<&[u8]>,
     threshold: Option<f64>,
     spanning: bool,
     cap: Option<usize>,
@@ -103,56 +218,122 @@ pub fn pigeonhole_pairs<'py>(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
+    Vec<Bound<'py, PyBytes>>,
 )> {
     let ph = Pigeonhole::new(bits, k).map_err(err)?;
-    let cols = [key, block_i, block_j, salt, pos].map(i64s);
-    let fps = fingerprints(fp);
-    let n = fps.len();
-    if cols.iter().any(|c| c.len() != n) {
-        return Err(err("pigeonhole_pairs: columns differ in length"));
+    let summary_bytes = threshold.map_or(0, |_| SUMMARY_BYTES);
+    let width = RECORD_BYTES + summary_bytes;
+    if records.iter().any(|r| r.len() % width != 0) {
+        return Err(err(format!(
+            "pigeonhole_pairs: records of {width} bytes are needed (with a threshold, summaries)"
+        )));
     }
-    let screen_by = Screen::of("pigeonhole_pairs", n, summaries, threshold)?;
+    let raw: Vec<&[u8]> = records.iter().flat_map(|r| r.chunks_exact(width)).collect();
+    let n = raw.len();
     match &sets {
-        Some(_) if !spanning || screen_by.is_none() => {
+        Some(_) if !spanning || threshold.is_none() => {
             return Err(err(
                 "pigeonhole_pairs: feature sets check a spanning join's screened pairs",
             ));
         }
         Some(s) if s.len() != n => {
-            return Err(err("pigeonhole_pairs: one feature set per row is needed"));
+            return Err(err(
+                "pigeonhole_pairs: one feature set per record is needed",
+            ));
         }
         _ => {}
     }
-    // The features in place when aligned (CPython's bytes usually are), else copied.
-    let sets: Option<Vec<Cow<'_, [SetFeature]>>> = sets.as_ref().map(|s| {
-        s.iter()
-            .map(|b| match bytemuck::try_cast_slice::<u8, SetFeature>(b) {
-                Ok(w) => Cow::Borrowed(w),
-                Err(_) => Cow::Owned(features_of(b)),
+    let width_of = Width::from_bits(bits).map_err(err)?;
+    let (triage, overflow) = py.detach(|| {
+        // The records by group (then position), as columns.
+        let mut keyed: Vec<(u64, u64, i64, u32)> = raw
+            .iter()
+            .enumerate()
+            .map(|(x, b)| {
+                let r = Record::read(b);
+                (
+                    r.key as u64,
+                    u64::from(r.bi) << 32 | u64::from(r.bj),
+                    r.pos,
+                    x as u32,
+                )
             })
-            .collect()
-    });
-    let width = Width::from_bits(bits).map_err(err)?;
-    let join = Join {
-        ph: &ph,
-        k,
-        cols: &cols,
-        fps: &fps,
-        screen_by,
-        spanning,
-        cap,
-        sets: sets.as_deref(),
-    };
-    let (triage, overflow) = py
-        .detach(|| with_bits!(width, B => join.run::<B>()))
-        .map_err(err)?;
+            .collect();
+        keyed.sort_unstable();
+        let order: Vec<u32> = keyed.iter().map(|e| e.3).collect();
+        drop(keyed);
+        let rows: Vec<Record> = order
+            .iter()
+            .map(|&x| Record::read(raw[x as usize]))
+            .collect();
+        let col = |f: fn(&Record) -> i64| -> Vec<i64> { rows.iter().map(f).collect() };
+        let cols = [
+            col(|r| r.key),
+            col(|r| i64::from(r.bi)),
+            col(|r| i64::from(r.bj)),
+            col(|r| i64::from(r.salt)),
+            col(|r| r.pos),
+        ];
+        let fps: Vec<u128> = rows.iter().map(|r| r.fp).collect();
+        drop(rows);
+        let summaries: Vec<u8> = if summary_bytes > 0 {
+            let mut all = Vec::with_capacity(n * summary_bytes);
+            for &x in &order {
+                all.extend_from_slice(&raw[x as usize][RECORD_BYTES..]);
+            }
+            all
+        } else {
+            Vec::new()
+        };
+        // The features in place when aligned (CPython's bytes usually
+        // are), else copied; in the rows' order.
+        let sets: Option<Vec<Cow<'_, [SetFeature]>>> = sets.as_ref().map(|s| {
+            order
+                .iter()
+                .map(|&x| {
+                    let b = &s[x as usize];
+                    match bytemuck::try_cast_slice::<u8, SetFeature>(b) {
+                        Ok(w) => Cow::Borrowed(w),
+                        Err(_) => Cow::Owned(features_of(b)),
+                    }
+                })
+                .collect()
+        });
+        let screen_by = Screen::of(
+            "pigeonhole_pairs",
+            n,
+            threshold.map(|_| summaries.as_slice()),
+            threshold,
+        )?;
+        let join = Join {
+            ph: &ph,
+            k,
+            cols: &cols,
+            fps: &fps,
+            screen_by,
+            spanning,
+            cap,
+            sets: sets.as_deref(),
+        };
+        let (triage, ranges) = with_bits!(width_of, B => join.run::<B>()).map_err(err)?;
+        let overflow: Vec<Vec<u8>> = ranges
+            .chunks_exact(2)
+            .map(|r| {
+                order[r[0] as usize..r[1] as usize]
+                    .iter()
+                    .flat_map(|&x| raw[x as usize])
+                    .copied()
+                    .collect()
+            })
+            .collect();
+        Ok::<_, PyErr>((triage, overflow))
+    })?;
     let (kept, scores, undecided) = triage.into_py(py);
     Ok((
         kept,
         scores,
         undecided,
-        PyBytes::new(py, bytemuck::cast_slice(&overflow)),
+        overflow.iter().map(|b| PyBytes::new(py, b)).collect(),
     ))
 }
 

@@ -140,6 +140,11 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint::centred_words, m)?)?;
     m.add_function(wrap_pyfunction!(pigeonhole_keys, m)?)?;
     m.add_function(wrap_pyfunction!(pigeonhole_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(join::pigeonhole_route, m)?)?;
+    m.add(
+        "PIGEONHOLE_RECORD",
+        (join::RECORD_BYTES, spark::SUMMARY_BYTES),
+    )?;
     m.add_function(wrap_pyfunction!(spark::spark_rows, m)?)?;
     m.add_function(wrap_pyfunction!(spark::config_with_idf, m)?)?;
     m.add_function(wrap_pyfunction!(spark::spark_join, m)?)?;

@@ -636,29 +636,70 @@ def test_exact_check_routes_each_pair_with_both_documents(cap, seed):
             assert len({bucket_of_pair[p][0] for p in pairs if find(p[0]) == root}) == 1
 
 
+@pytest.mark.parametrize("parts", [1, 2, 7, 64])
+def test_each_task_of_the_join_gets_the_records_sent_to_it(spark, parts):
+    """The candidate join's shuffle sends each routed buffer by a value
+    that Spark's hash partitioning maps to the task the router chose: each
+    of the ``parts`` values lands alone in its own partition."""
+    from neardup.spark.candidates import _partition_values
+
+    values = _partition_values(spark, parts)
+    assert len(set(values)) == parts
+    frame = spark.createDataFrame([(v, i) for i, v in enumerate(values)], "dest long, task long")
+    placed = frame.repartition(parts, "dest").rdd.mapPartitionsWithIndex(lambda p, rows: [(p, r.task) for r in rows]).collect()
+    assert sorted(placed) == [(i, i) for i in range(parts)]
+
+
 @pytest.mark.parametrize("seed", range(30))
-def test_sorted_batches_are_cut_into_whole_groups(seed):
-    """The distributed join's reader of a sorted partition (no Spark
-    needed): every group comes whole in one table, in order, whatever the
-    batch sizes (groups longer than a batch, batches that end where a group
-    does, empty batches)."""
-    import pyarrow as pa
-    from neardup.spark.candidates import _whole_groups
+def test_routed_records_join_as_the_pigeonhole_groups_do(seed):
+    """The distributed join's shuffle (no Spark needed): documents routed to
+    a few tasks as packed records, each task's records (in any order) joined
+    on their own, give exactly the pairs within k of a brute-force
+    comparison, each once, whatever the number of tasks and with hot
+    groups split into salted blocks."""
+    import numpy as np
+    from neardup import _neardup as _rs
 
     rng = random.Random(seed)
-    rows = []
-    for g in range(rng.randrange(0, 12)):
-        rows += [(g // 3, g % 3, x) for x in range(rng.choice([1, 2, 5, 40]))]
-    cuts = sorted({0, len(rows), *(rng.randrange(len(rows) + 1) for _ in range(rng.randrange(0, 8)))})
-    batches = [
-        pa.RecordBatch.from_arrays([pa.array([r[c] for r in rows[a:b]], pa.int64()) for c in range(3)], names=["key", "bi", "row"])
-        for a, b in zip(cuts[:-1], cuts[1:])
-    ] + [pa.RecordBatch.from_arrays([pa.array([], pa.int64())] * 3, names=["key", "bi", "row"])]
-    got = [t.to_pydict() for t in _whole_groups(iter(batches), ("key", "bi"))]
-    assert [r for t in got for r in zip(t["key"], t["bi"], t["row"])] == rows
-    seen = [{(k, b) for k, b in zip(t["key"], t["bi"])} for t in got]
-    assert all(len(t["key"]) for t in got)
-    assert sum(len(s) for s in seen) == len({(k, b) for k, b, _ in rows})  # no group in two tables
+    bits, k = rng.choice([(64, 3), (64, 7), (128, 19)])
+    base = [rng.getrandbits(bits) for _ in range(rng.randrange(1, 6))]
+    fps = []
+    for _ in range(rng.randrange(2, 120)):
+        f = rng.choice(base)
+        for _ in range(rng.randrange(0, k + 3)):
+            f ^= 1 << rng.randrange(bits)
+        fps.append(f)
+    n = len(fps)
+    words = b"".join(((f >> 64) & (2**64 - 1)).to_bytes(8, "little") + (f & (2**64 - 1)).to_bytes(8, "little") for f in fps)
+    pos = [rng.randrange(1 << 40) for _ in range(n)]
+    pos = sorted(set(pos))
+    while len(pos) < n:
+        pos.append(pos[-1] + 1)
+    pos_bytes = b"".join(p.to_bytes(8, "little") for p in pos)
+    keys = np.frombuffer(_rs.pigeonhole_keys(words, bits, k), dtype="<i8")
+    distinct, counts = np.unique(keys, return_counts=True)
+    hot = [(int(key), rng.randrange(2, 5)) for key, c in zip(distinct, counts) if c > 3 and rng.random() < 0.5]
+    hot_keys = np.array([h for h, _ in hot], dtype="<i8").tobytes()
+    hot_splits = np.array([s for _, s in hot], dtype="<i8").tobytes()
+    parts = rng.randrange(1, 6)
+    tasks = [[] for _ in range(parts)]
+    for start in range(0, n, 17):  # map batches of 17 documents
+        end = min(n, start + 17)
+        routed = _rs.pigeonhole_route(words[16 * start:16 * end], pos_bytes[8 * start:8 * end], bits, k, hot_keys, hot_splits, parts)
+        assert len(routed) == parts
+        for t, r in enumerate(routed):
+            if r:
+                tasks[t].append(r)
+    got = []
+    for records in tasks:
+        rng.shuffle(records)
+        if records:
+            kept, _, und, over = _rs.pigeonhole_pairs(records, bits, k)
+            assert und == b"" and over == []
+            got += [tuple(r) for r in np.frombuffer(kept, dtype="<i8").reshape(-1, 3).tolist()]
+    want = sorted((min(pos[i], pos[j]), max(pos[i], pos[j]), bin(fps[i] ^ fps[j]).count("1"))
+                  for i in range(n) for j in range(i + 1, n) if bin(fps[i] ^ fps[j]).count("1") <= k)
+    assert sorted(got) == want
 
 
 @pytest.mark.parametrize("seed", range(40))

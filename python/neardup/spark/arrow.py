@@ -26,7 +26,7 @@ def _packed(column: Any) -> bytes:
     """An Arrow binary column's values, one after another."""
     arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
     offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
-    return arr.buffers()[2].to_pybytes()[offs[0] : offs[-1]] if len(arr) else b""
+    return arr.buffers()[2][int(offs[0]) : int(offs[-1])].to_pybytes() if len(arr) else b""
 
 
 def _scored_pair_schema() -> Any:

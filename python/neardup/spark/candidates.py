@@ -5,8 +5,9 @@ Reads the fingerprint pass's rows (``_pos``, ``fp_hi``, ``fp_lo`` and, to
 screen, ``summary``). Centres them on the corpus when the job does
 (:func:`_centre_distributed`: sums per partition, added on the driver,
 broadcast back). Collects the hot keys (groups above ``max_group`` rows) to
-the driver. Shuffles each document k + 1 times keyed by block (40 bytes a
-row, plus the 144-byte summary when verifying) and joins each group in Rust
+the driver. Shuffles each document k + 1 times keyed by block (48 bytes a
+row, plus the 144-byte summary when verifying), the rows packed into a few
+large values per task, and joins each task's groups in Rust
 (:func:`_candidates`). With ``against``, the existing set is not shuffled:
 the new batch is broadcast and every partition of the existing set looks
 its documents up in it (:func:`_batch_pairs`). Returns DataFrames of
@@ -61,39 +62,37 @@ def _centre_distributed(spark: Any, fps: Any, bits: int) -> Any:
     return out
 
 
-def _whole_groups(batches: Any, cols: tuple) -> Any:
-    """Tables of whole groups from batches sorted by ``cols``: a group that
-    runs across batches is held until its last row has come."""
-    import pyarrow as pa
-
-    pending: list = []
-    for b in batches:
-        if not b.num_rows:
-            continue
-        change = np.zeros(b.num_rows, dtype=bool)
-        for c in cols:
-            v = b.column(c).to_numpy()
-            change[1:] |= v[1:] != v[:-1]
-        change[0] = not pending or any(pending[-1].column(c)[-1].as_py() != b.column(c)[0].as_py() for c in cols)
-        starts = np.flatnonzero(change)
-        if not len(starts):
-            pending.append(b)
-            continue
-        last = int(starts[-1])
-        done = pending + ([b.slice(0, last)] if last else [])
-        if done:
-            yield pa.Table.from_batches(done)
-        pending = [b.slice(last)]
-    if pending:
-        yield pa.Table.from_batches(pending)
-
-
 def _fp_words(b: Any) -> bytes:
     """A batch's fingerprints as words, two u64 per row (high, then low)."""
     hi = b.column("fp_hi").to_numpy().view(np.uint64)
     lo = b.column("fp_lo").to_numpy().view(np.uint64)
     return np.column_stack([hi, lo]).astype("<u8").tobytes()
 
+
+def _record_type() -> Any:
+    """A candidate row as it crosses the join's shuffle (core's
+    ``pigeonhole_route``), with its summary."""
+    head, summary = _rs.PIGEONHOLE_RECORD
+    fields = [("key", "<i8"), ("_pos", "<i8"), ("fp_hi", "<u8"), ("fp_lo", "<u8"), ("bi", "<u4"), ("bj", "<u4"),
+              ("salt", "<u4"), ("pad", "<u4"), ("summary", "u1", (summary,))]
+    kind = np.dtype(fields)
+    assert kind.itemsize == head + summary, "the record layout of core's pigeonhole_route"
+    return kind
+
+
+def _partition_values(spark: Any, parts: int) -> list:
+    """A value for each of ``parts`` partitions that Spark's hash
+    partitioning (``repartition(parts, column)`` of a long column) sends
+    there: the rows' own destinations then decide their tasks."""
+    from pyspark.sql import functions as F
+
+    found: dict = {}
+    span = 64 * parts
+    while len(found) < parts:
+        for v, p in spark.range(span - 64 * parts, span).select("id", F.expr(f"pmod(hash(id), {parts})")).collect():
+            found.setdefault(int(p), int(v))
+        span += 64 * parts
+    return [found[p] for p in range(parts)]
 
 # A spanning join's group of m rows with more than this many undecided
 # pairs a row (more than m, at 1) is joined again with its documents'
@@ -118,8 +117,12 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     """Candidate pairs, in the executors (core's ``Pigeonhole``).
 
     Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen, ``summary``).
-    Shuffles each document k + 1 times, keyed by (block, block value): 40
-    bytes a row, plus the 144-byte summary when verifying. A group of more
+    Shuffles each document k + 1 times, keyed by (block, block value): 48
+    bytes a row, plus the 144-byte summary when verifying, packed by core's
+    ``pigeonhole_route`` into one value per map batch and task (Spark moves
+    a few large values, not a row each; the task of a group is chosen by
+    the router, and :func:`_partition_values` makes Spark's partitioning
+    agree). A group of more
     than ``max_group`` rows (counted first: only distinct keys move) is split
     into B = ceil(rows / max_group) salted blocks, each row sent to the B
     block pairs of its block, so that a task holds at most about
@@ -167,54 +170,37 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
              f"split into up to {hot_split.max():,} blocks each")
     hot = spark.sparkContext.broadcast((hot_keys, hot_split))
     screened = threshold is not None
-    fields = [T.StructField(c, T.LongType(), False) for c in ("key", "bi", "bj", "salt", "_pos", "fp_hi", "fp_lo")]
-    if screened:
-        fields.append(T.StructField("summary", T.BinaryType(), False))
-    row_schema = T.StructType(fields)
+
+    # A task's rows cross the shuffle as a few values of packed records (one
+    # per map batch and task), not one Spark row each: Spark moves bytes,
+    # and each task sorts its records into groups itself.
+    cores = spark.sparkContext.defaultParallelism
+    parts = max(2 * cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))
+    dest_of = spark.sparkContext.broadcast(_partition_values(spark, parts))
 
     def keyed(batches):
         hk, hs = hot.value
+        dests = dest_of.value
         for b in batches:
-            m = b.num_rows
-            keys = keys_of(b)
-            row = np.repeat(np.arange(m), blocks)
-            split = np.ones(len(keys), dtype=np.int64)
-            if len(hk):
-                at = np.minimum(np.searchsorted(hk, keys), len(hk) - 1)
-                is_hot = hk[at] == keys
-                split[is_hot] = hs[at[is_hot]]
-            pos = b.column("_pos").to_numpy()
-            mixed = (pos[row].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)
-            salt = (mixed % split.astype(np.uint64)).astype(np.int64)
-            # A row of a split group goes to the block pair (min, max) of its
-            # block and each block of the group.
-            rep = np.repeat(np.arange(len(keys)), split)
-            other = np.arange(len(rep)) - np.repeat(np.cumsum(split) - split, split)
-            s = salt[rep]
-            take = row[rep]
-            cols = [
-                pa.array(keys[rep]),
-                pa.array(np.minimum(s, other)),
-                pa.array(np.maximum(s, other)),
-                pa.array(s),
-                pa.array(pos[take]),
-                pa.array(b.column("fp_hi").to_numpy()[take]),
-                pa.array(b.column("fp_lo").to_numpy()[take]),
-            ]
-            if screened:
-                cols.append(b.column("summary").take(pa.array(take)))
-            yield pa.RecordBatch.from_arrays(cols, names=row_schema.fieldNames())
+            if not b.num_rows:
+                continue
+            routed = _rs.pigeonhole_route(_fp_words(b), b.column("_pos").to_numpy().astype("<i8").tobytes(), bits, k,
+                                          hk.astype("<i8").tobytes(), hs.astype("<i8").tobytes(), parts,
+                                          _packed(b.column("summary")) if screened else None)
+            ds = [d for d, r in enumerate(routed) if r]
+            yield pa.RecordBatch.from_arrays([pa.array([dests[d] for d in ds], pa.int64()),
+                                              pa.array([routed[d] for d in ds], pa.binary())], names=["dest", "rows"])
 
     pair_schema = _scored_pair_schema()
 
     exact = spanning and screened and features_at is not None
 
-    def sets_of(g, cache):
-        """One feature set per row of group ``g``, read once per distinct
+    def sets_of(records, cache):
+        """One feature set per record of a group, read once per distinct
         feature set (rows with one summary digest share theirs) and kept in
         ``cache`` for the task's other groups."""
-        packed = np.frombuffer(_packed(g.column("summary")), dtype=np.uint8).reshape(g.num_rows, -1)
-        ident = [x.tobytes() for x in packed[:, :20]]  # feature count and digest
+        g = np.frombuffer(records, dtype=_record_type())
+        ident = [x.tobytes() for x in g["summary"][:, :20]]  # feature count and digest
         missing = {}
         for row, i in enumerate(ident):
             if i not in cache and i not in missing:
@@ -222,18 +208,14 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
         if missing:
             if sum(len(v) for v in cache.values()) > SPAN_CACHE_BYTES:
                 cache.clear()
-            pos = g.column("_pos").to_numpy()
-            for i, f in zip(missing, features_at(pos[list(missing.values())])):
+            for i, f in zip(missing, features_at(g["_pos"][list(missing.values())])):
                 cache[i] = f
         return [cache[i] for i in ident]
 
-    def joined(t, sets=None, cache=None):
-        col = lambda c: t.column(c).to_numpy().astype("<i8").tobytes()  # noqa: E731
-        words = np.column_stack([t.column(c).to_numpy().view(np.uint64) for c in ("fp_hi", "fp_lo")]).astype("<u8").tobytes()
-        kept, scores, und, over = _rs.pigeonhole_pairs(
-            col("key"), col("bi"), col("bj"), col("salt"), col("_pos"), words, bits, k,
-            _packed(t.column("summary")) if screened else None, threshold, spanning,
-            cap=SPAN_UNDECIDED_PER_ROW if exact and sets is None else None, sets=sets)
+    def joined(records, sets=None, cache=None):
+        kept, scores, und, over = _rs.pigeonhole_pairs(records, bits, k, threshold, spanning,
+                                                       cap=SPAN_UNDECIDED_PER_ROW if exact and sets is None else None,
+                                                       sets=sets)
         kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
         und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
         if len(kept) + len(und):
@@ -241,21 +223,21 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
             score = np.concatenate([np.frombuffer(scores, dtype="<f8"), np.full(len(und), np.nan)])
             yield pa.RecordBatch.from_arrays([pa.array(both[:, 0]), pa.array(both[:, 1]), pa.array(both[:, 2]), pa.array(score)],
                                              names=pair_schema.fieldNames())
-        for start, end in np.frombuffer(over, dtype="<i8").reshape(-1, 2):
+        for group in over:
             # A crowd of near copies: its pairs checked exactly, here.
-            g = t.slice(int(start), int(end - start))
-            yield from joined(g, sets_of(g, cache))
+            yield from joined([group], sets_of(group, cache), cache)
 
     def pairs_of(batches):
-        cache: dict = {}
-        for t in _whole_groups(batches, ("key", "bi", "bj")):
-            yield from joined(t, cache=cache)
+        # This task's records: whole groups (every row of a group has one
+        # destination).
+        records = [_packed(b.column("rows")) for b in batches if b.num_rows]
+        if records:
+            yield from joined(records, cache={})
 
-    cores = spark.sparkContext.defaultParallelism
-    parts = max(2 * cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))
-    group = ["key", "bi", "bj"]
-    rows = fps.select(*row_schema.fieldNames()[4:]).mapInArrow(keyed, row_schema)
-    pairs = rows.repartition(parts, *group).sortWithinPartitions(*group).mapInArrow(pairs_of, pair_schema).localCheckpoint()
+    schema = T.StructType([T.StructField("dest", T.LongType(), False), T.StructField("rows", T.BinaryType(), False)])
+    shuffled = fps.select(*(["_pos", "fp_hi", "fp_lo"] + (["summary"] if screened else []))).mapInArrow(keyed, schema)
+    pairs = shuffled.repartition(parts, "dest").mapInArrow(pairs_of, pair_schema).localCheckpoint()
+    dest_of.unpersist()
     hot.unpersist()
     return pairs.where(~F.isnan("score")), pairs.where(F.isnan("score"))
 
