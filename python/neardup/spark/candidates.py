@@ -2,9 +2,9 @@
 executors (core's ``Pigeonhole``).
 
 Reads the fingerprint pass's rows (``_pos``, ``fp_hi``, ``fp_lo`` and, to
-screen, ``summary``). Centres them on the corpus when the job does
-(:func:`_centre_distributed`: sums per partition, added on the driver,
-broadcast back). Collects the hot keys (groups above ``max_group`` rows) to
+screen, ``summary``). Centres them on the corpus when the job does (the
+fingerprint pass's sums of the shares, broadcast: :func:`_centred_words`
+decides each fingerprint as the join reads it). Collects the hot keys (groups above ``max_group`` rows) to
 the driver. Shuffles each document k + 1 times keyed by block (48 bytes a
 row, plus the 144-byte summary when verifying), the rows packed into a few
 large values per task, and joins each task's groups in Rust
@@ -32,29 +32,29 @@ from .report import _log
 MAX_GROUP = 500_000
 
 
-def _centre_distributed(spark: Any, fps: Any, bits: int) -> Any:
+def _centred_words(b: Any, centre: Any, bits: int) -> bytes:
+    """A batch's fingerprints decided from its ``shares`` around ``centre``
+    (broadcast), as :func:`_fp_words` gives them."""
+    words = np.frombuffer(_rs.centred_words(_packed(b.column("shares")), centre.value), dtype="<u8")
+    if bits == 128:
+        return words.tobytes()
+    return np.column_stack([np.zeros(len(words), dtype="<u8"), words]).tobytes()
+
+
+def _centre_distributed(fps: Any, centre: Any, bits: int) -> Any:
     """Rows with a ``shares`` column (and zero ``fp_hi``/``fp_lo``) with their
-    fingerprints centred on all rows' shares: summed per partition, added on
-    the driver, and sent back to decide each row's bits."""
+    fingerprints decided around ``centre`` (the broadcast sums of every
+    document's shares)."""
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    def sums(batches):
-        for b in batches:
-            yield pa.RecordBatch.from_arrays([pa.array([_rs.centre_of(_packed(b.column("shares")), bits)], type=pa.binary())], names=["centre"])
-
-    parts = fps.select("shares").mapInArrow(sums, T.StructType([T.StructField("centre", T.BinaryType(), False)])).collect()
-    total = np.zeros(bits + 1, dtype=np.uint64)
-    for row in parts:
-        total += np.frombuffer(row[0], dtype="<u8")
-    centre = spark.sparkContext.broadcast(total.astype("<u8").tobytes())
     keep = [f for f in fps.schema.fields if f.name != "shares"]
 
     def decide(batches):
         for b in batches:
-            words = np.frombuffer(_rs.centred_words(_packed(b.column("shares")), centre.value), dtype="<u8")
-            hi, lo = (words.reshape(-1, 2)[:, 0], words.reshape(-1, 2)[:, 1]) if bits == 128 else (np.zeros(len(words), dtype=np.uint64), words)
-            cols = [pa.array(hi.view(np.int64)) if f.name == "fp_hi" else pa.array(lo.view(np.int64)) if f.name == "fp_lo" else b.column(f.name) for f in keep]
+            words = np.frombuffer(_centred_words(b, centre, bits), dtype="<u8").reshape(-1, 2)
+            cols = [pa.array(words[:, 0].view(np.int64)) if f.name == "fp_hi" else pa.array(words[:, 1].view(np.int64)) if f.name == "fp_lo"
+                    else b.column(f.name) for f in keep]
             yield pa.RecordBatch.from_arrays(cols, names=[f.name for f in keep])
 
     out = fps.mapInArrow(decide, T.StructType(keep)).localCheckpoint()
@@ -113,11 +113,12 @@ CANDIDATE_ROWS_PER_TASK = 1_000_000
 
 
 def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Optional[float], max_group: int,
-                quiet: bool, spanning: bool = False, features_at: Any = None) -> tuple:
+                quiet: bool, spanning: bool = False, features_at: Any = None, centre: Any = None) -> tuple:
     """Candidate pairs, in the executors (core's ``Pigeonhole``).
 
-    Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen, ``summary``).
-    Shuffles each document k + 1 times, keyed by (block, block value): 48
+    Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen, ``summary``;
+    with a ``centre``, the broadcast sums of every document's shares, ``shares`` instead of
+    the fingerprint, decided around it as the rows are read). Shuffles each document k + 1 times, keyed by (block, block value): 48
     bytes a row, plus the 144-byte summary when verifying, packed by core's
     ``pigeonhole_route`` into one value per map batch and task (Spark moves
     a few large values, not a row each; the task of a group is chosen by
@@ -149,8 +150,11 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
 
     blocks = k + 1
 
+    def words_of(b):
+        return _fp_words(b) if centre is None else _centred_words(b, centre, bits)
+
     def keys_of(b):
-        return np.frombuffer(_rs.pigeonhole_keys(_fp_words(b), bits, k), dtype="<i8")
+        return np.frombuffer(_rs.pigeonhole_keys(words_of(b), bits, k), dtype="<i8")
 
     def only_keys(batches):
         for b in batches:
@@ -160,7 +164,7 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     # A group holds at most one row per document: none is hot below max_group.
     hot_rows = [] if n <= max_group else sorted(
         (r[0], r[1])
-        for r in fps.select("fp_hi", "fp_lo").mapInArrow(only_keys, key_schema).groupBy("key").count()
+        for r in fps.select(*(["shares"] if centre is not None else ["fp_hi", "fp_lo"])).mapInArrow(only_keys, key_schema).groupBy("key").count()
         .where(F.col("count") > max_group).collect()
     )
     hot_keys = np.array([key for key, _ in hot_rows], dtype=np.int64)
@@ -184,7 +188,7 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
         for b in batches:
             if not b.num_rows:
                 continue
-            routed = _rs.pigeonhole_route(_fp_words(b), b.column("_pos").to_numpy().astype("<i8").tobytes(), bits, k,
+            routed = _rs.pigeonhole_route(words_of(b), b.column("_pos").to_numpy().astype("<i8").tobytes(), bits, k,
                                           hk.astype("<i8").tobytes(), hs.astype("<i8").tobytes(), parts,
                                           _packed(b.column("summary")) if screened else None)
             ds = [d for d, r in enumerate(routed) if r]
@@ -235,7 +239,8 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
             yield from joined(records, cache={})
 
     schema = T.StructType([T.StructField("dest", T.LongType(), False), T.StructField("rows", T.BinaryType(), False)])
-    shuffled = fps.select(*(["_pos", "fp_hi", "fp_lo"] + (["summary"] if screened else []))).mapInArrow(keyed, schema)
+    shuffled = fps.select(*(["_pos"] + (["shares"] if centre is not None else ["fp_hi", "fp_lo"]) + (["summary"] if screened else [])))
+    shuffled = shuffled.mapInArrow(keyed, schema)
     pairs = shuffled.repartition(parts, "dest").mapInArrow(pairs_of, pair_schema).localCheckpoint()
     dest_of.unpersist()
     hot.unpersist()

@@ -72,7 +72,7 @@ def run(spark: Any, job: Job, records: Any, fps: Any, stages: dict, report: Any)
         # The joins' shuffles (Spark's default of 200 partitions is too many
         # on a few cores, too few at billions of documents), unless set.
         spark.conf.set("spark.sql.shuffle.partitions", str(max(4 * cores, -(-n // DOCUMENTS_PER_PARTITION))))
-    rows, kept, undecided, n_und = candidates(spark, job, fps.rows, n, inputs, stages, report)
+    rows, kept, undecided, n_und = candidates(spark, job, fps.rows, fps.centre, n, inputs, stages, report)
     edges, n_edges = verify(spark, job, rows, n, kept, undecided, n_und, inputs, stages, report)
     reps, dropped, edges = components(spark, job, rows, n, edges, n_edges, inputs, stages, report)
     _log_shuffles(report, job.quiet)
@@ -114,7 +114,8 @@ def _inputs(job: Job, records: Any, fps: Any) -> Inputs:
     return Inputs(numbered, texts, first_new, new[0] if new is not None else 0, bad)
 
 
-def candidates(spark: Any, job: Job, rows: Any, n: int, inputs: Inputs, stages: dict, report: Any) -> tuple:
+def candidates(spark: Any, job: Job, rows: Any, centre_sums: Optional[bytes], n: int, inputs: Inputs, stages: dict,
+               report: Any) -> tuple:
     """Stage 2: the rows centred on the corpus (when the job centres), and
     the candidate pairs: (rows, kept, undecided, the undecided pairs'
     count), the pairs as DataFrames of (``pa``, ``pb``, ``distance``,
@@ -126,14 +127,17 @@ def candidates(spark: Any, job: Job, rows: Any, n: int, inputs: Inputs, stages: 
 
     bits, k, threshold, quiet, first_new = job.bits, job.k, job.threshold, job.quiet, inputs.first_new
     t1 = time.monotonic()
-    if job.centred:
-        rows = _centre_distributed(spark, rows, bits)
+    centre = spark.sparkContext.broadcast(centre_sums) if job.centred else None
+    if centre is not None and first_new is not None:
+        # The batch mode's lookups and later rounds read the centred rows;
+        # the join alone decides each fingerprint as it reads it.
+        rows, centre = _centre_distributed(rows, centre, bits), None
     # A crowd of near copies in one group is checked there (texts read at
     # their byte offsets, when the executors read the input).
     features_at = _features_at(spark, job.splits, job.rows_of) if job.splits is not None and not job.pairs else None
     if first_new is None:
         kept, undecided = _candidates(spark, rows, n, bits, k, threshold, job.max_group, quiet, spanning=not job.pairs,
-                                      features_at=features_at)
+                                      features_at=features_at, centre=centre)
     else:
         new_fps, old_fps = rows.where(F.col("_pos") >= first_new), rows.where(F.col("_pos") < first_new)
         kept, undecided = _candidates(spark, new_fps, inputs.n_new, bits, k, threshold, job.max_group, quiet,
@@ -143,7 +147,11 @@ def candidates(spark: Any, job: Job, rows: Any, n: int, inputs: Inputs, stages: 
         _log(quiet, f"against: {n - inputs.n_new:,} old documents looked up in the {inputs.n_new:,} new ones: "
              f"{batch_kept.count() + batch_und.count():,} pairs within k = {k} in {time.monotonic() - tb:.1f} s")
         kept, undecided = kept.unionByName(batch_kept), undecided.unionByName(batch_und)
-    n_kept, n_und = kept.count(), undecided.count()
+    # Both counted in one job.
+    counted = kept.select(F.lit(0).alias("u")).unionByName(undecided.select(F.lit(1).alias("u"))).agg(F.count("*"), F.sum("u"))
+    total, n_und = counted.collect()[0]
+    n_und = n_und or 0
+    n_kept = total - n_und
     stages["candidates"] = time.monotonic() - t1
     report.done("candidates", stages["candidates"], n, pairs=n_kept + n_und, undecided=n_und)
     _log(quiet, f"candidates: {n_kept + n_und:,} pairs within k = {k}"

@@ -21,7 +21,9 @@ import numpy as np
 
 import neardup
 
-from .arrow import _fixed_rows, _zero
+from neardup import _neardup as _rs
+
+from .arrow import _fixed_rows, _packed, _zero
 from .job import Job
 from .read import NEW_AFTER
 from .report import _log
@@ -40,6 +42,9 @@ class Fingerprints:
     #: Documents, and invalid records skipped.
     n: int
     skipped: int
+    #: With centring, the sums of every document's shares (core's
+    #: ``centre_of``: bits + 1 little-endian u64), else None.
+    centre: Optional[bytes] = None
 
 
 def job_records(job: Job, df: Any, against: Any, order_col: Optional[str]) -> Any:
@@ -156,16 +161,63 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
         fps = records.select(*[_features_json(records, c) if (job.weighted and c == body and not json_col) else c for c in wanted])
         fps = fps.mapInArrow(fingerprint_batches, fp_schema)
     fps = fps.localCheckpoint()
-    # Per kind (skipped or not, new or old): the count and the positions' range.
-    kinds = {(bool(r[0]), bool(r[1])): tuple(r[2:]) for r in
-             fps.groupBy("_bad", "_new").agg(F.count("*"), F.min("_pos"), F.max("_pos")).collect()}
+    kinds, centre = _kinds_and_centre(fps, job.bits if centred else None)
     n = sum(c for (b, _), (c, *_) in kinds.items() if not b)
     skipped = sum(c for (b, _), (c, *_) in kinds.items() if b)
     stages["fingerprint"] = time.monotonic() - t0
     _log(job.quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
     report.documents = n
     report.done("fingerprint", stages["fingerprint"], n, records=n + skipped, skipped=skipped)
-    return Fingerprints(fps, fps.where(~F.col("_bad")), kinds, n, skipped)
+    return Fingerprints(fps, fps.where(~F.col("_bad")), kinds, n, skipped, centre)
+
+
+def _kinds_and_centre(fps: Any, bits: Optional[int]) -> tuple:
+    """Per kind of row (skipped or not, new or old) the count and the
+    positions' range, and with ``bits`` the sums of the documents' shares
+    (the centre, as core's ``centre_of`` adds them): one pass over the
+    rows, a row per partition and kind to the driver."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("_bad", T.BooleanType(), False), T.StructField("_new", T.BooleanType(), False),
+                           T.StructField("count", T.LongType(), False), T.StructField("lo", T.LongType(), False),
+                           T.StructField("hi", T.LongType(), False), T.StructField("centre", T.BinaryType(), True)])
+
+    def summed(batches):
+        out: dict = {}
+        for b in batches:
+            if not b.num_rows:
+                continue
+            bad, new = (b.column(c).to_numpy(zero_copy_only=False) for c in ("_bad", "_new"))
+            pos = b.column("_pos").to_numpy()
+            for kind in {(bool(x), bool(y)) for x, y in zip(bad, new)}:
+                mine = (bad == kind[0]) & (new == kind[1])
+                count, lo, hi, centre = out.get(kind, (0, None, None, None))
+                p = pos[mine]
+                lo = int(p.min()) if lo is None else min(lo, int(p.min()))
+                hi = int(p.max()) if hi is None else max(hi, int(p.max()))
+                if bits is not None and not kind[0]:
+                    sums = np.frombuffer(_rs.centre_of(_packed(b.column("shares").filter(pa.array(mine))), bits), dtype="<u8")
+                    centre = sums if centre is None else centre + sums
+                out[kind] = (count + int(mine.sum()), lo, hi, centre)
+        if out:
+            kinds = list(out)
+            yield pa.RecordBatch.from_arrays([
+                pa.array([k[0] for k in kinds]), pa.array([k[1] for k in kinds]),
+                *(pa.array([out[k][i] for k in kinds], pa.int64()) for i in range(3)),
+                pa.array([None if out[k][3] is None else out[k][3].astype("<u8").tobytes() for k in kinds], pa.binary()),
+            ], schema=pa.schema([pa.field(f.name, t, f.nullable) for f, t in zip(schema.fields, (pa.bool_(), pa.bool_(), pa.int64(), pa.int64(), pa.int64(), pa.binary()))]))
+
+    cols = ["_bad", "_new", "_pos"] + (["shares"] if bits is not None else [])
+    kinds: dict = {}
+    centre = np.zeros(bits + 1, dtype=np.uint64) if bits is not None else None
+    for r in fps.select(*cols).mapInArrow(summed, schema).collect():
+        kind = (bool(r[0]), bool(r[1]))
+        count, lo, hi = kinds.get(kind, (0, r[3], r[4]))
+        kinds[kind] = (count + r[2], min(lo, r[3]), max(hi, r[4]))
+        if r[5] is not None:
+            centre += np.frombuffer(r[5], dtype="<u8")
+    return kinds, None if centre is None else centre.astype("<u8").tobytes()
 
 
 def _features_json(frame: Any, col: str) -> Any:

@@ -24,7 +24,7 @@ import neardup
 from neardup import _neardup as _rs
 
 from .arrow import _local, _scored_pair_schema, _to_arrow
-from .components import _components
+from .components import ONE_TASK_EDGES, _components, _union_find
 from .read import read_lines_at
 
 
@@ -73,19 +73,40 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
     or above the threshold, with their exact ``score``."""
     import pyarrow as pa
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     cores = spark.sparkContext.defaultParallelism
     parts = max(cores, -(-count // EXACT_PAIRS_PER_TASK))
     # Pairs of one connected component go to one task, so that each
     # document is read once; a component of more than EXACT_DOCS_PER_TASK
     # documents is spread by its pairs' first documents.
-    comp = _components(spark, undecided.select(F.col("pa").alias("a"), F.col("pb").alias("b")), count=count)
-    large = comp.groupBy("rep").count().where(F.col("count") > EXACT_DOCS_PER_TASK).select("rep", F.lit(True).alias("large"))
-    undecided = (
-        undecided.join(comp.withColumnRenamed("_pos", "pa"), "pa")
-        .join(F.broadcast(large), "rep", "left")
-        .withColumn("bucket", F.when(F.col("large"), F.col("pa")).otherwise(F.col("rep")))
-    )
+    if count <= ONE_TASK_EDGES:
+        # Few enough for one task: it finds the components and names each
+        # pair's bucket (one job, not the components' and two joins).
+        bucket_schema = T.StructType(undecided.select("pa", "pb", "distance").schema.fields + [T.StructField("bucket", T.LongType(), False)])
+
+        def bucketed(batches):
+            got = [b for b in batches if b.num_rows]
+            if not got:
+                return
+            t = pa.Table.from_batches(got)
+            a, b, d = (t.column(c).to_numpy() for c in ("pa", "pb", "distance"))
+            nodes, reps = _union_find(a, b)
+            roots, size = np.unique(reps, return_counts=True)
+            rep = reps[np.searchsorted(nodes, a)]
+            large = size[np.searchsorted(roots, rep)] > EXACT_DOCS_PER_TASK
+            yield pa.RecordBatch.from_arrays([pa.array(a), pa.array(b), pa.array(d), pa.array(np.where(large, a, rep))],
+                                             names=bucket_schema.fieldNames())
+
+        undecided = undecided.select("pa", "pb", "distance").coalesce(1).mapInArrow(bucketed, bucket_schema)
+    else:
+        comp = _components(spark, undecided.select(F.col("pa").alias("a"), F.col("pb").alias("b")), count=count)
+        large = comp.groupBy("rep").count().where(F.col("count") > EXACT_DOCS_PER_TASK).select("rep", F.lit(True).alias("large"))
+        undecided = (
+            undecided.join(comp.withColumnRenamed("_pos", "pa"), "pa")
+            .join(F.broadcast(large), "rep", "left")
+            .withColumn("bucket", F.when(F.col("large"), F.col("pa")).otherwise(F.col("rep")))
+        )
     out_schema = _scored_pair_schema()
     t = threshold
 
