@@ -52,49 +52,129 @@ pub fn pigeonhole_keys<'py>(
     Ok(PyBytes::new(py, bytemuck::cast_slice(&out)))
 }
 
-/// A candidate row as it crosses the shuffle, little-endian: group key
-/// (i64), position (i64), fingerprint (high, then low u64), block pair (i,
-/// j) and salt (u32 each), four bytes of padding, then the document's
-/// summary (SUMMARY_BYTES) when pairs are screened.
-pub(crate) const RECORD_BYTES: usize = 48;
+/// The candidate rows of one map batch for one task of the join, as they
+/// cross the shuffle (little-endian): the counts of rows and documents
+/// (u32 each), then each row ([`RECORD_BYTES`]: group key i64, block pair
+/// (i, j) and salt u32 each, the row's document in this buffer u32), then
+/// each document once ([`DOC_BYTES`]: position i64, fingerprint high and
+/// low u64; then its summary, SUMMARY_BYTES, when pairs are screened). A
+/// document's summary crosses once per task, not once per row.
+pub(crate) const RECORD_BYTES: usize = 24;
 
-/// One candidate row ([`RECORD_BYTES`]).
+/// A document of a routed buffer, before its summary ([`RECORD_BYTES`]).
+pub(crate) const DOC_BYTES: usize = 24;
+
+/// One candidate row: its group, block pair, salt and document.
 #[derive(Clone, Copy)]
 struct Record {
     key: i64,
-    pos: i64,
-    fp: u128,
     bi: u32,
     bj: u32,
     salt: u32,
+    doc: u32,
 }
 
 impl Record {
-    fn write(&self, out: &mut Vec<u8>, summary: Option<&[u8]>) {
+    fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.key.to_le_bytes());
-        out.extend_from_slice(&self.pos.to_le_bytes());
-        out.extend_from_slice(&((self.fp >> 64) as u64).to_le_bytes());
-        out.extend_from_slice(&(self.fp as u64).to_le_bytes());
-        for v in [self.bi, self.bj, self.salt, 0] {
+        for v in [self.bi, self.bj, self.salt, self.doc] {
             out.extend_from_slice(&v.to_le_bytes());
-        }
-        if let Some(s) = summary {
-            out.extend_from_slice(s);
         }
     }
 
     fn read(b: &[u8]) -> Self {
-        let i64_at = |at: usize| i64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
         let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         Record {
-            key: i64_at(0),
-            pos: i64_at(8),
-            fp: (u128::from(i64_at(16) as u64) << 64) | u128::from(i64_at(24) as u64),
-            bi: u32_at(32),
-            bj: u32_at(36),
-            salt: u32_at(40),
+            key: i64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            bi: u32_at(8),
+            bj: u32_at(12),
+            salt: u32_at(16),
+            doc: u32_at(20),
         }
     }
+}
+
+/// A routed buffer being written: its rows, and its documents (each once).
+#[derive(Default)]
+struct Routed {
+    rows: Vec<u8>,
+    docs: Vec<u8>,
+    n_rows: u32,
+    n_docs: u32,
+}
+
+impl Routed {
+    fn bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + self.rows.len() + self.docs.len());
+        out.extend_from_slice(&self.n_rows.to_le_bytes());
+        out.extend_from_slice(&self.n_docs.to_le_bytes());
+        out.extend_from_slice(&self.rows);
+        out.extend_from_slice(&self.docs);
+        out
+    }
+}
+
+/// A document of a routed buffer: position, fingerprint, summary.
+fn write_doc(out: &mut Vec<u8>, pos: i64, fp: u128, summary: Option<&[u8]>) {
+    out.extend_from_slice(&pos.to_le_bytes());
+    out.extend_from_slice(&((fp >> 64) as u64).to_le_bytes());
+    out.extend_from_slice(&(fp as u64).to_le_bytes());
+    if let Some(s) = summary {
+        out.extend_from_slice(s);
+    }
+}
+
+/// The rows and documents of routed buffers, read back: every row's
+/// document numbered across the buffers.
+struct Parsed<'a> {
+    rows: Vec<Record>,
+    pos: Vec<i64>,
+    fps: Vec<u128>,
+    /// Each document's bytes (position, fingerprint, summary).
+    docs: Vec<&'a [u8]>,
+}
+
+fn parse_routed<'a>(buffers: &[&'a [u8]], summary_bytes: usize) -> Result<Parsed<'a>, String> {
+    let doc_bytes = DOC_BYTES + summary_bytes;
+    let mut out = Parsed {
+        rows: Vec::new(),
+        pos: Vec::new(),
+        fps: Vec::new(),
+        docs: Vec::new(),
+    };
+    for b in buffers {
+        let count = |at: usize| {
+            b.get(at..at + 4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize)
+        };
+        let (Some(n_rows), Some(n_docs)) = (count(0), count(4)) else {
+            return Err("a routed buffer shorter than its counts".into());
+        };
+        if b.len() != 8 + n_rows * RECORD_BYTES + n_docs * doc_bytes {
+            return Err(format!(
+                "a routed buffer of {} bytes for {n_rows} rows and {n_docs} documents of {doc_bytes} bytes \
+                 (with a threshold, documents carry summaries)",
+                b.len()
+            ));
+        }
+        let first = out.docs.len() as u32;
+        for r in b[8..8 + n_rows * RECORD_BYTES].chunks_exact(RECORD_BYTES) {
+            let mut rec = Record::read(r);
+            if rec.doc as usize >= n_docs {
+                return Err("a routed row names a document its buffer does not hold".into());
+            }
+            rec.doc += first;
+            out.rows.push(rec);
+        }
+        for d in b[8 + n_rows * RECORD_BYTES..].chunks_exact(doc_bytes) {
+            let u64_at = |at: usize| u64::from_le_bytes(d[at..at + 8].try_into().expect("8 bytes"));
+            out.pos.push(u64_at(0) as i64);
+            out.fps
+                .push((u128::from(u64_at(8)) << 64) | u128::from(u64_at(16)));
+            out.docs.push(d);
+        }
+    }
+    Ok(out)
 }
 
 /// The task (0 to `parts` - 1) of group (`key`, `bi`, `bj`): every row of a
@@ -110,12 +190,12 @@ fn destination(key: i64, bi: u32, bj: u32, parts: usize) -> usize {
 
 /// The candidate rows of documents (fingerprint words `fp`, two u64 each,
 /// high then low, of width `bits`; positions `pos`, i64; `summaries`, one
-/// each, when pairs are to be screened), packed as [`RECORD_BYTES`] records
-/// for the `parts` tasks of the join: one buffer per task. Each document
-/// has a row in each of its k + 1 groups; a hot group (`hot_keys`, sorted
-/// i64, split into `hot_splits` blocks, i64) has the row in each block pair
-/// of the document's block (its salt, from its position), so that no task
-/// holds more than about two blocks of it.
+/// each, when pairs are to be screened), routed to the `parts` tasks of the
+/// join: one buffer per task ([`RECORD_BYTES`]), empty for a task with no
+/// row. Each document has a row in each of its k + 1 groups; a hot group
+/// (`hot_keys`, sorted i64, split into `hot_splits` blocks, i64) has the
+/// row in each block pair of the document's block (its salt, from its
+/// position), so that no task holds more than about two blocks of it.
 #[pyfunction]
 #[pyo3(signature = (fp, pos, bits, k, hot_keys, hot_splits, parts, summaries=None))]
 #[allow(clippy::too_many_arguments)]
@@ -144,9 +224,10 @@ pub fn pigeonhole_route<'py>(
             "pigeonhole_route: one summary per fingerprint is needed",
         ));
     }
-    let width = RECORD_BYTES + summaries.map_or(0, |_| SUMMARY_BYTES);
     let out = py.detach(|| {
-        let mut out = vec![Vec::with_capacity(fps.len() * ph.parts() * width / parts); parts];
+        let mut out: Vec<Routed> = (0..parts).map(|_| Routed::default()).collect();
+        // The document each buffer holds last (each document is added once).
+        let mut last = vec![usize::MAX; parts];
         for (i, (&f, &p)) in fps.iter().zip(&pos).enumerate() {
             let summary = summaries.map(|s| &s[i * SUMMARY_BYTES..(i + 1) * SUMMARY_BYTES]);
             for part in 0..ph.parts() {
@@ -156,21 +237,38 @@ pub fn pigeonhole_route<'py>(
                     .map_or(1, |at| splits[at].max(1) as u64);
                 let salt = ((p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33) % split;
                 for other in 0..split {
+                    let (bi, bj) = (salt.min(other) as u32, salt.max(other) as u32);
+                    let d = destination(key, bi, bj, parts);
+                    let to = &mut out[d];
+                    if last[d] != i {
+                        last[d] = i;
+                        write_doc(&mut to.docs, p, f, summary);
+                        to.n_docs += 1;
+                    }
                     let rec = Record {
                         key,
-                        pos: p,
-                        fp: f,
-                        bi: salt.min(other) as u32,
-                        bj: salt.max(other) as u32,
+                        bi,
+                        bj,
                         salt: salt as u32,
+                        doc: to.n_docs - 1,
                     };
-                    rec.write(&mut out[destination(key, rec.bi, rec.bj, parts)], summary);
+                    rec.write(&mut to.rows);
+                    to.n_rows += 1;
                 }
             }
         }
         out
     });
-    Ok(out.iter().map(|b| PyBytes::new(py, b)).collect())
+    Ok(out
+        .iter()
+        .map(|r| {
+            if r.n_rows == 0 {
+                PyBytes::new(py, b"")
+            } else {
+                PyBytes::new(py, &r.bytes())
+            }
+        })
+        .collect())
 }
 
 /// The pairs of the candidate rows `records` ([`pigeonhole_route`]'s
@@ -178,7 +276,7 @@ pub fn pigeonhole_route<'py>(
 /// pair's first shared block reports it. A group too large for one task is
 /// split by salt (each row's block among the group's) into block pairs,
 /// each its own group: the group (i, j) compares rows of blocks i and j (of
-/// block i alone when i == j). With a `threshold` (the records then carry
+/// block i alone when i == j). With a `threshold` (the documents then carry
 /// summaries), pairs are screened as `neardup dedup` screens them.
 ///
 /// `spanning`: not every pair, only enough for the same components. Rows
@@ -190,18 +288,19 @@ pub fn pigeonhole_route<'py>(
 /// reported at the group's end only if they join two of its components
 /// (the components of what is reported are those of every pair). A group
 /// of m rows with more than `cap` m such undecided pairs (the screen cannot
-/// decide a crowd of near copies: m²/2 pairs) reports none of them: its
-/// records are returned instead, to be joined again with `sets`.
+/// decide a crowd of near copies: m²/2 pairs) reports none of them: it is
+/// returned instead, as a routed buffer of its own, to be joined again
+/// with `sets`.
 ///
-/// `sets` (spanning only: one feature set per record, sorted u64 hashes as
-/// bytes, in the records' order): the pairs the screen leaves undecided are
-/// checked exactly here, so that a group of m near copies costs at most
-/// m - 1 pairs and no undecided one.
+/// `sets` (spanning only: one feature set per document of the buffers, in
+/// their order, sorted u64 hashes as bytes): the pairs the screen leaves
+/// undecided are checked exactly here, so that a group of m near copies
+/// costs at most m - 1 pairs and no undecided one.
 ///
 /// Returns (`kept`, `scores`, `undecided`, `overflow`): rows of (pos a,
 /// pos b, distance) i64 with a < b, a score per kept row (-1 without a
-/// screen), the pairs only the features can decide, and the records of
-/// each group over `cap`, one buffer a group.
+/// screen), the pairs only the features can decide, and a routed buffer
+/// for each group over `cap`.
 #[pyfunction]
 #[pyo3(signature = (records, bits, k, threshold=None, spanning=false, cap=None, sets=None))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
@@ -222,86 +321,74 @@ pub fn pigeonhole_pairs<'py>(
 )> {
     let ph = Pigeonhole::new(bits, k).map_err(err)?;
     let summary_bytes = threshold.map_or(0, |_| SUMMARY_BYTES);
-    let width = RECORD_BYTES + summary_bytes;
-    if records.iter().any(|r| r.len() % width != 0) {
-        return Err(err(format!(
-            "pigeonhole_pairs: records of {width} bytes are needed (with a threshold, summaries)"
-        )));
-    }
-    let raw: Vec<&[u8]> = records.iter().flat_map(|r| r.chunks_exact(width)).collect();
-    let n = raw.len();
+    let buffers: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
+    let parsed =
+        parse_routed(&buffers, summary_bytes).map_err(|e| err(format!("pigeonhole_pairs: {e}")))?;
     match &sets {
         Some(_) if !spanning || threshold.is_none() => {
             return Err(err(
                 "pigeonhole_pairs: feature sets check a spanning join's screened pairs",
             ));
         }
-        Some(s) if s.len() != n => {
+        Some(s) if s.len() != parsed.docs.len() => {
             return Err(err(
-                "pigeonhole_pairs: one feature set per record is needed",
+                "pigeonhole_pairs: one feature set per document is needed",
             ));
         }
         _ => {}
     }
     let width_of = Width::from_bits(bits).map_err(err)?;
     let (triage, overflow) = py.detach(|| {
-        // The records by group (then position), as columns.
-        let mut keyed: Vec<(u64, u64, i64, u32)> = raw
+        let Parsed {
+            rows,
+            pos,
+            fps,
+            docs,
+        } = parsed;
+        // The rows by group (then position), as columns.
+        let mut keyed: Vec<(u64, u64, i64, u32)> = rows
             .iter()
             .enumerate()
-            .map(|(x, b)| {
-                let r = Record::read(b);
+            .map(|(x, r)| {
                 (
                     r.key as u64,
                     u64::from(r.bi) << 32 | u64::from(r.bj),
-                    r.pos,
+                    pos[r.doc as usize],
                     x as u32,
                 )
             })
             .collect();
         keyed.sort_unstable();
-        let order: Vec<u32> = keyed.iter().map(|e| e.3).collect();
+        let sorted: Vec<Record> = keyed.iter().map(|e| rows[e.3 as usize]).collect();
         drop(keyed);
-        let rows: Vec<Record> = order
-            .iter()
-            .map(|&x| Record::read(raw[x as usize]))
-            .collect();
-        let col = |f: fn(&Record) -> i64| -> Vec<i64> { rows.iter().map(f).collect() };
+        let col = |f: fn(&Record) -> i64| -> Vec<i64> { sorted.iter().map(f).collect() };
         let cols = [
             col(|r| r.key),
             col(|r| i64::from(r.bi)),
             col(|r| i64::from(r.bj)),
             col(|r| i64::from(r.salt)),
-            col(|r| r.pos),
+            sorted.iter().map(|r| pos[r.doc as usize]).collect(),
         ];
-        let fps: Vec<u128> = rows.iter().map(|r| r.fp).collect();
-        drop(rows);
+        let doc: Vec<u32> = sorted.iter().map(|r| r.doc).collect();
+        let row_fps: Vec<u128> = sorted.iter().map(|r| fps[r.doc as usize]).collect();
         let summaries: Vec<u8> = if summary_bytes > 0 {
-            let mut all = Vec::with_capacity(n * summary_bytes);
-            for &x in &order {
-                all.extend_from_slice(&raw[x as usize][RECORD_BYTES..]);
-            }
-            all
+            docs.iter().flat_map(|d| &d[DOC_BYTES..]).copied().collect()
         } else {
             Vec::new()
         };
-        // The features in place when aligned (CPython's bytes usually
-        // are), else copied; in the rows' order.
+        // The features in place when aligned (CPython's bytes usually are),
+        // else copied.
         let sets: Option<Vec<Cow<'_, [SetFeature]>>> = sets.as_ref().map(|s| {
-            order
-                .iter()
-                .map(|&x| {
-                    let b = &s[x as usize];
-                    match bytemuck::try_cast_slice::<u8, SetFeature>(b) {
-                        Ok(w) => Cow::Borrowed(w),
-                        Err(_) => Cow::Owned(features_of(b)),
-                    }
+            s.iter()
+                .map(|b| match bytemuck::try_cast_slice::<u8, SetFeature>(b) {
+                    Ok(w) => Cow::Borrowed(w),
+                    Err(_) => Cow::Owned(features_of(b)),
                 })
                 .collect()
         });
         let screen_by = Screen::of(
             "pigeonhole_pairs",
-            n,
+            docs.len(),
             threshold.map(|_| summaries.as_slice()),
             threshold,
         )?;
@@ -309,21 +396,31 @@ pub fn pigeonhole_pairs<'py>(
             ph: &ph,
             k,
             cols: &cols,
-            fps: &fps,
+            doc: &doc,
+            fps: &row_fps,
             screen_by,
             spanning,
             cap,
             sets: sets.as_deref(),
         };
         let (triage, ranges) = with_bits!(width_of, B => join.run::<B>()).map_err(err)?;
+        // Each group over the cap as a routed buffer of its own.
         let overflow: Vec<Vec<u8>> = ranges
             .chunks_exact(2)
             .map(|r| {
-                order[r[0] as usize..r[1] as usize]
-                    .iter()
-                    .flat_map(|&x| raw[x as usize])
-                    .copied()
-                    .collect()
+                let mut out = Routed::default();
+                let mut local: std::collections::HashMap<u32, u32> = Default::default();
+                for rec in &sorted[r[0] as usize..r[1] as usize] {
+                    let next = local.len() as u32;
+                    let at = *local.entry(rec.doc).or_insert_with(|| {
+                        out.docs.extend_from_slice(docs[rec.doc as usize]);
+                        next
+                    });
+                    Record { doc: at, ..*rec }.write(&mut out.rows);
+                    out.n_rows += 1;
+                }
+                out.n_docs = local.len() as u32;
+                out.bytes()
             })
             .collect();
         Ok::<_, PyErr>((triage, overflow))
@@ -344,6 +441,8 @@ struct Join<'a> {
     k: u32,
     /// key, block i, block j, salt, position: one per row.
     cols: &'a [Vec<i64>; 5],
+    /// Each row's document: its summary and feature set.
+    doc: &'a [u32],
     fps: &'a [u128],
     screen_by: Option<Screen<'a>>,
     spanning: bool,
@@ -353,7 +452,7 @@ struct Join<'a> {
 
 impl Join<'_> {
     fn run<B: Bits>(&self) -> Result<(Triage, Vec<i64>), neardup_core::Error> {
-        let (fps, screen_by) = (self.fps, self.screen_by);
+        let (fps, screen_by, doc) = (self.fps, self.screen_by, self.doc);
         let [key, bi, bj, salt, pos] = self.cols;
         let same = |x: usize, y: usize| key[x] == key[y] && bi[x] == bi[y] && bj[x] == bj[y];
         let row =
@@ -375,17 +474,18 @@ impl Join<'_> {
             let mut over = false;
             let mut decide = |x: usize, y: usize, d: u32| {
                 let Some(c) = joined.as_mut() else {
-                    triage.push(row(x, y, d), Screen::decide(screen_by, x as u32, y as u32));
+                    triage.push(row(x, y, d), Screen::decide(screen_by, doc[x], doc[y]));
                     return true;
                 };
                 let (lx, ly) = ((x - start) as u32, (y - start) as u32);
                 if c.find(lx) == c.find(ly) {
                     return true;
                 }
-                let decision = match (Screen::decide(screen_by, x as u32, y as u32), self.sets) {
+                let decision = match (Screen::decide(screen_by, doc[x], doc[y]), self.sets) {
                     (Decision::Undecided, Some(sets)) => {
                         let t = screen_by.map_or(0.0, |s| s.threshold());
-                        Decision::of(Some(jaccard_at_least(&sets[x], &sets[y], t)), t)
+                        let (a, b) = (doc[x] as usize, doc[y] as usize);
+                        Decision::of(Some(jaccard_at_least(&sets[a], &sets[b], t)), t)
                     }
                     (Decision::Undecided, None) => {
                         pending.push((x, y, d));
@@ -413,7 +513,7 @@ impl Join<'_> {
             let mut rows: Vec<usize> = (start..end).collect();
             let mut going = true;
             if self.spanning {
-                let identity = |x: usize| screen_by.map_or(&[][..], |s| s.identity(x as u32));
+                let identity = |x: usize| screen_by.map_or(&[][..], |s| s.identity(doc[x]));
                 rows.sort_unstable_by(|&x, &y| {
                     (fps[x], identity(x), salt[x], pos[x]).cmp(&(
                         fps[y],

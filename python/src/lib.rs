@@ -143,7 +143,7 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(join::pigeonhole_route, m)?)?;
     m.add(
         "PIGEONHOLE_RECORD",
-        (join::RECORD_BYTES, spark::SUMMARY_BYTES),
+        (join::RECORD_BYTES, join::DOC_BYTES, spark::SUMMARY_BYTES),
     )?;
     m.add_function(wrap_pyfunction!(spark::spark_rows, m)?)?;
     m.add_function(wrap_pyfunction!(spark::config_with_idf, m)?)?;

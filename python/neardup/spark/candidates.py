@@ -4,10 +4,11 @@ executors (core's ``Pigeonhole``).
 Reads the fingerprint pass's rows (``_pos``, ``fp_hi``, ``fp_lo`` and, to
 screen, ``summary``). Centres them on the corpus when the job does (the
 fingerprint pass's sums of the shares, broadcast: :func:`_centred_words`
-decides each fingerprint as the join reads it). Collects the hot keys (groups above ``max_group`` rows) to
-the driver. Shuffles each document k + 1 times keyed by block (48 bytes a
-row, plus the 144-byte summary when verifying), the rows packed into a few
-large values per task, and joins each task's groups in Rust
+decides each fingerprint as the join reads it). Collects the hot keys
+(groups above ``max_group`` rows) to the driver. Shuffles each document
+k + 1 times keyed by block (24 bytes a row, and the document's position,
+fingerprint and summary once per task that holds a row of it), packed
+into a few large values per task, and joins each task's groups in Rust
 (:func:`_candidates`). With ``against``, the existing set is not shuffled:
 the new batch is broadcast and every partition of the existing set looks
 its documents up in it (:func:`_batch_pairs`). Returns DataFrames of
@@ -27,8 +28,8 @@ from .arrow import _packed, _scored_pair_schema, _to_arrow
 from .report import _log
 
 
-# Rows of one group of the distributed join held by one task (about 200
-# bytes each with verification); a larger group is split into block pairs.
+# Rows of one group of the distributed join held by one task (24 bytes
+# each, and its documents'); a larger group is split into block pairs.
 MAX_GROUP = 500_000
 
 
@@ -69,15 +70,15 @@ def _fp_words(b: Any) -> bytes:
     return np.column_stack([hi, lo]).astype("<u8").tobytes()
 
 
-def _record_type() -> Any:
-    """A candidate row as it crosses the join's shuffle (core's
-    ``pigeonhole_route``), with its summary."""
-    head, summary = _rs.PIGEONHOLE_RECORD
-    fields = [("key", "<i8"), ("_pos", "<i8"), ("fp_hi", "<u8"), ("fp_lo", "<u8"), ("bi", "<u4"), ("bj", "<u4"),
-              ("salt", "<u4"), ("pad", "<u4"), ("summary", "u1", (summary,))]
-    kind = np.dtype(fields)
-    assert kind.itemsize == head + summary, "the record layout of core's pigeonhole_route"
-    return kind
+def _routed_documents(routed: bytes) -> Any:
+    """The documents of a routed buffer of the join (core's
+    ``pigeonhole_route``, with summaries): ``_pos``, ``fp_hi``, ``fp_lo``
+    and ``summary`` each, in the buffer's order."""
+    row, head, summary = _rs.PIGEONHOLE_RECORD
+    n_rows, n_docs = (int(x) for x in np.frombuffer(routed, dtype="<u4", count=2))
+    kind = np.dtype([("_pos", "<i8"), ("fp_hi", "<u8"), ("fp_lo", "<u8"), ("summary", "u1", (summary,))])
+    assert kind.itemsize == head + summary, "the document layout of core's pigeonhole_route"
+    return np.frombuffer(routed, dtype=kind, count=n_docs, offset=8 + n_rows * row)
 
 
 def _partition_values(spark: Any, parts: int) -> list:
@@ -107,8 +108,8 @@ SPAN_UNDECIDED_PER_ROW = 1
 SPAN_CACHE_BYTES = 256 << 20
 
 
-# Rows of the candidate stage's shuffle per partition (about 200 bytes each
-# with a verification summary, sorted by Spark, which spills beyond memory).
+# Rows of the candidate stage's shuffle per task (24 bytes each, and 168
+# per document they name: all held while the task joins them).
 CANDIDATE_ROWS_PER_TASK = 1_000_000
 
 
@@ -116,10 +117,12 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
                 quiet: bool, spanning: bool = False, features_at: Any = None, centre: Any = None) -> tuple:
     """Candidate pairs, in the executors (core's ``Pigeonhole``).
 
-    Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen, ``summary``;
-    with a ``centre``, the broadcast sums of every document's shares, ``shares`` instead of
-    the fingerprint, decided around it as the rows are read). Shuffles each document k + 1 times, keyed by (block, block value): 48
-    bytes a row, plus the 144-byte summary when verifying, packed by core's
+    Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen,
+    ``summary``; with a ``centre``, the broadcast sums of every document's
+    shares, ``shares`` instead of the fingerprint, decided around it as the
+    rows are read). Shuffles each document k + 1 times, keyed by (block,
+    block value): 24 bytes a row, and the document (position, fingerprint,
+    summary) once per task that holds a row of it, packed by core's
     ``pigeonhole_route`` into one value per map batch and task (Spark moves
     a few large values, not a row each; the task of a group is chosen by
     the router, and :func:`_partition_values` makes Spark's partitioning
@@ -199,11 +202,11 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
 
     exact = spanning and screened and features_at is not None
 
-    def sets_of(records, cache):
-        """One feature set per record of a group, read once per distinct
-        feature set (rows with one summary digest share theirs) and kept in
-        ``cache`` for the task's other groups."""
-        g = np.frombuffer(records, dtype=_record_type())
+    def sets_of(routed, cache):
+        """One feature set per document of a routed buffer, read once per
+        distinct feature set (documents with one summary digest share
+        theirs) and kept in ``cache`` for the task's other groups."""
+        g = _routed_documents(routed)
         ident = [x.tobytes() for x in g["summary"][:, :20]]  # feature count and digest
         missing = {}
         for row, i in enumerate(ident):
@@ -234,7 +237,7 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     def pairs_of(batches):
         # This task's records: whole groups (every row of a group has one
         # destination).
-        records = [_packed(b.column("rows")) for b in batches if b.num_rows]
+        records = [r for b in batches for r in b.column("rows").to_pylist()]
         if records:
             yield from joined(records, cache={})
 
