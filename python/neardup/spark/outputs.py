@@ -47,6 +47,8 @@ def _named_outputs(pairs: Any, reps: Any, ids: Any, scores: list) -> tuple:
         out_pairs = (
             pairs.join(members.select(F.col("_pos").alias("pa"), F.col("_id").alias("a")), "pa")
             .join(members.select(F.col("_pos").alias("pb"), F.col("_id").alias("b")), "pb")
+            # Kept for the sort, whose sampling pass would join them again.
+            .localCheckpoint(eager=False)
             .orderBy("pa", "pb")
             .select("a", "b", "distance", *scores)
         )
@@ -54,6 +56,7 @@ def _named_outputs(pairs: Any, reps: Any, ids: Any, scores: list) -> tuple:
         members.groupBy("rep")
         .agg(F.count("*").alias("size"), F.sort_array(F.collect_list(F.struct("_pos", "_id"))).alias("m"),
              F.first(F.when(F.col("_pos") == F.col("rep"), F.col("_id")), ignorenulls=True).alias("representative"))
+        .localCheckpoint(eager=False)
         .orderBy("rep")
         .select("representative", "size", F.col("m._id").alias("members"))
     )

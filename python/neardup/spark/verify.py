@@ -24,7 +24,7 @@ import neardup
 from neardup import _neardup as _rs
 
 from .arrow import _local, _scored_pair_schema, _to_arrow
-from .components import ONE_TASK_EDGES, _components, _union_find
+from .components import _components, _union_find
 from .read import read_lines_at
 
 
@@ -35,6 +35,12 @@ EXACT_PAIRS_PER_TASK = 20_000
 
 
 EXACT_DOCS_PER_TASK = 20_000
+
+
+# Undecided pairs whose buckets one task finds (its union-find and the
+# pairs in and out of it take about a second at this count; 4 million took
+# 6.7 s, longer than the components' parallel jobs).
+ONE_TASK_BUCKETS = 1_000_000
 
 
 def _features_of(rows_of: Any, batch: Any, need: Any) -> list:
@@ -80,7 +86,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
     # Pairs of one connected component go to one task, so that each
     # document is read once; a component of more than EXACT_DOCS_PER_TASK
     # documents is spread by its pairs' first documents.
-    if count <= ONE_TASK_EDGES:
+    if count <= ONE_TASK_BUCKETS:
         # Few enough for one task: it finds the components and names each
         # pair's bucket (one job, not the components' and two joins).
         bucket_schema = T.StructType(undecided.select("pa", "pb", "distance").schema.fields + [T.StructField("bucket", T.LongType(), False)])
