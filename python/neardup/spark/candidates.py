@@ -95,6 +95,7 @@ def _partition_values(spark: Any, parts: int) -> list:
         span += 64 * parts
     return [found[p] for p in range(parts)]
 
+
 # A spanning join's group of m rows with more than this many undecided
 # pairs a row (more than m, at 1) is joined again with its documents'
 # feature sets. At 4, a 1 GB corpus with 50,000 near copies of one page
