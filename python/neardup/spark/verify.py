@@ -52,6 +52,18 @@ def _features_of(rows_of: Any, batch: Any, need: Any) -> list:
     return r["features"]
 
 
+def _pair_columns(batches: Any) -> Any:
+    """A task's pairs (``pa``, ``pb``, ``distance``) as numpy arrays, or None
+    when it has none."""
+    import pyarrow as pa
+
+    got = [b for b in batches if b.num_rows]
+    if not got:
+        return None
+    t = pa.Table.from_batches(got)
+    return tuple(t.column(c).to_numpy() for c in ("pa", "pb", "distance"))
+
+
 def _features_at(spark: Any, splits: Any, rows_of: Any) -> Any:
     """A function of positions to their documents' feature sets, one each,
     read in the executors at their byte offsets (one read per document)."""
@@ -92,11 +104,10 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
         bucket_schema = T.StructType(undecided.select("pa", "pb", "distance").schema.fields + [T.StructField("bucket", T.LongType(), False)])
 
         def bucketed(batches):
-            got = [b for b in batches if b.num_rows]
-            if not got:
+            pairs = _pair_columns(batches)
+            if pairs is None:
                 return
-            t = pa.Table.from_batches(got)
-            a, b, d = (t.column(c).to_numpy() for c in ("pa", "pb", "distance"))
+            a, b, d = pairs
             nodes, reps = _union_find(a, b)
             roots, size = np.unique(reps, return_counts=True)
             rep = reps[np.searchsorted(nodes, a)]
@@ -128,11 +139,10 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
         paths = spark.sparkContext.broadcast(splits.paths())
 
         def check(batches):
-            got = [b for b in batches if b.num_rows]
-            if not got:
+            pairs = _pair_columns(batches)
+            if pairs is None:
                 return
-            tb = pa.Table.from_batches(got)
-            a, b, d = (tb.column(c).to_numpy() for c in ("pa", "pb", "distance"))
+            a, b, d = pairs
             need = np.unique(np.concatenate([a, b]))
             yield measured(a, b, d, need, _features_of(rows_of, read_lines_at(paths.value, need), need))
 
