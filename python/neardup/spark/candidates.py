@@ -189,14 +189,13 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     dest_of = spark.sparkContext.broadcast(_partition_values(spark, parts))
 
     def keyed(batches):
-        hk, hs = hot.value
+        hk, hs = (x.astype("<i8").tobytes() for x in hot.value)
         dests = dest_of.value
         for b in batches:
             if not b.num_rows:
                 continue
-            routed = _rs.pigeonhole_route(words_of(b), b.column("_pos").to_numpy().astype("<i8").tobytes(), bits, k,
-                                          hk.astype("<i8").tobytes(), hs.astype("<i8").tobytes(), parts,
-                                          _packed(b.column("summary")) if screened else None)
+            routed = _rs.pigeonhole_route(words_of(b), b.column("_pos").to_numpy().astype("<i8").tobytes(), bits, k, hk, hs,
+                                          parts, _packed(b.column("summary")) if screened else None)
             ds = [d for d, r in enumerate(routed) if r]
             yield pa.RecordBatch.from_arrays([pa.array([dests[d] for d in ds], pa.int64()),
                                               pa.array([routed[d] for d in ds], pa.binary())], names=["dest", "rows"])

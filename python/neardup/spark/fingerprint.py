@@ -178,10 +178,12 @@ def _kinds_and_centre(fps: Any, bits: Optional[int]) -> tuple:
     rows, a row per partition and kind to the driver."""
     import pyarrow as pa
     from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = T.StructType([T.StructField("_bad", T.BooleanType(), False), T.StructField("_new", T.BooleanType(), False),
                            T.StructField("count", T.LongType(), False), T.StructField("lo", T.LongType(), False),
                            T.StructField("hi", T.LongType(), False), T.StructField("centre", T.BinaryType(), True)])
+    arrow_schema = to_arrow_schema(schema)
 
     def summed(batches):
         out: dict = {}
@@ -190,7 +192,8 @@ def _kinds_and_centre(fps: Any, bits: Optional[int]) -> tuple:
                 continue
             bad, new = (b.column(c).to_numpy(zero_copy_only=False) for c in ("_bad", "_new"))
             pos = b.column("_pos").to_numpy()
-            for kind in {(bool(x), bool(y)) for x, y in zip(bad, new)}:
+            for code in np.unique(bad.astype(np.int8) * 2 + new):
+                kind = (bool(code & 2), bool(code & 1))
                 mine = (bad == kind[0]) & (new == kind[1])
                 count, lo, hi, centre = out.get(kind, (0, None, None, None))
                 p = pos[mine]
@@ -206,7 +209,7 @@ def _kinds_and_centre(fps: Any, bits: Optional[int]) -> tuple:
                 pa.array([k[0] for k in kinds]), pa.array([k[1] for k in kinds]),
                 *(pa.array([out[k][i] for k in kinds], pa.int64()) for i in range(3)),
                 pa.array([None if out[k][3] is None else out[k][3].astype("<u8").tobytes() for k in kinds], pa.binary()),
-            ], schema=pa.schema([pa.field(f.name, t, f.nullable) for f, t in zip(schema.fields, (pa.bool_(), pa.bool_(), pa.int64(), pa.int64(), pa.int64(), pa.binary()))]))
+            ], schema=arrow_schema)
 
     cols = ["_bad", "_new", "_pos"] + (["shares"] if bits is not None else [])
     kinds: dict = {}
