@@ -86,6 +86,16 @@ def read_records(spark: Any, paths: list, fmt: str, against: Optional[list] = No
 
     from pyspark.sql import functions as F
 
+    local = _local_files(against or []), _local_files(paths)
+    if fmt != "parquet" and None not in local and os.environ.get("NEARDUP_SPARK_READER") != "spark":
+        # Plain local files, named one by one: no listing job.
+        ranks: dict = {}
+        for f in local[0] + local[1]:
+            ranks.setdefault(f, len(ranks))
+        if LocalSplits.eligible(list(ranks)):
+            news = set(local[1])
+            splits = LocalSplits([(f, r, f in news) for f, r in ranks.items()], spark.sparkContext.defaultParallelism)
+            return splits.records(spark), Positions(ranks, False), splits
     frames, ranks = [], {}
     for new, group in [(False, against or []), (True, paths)]:
         if not group:
@@ -111,6 +121,23 @@ def read_records(spark: Any, paths: list, fmt: str, against: Optional[list] = No
     for f in frames[1:]:
         out = out.unionByName(f)
     return out, positions, None
+
+
+def _local_files(paths: list) -> Optional[list]:
+    """``paths`` as Spark's listing names them (:func:`_file_key`), in the
+    order given, if every one is a regular local file (not a folder, a glob,
+    a hidden file or a URL other than ``file:``), else None."""
+    import os
+
+    out = []
+    for p in paths:
+        if "://" in p and not p.startswith("file:"):
+            return None
+        local = os.path.abspath(_file_key(p))
+        if not os.path.isfile(local) or any(c in p for c in "*?[{") or os.path.basename(local)[:1] in ("_", "."):
+            return None  # Spark lists globs, and leaves hidden files out
+        out.append(local)
+    return out
 
 
 _BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark
