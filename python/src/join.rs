@@ -15,14 +15,7 @@ use neardup_core::{Width, with_bits};
 use crate::spark::{
     Components, Decision, SUMMARY_BYTES, Screen, Triage, TriageBytes, decide_summaries,
 };
-use crate::{err, features_of, u64s};
-
-fn i64s(bytes: &[u8]) -> Vec<i64> {
-    bytes
-        .chunks_exact(8)
-        .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect()
-}
+use crate::{err, features_of, i64s, u64s};
 
 /// Fingerprints from words, two u64 per document (high, then low: high 0 at
 /// 64 bits).

@@ -6,6 +6,7 @@ mod dedup;
 mod fingerprint;
 mod index;
 mod join;
+mod lines;
 mod spark;
 
 use config::*;
@@ -101,6 +102,13 @@ fn u64s(bytes: &[u8]) -> Vec<u64> {
         .collect()
 }
 
+fn i64s(bytes: &[u8]) -> Vec<i64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
 fn parse_policy(policy: &str) -> PyResult<Policy> {
     match policy {
         "components" => Ok(Policy::Components),
@@ -123,6 +131,7 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config_from_parts, m)?)?;
     m.add_function(wrap_pyfunction!(keep_by_preference, m)?)?;
     m.add_function(wrap_pyfunction!(dedup::plan, m)?)?;
+    m.add_function(wrap_pyfunction!(lines::write_kept_lines, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(distance, m)?)?;
     m.add_function(wrap_pyfunction!(similarity, m)?)?;

@@ -744,6 +744,66 @@ def test_executors_read_every_line_of_a_range_once(tmp_path, seed):
         assert got == expect
 
 
+def test_only_plain_local_files_skip_the_listing(tmp_path, monkeypatch):
+    """Files named one by one are read without Spark's listing, named as it
+    names them (absolute paths, file: URLs unwrapped); a folder, a glob, a
+    hidden file or another file system is left to the listing."""
+    from neardup.spark.read import _local_files
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    (tmp_path / "_b.jsonl").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    a = str(tmp_path / "a.jsonl")
+    assert _local_files(["a.jsonl", "file://" + a, a]) == [a, a, a]
+    assert _local_files([]) == []
+    for other in [str(tmp_path), str(tmp_path / "*.jsonl"), "_b.jsonl", "s3://bucket/a.jsonl", "missing.jsonl"]:
+        assert _local_files(["a.jsonl", other]) is None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_kept_lines_of_ranges_are_each_kept_line_once(tmp_path, seed):
+    """Core's copy of a range's kept lines (the local writer of deduped/)
+    against a plain reading of the file: over ranges that cut it anywhere,
+    every line not removed and not blank, once, in order, without its line
+    end and with a newline; a first line after a byte-order mark is named
+    by the byte after it; lines longer than the copy's 8 MB reads whole."""
+    import numpy as np
+
+    from neardup import _neardup as _rs
+    from neardup.spark.read import _POS_SHIFT
+
+    rng = random.Random(seed)
+    lines = ["".join(rng.choice("ab {}é\r\t") for _ in range(rng.randrange(0, 30))) for _ in range(rng.randrange(0, 50))]
+    if seed == 0:
+        lines.insert(1, "x" * (9 << 20))
+    raw = (rng.choice(["\n", "\r\n"]).join(lines) + ("\n" if rng.random() < 0.5 else "")).encode()
+    bom = rng.random() < 0.3
+    raw = (b"\xef\xbb\xbf" if bom else b"") + raw
+    path, base = tmp_path / "lines.jsonl", 3 << _POS_SHIFT
+    path.write_bytes(raw)
+    records, at = [], 0
+    while at < len(raw):
+        stop = raw.find(b"\n", at)
+        stop = len(raw) if stop < 0 else stop + 1
+        records.append((3 if bom and at == 0 else at, raw[at:stop][3 if bom and at == 0 else 0 :]))
+        at = stop
+    gone = [base | o for o, _ in records if rng.random() < 0.3]
+    want = b""
+    for o, line in records:
+        text = line[:-1] if line.endswith(b"\n") else line
+        text = text[:-1] if text.endswith(b"\r") else text
+        if (base | o) not in gone and text.strip(b" \t\r\n\x0c"):
+            want += text + b"\n"
+    step = rng.randrange(1, 90) if seed else 1 << 20
+    got, rows = b"", 0
+    for s in range(0, len(raw), step):
+        out = tmp_path / f"part-{s}"
+        rows += _rs.write_kept_lines(str(path), s, min(s + step, len(raw)), base, np.array(gone[::-1], dtype="<i8").tobytes(), str(out))
+        got += out.read_bytes()
+    assert got == want
+    assert rows == want.count(b"\n")
+
+
 def test_line_ends_and_a_byte_order_mark_as_the_cli(spark, tmp_path):
     """A file with a byte-order mark, CRLF line ends, a blank line and no
     final newline, read by the executors and its kept records written by

@@ -169,7 +169,7 @@ def kept_on_driver(spark: Any, job: Job, records: Any, gone: Any) -> tuple:
                 if lines is not None:
                     yield pa.RecordBatch.from_arrays([_without_newlines(lines)], names=["value"])
 
-        return splits.map(spark, kept_lines, keep_schema), functools.partial(_write_lines_local, spark, splits, kept)
+        return splits.map(spark, kept_lines, keep_schema), functools.partial(_write_lines_local, spark, splits, None, removed=gone_b)
     if job.meta == ["_pos"]:
         if json_col is not None:
             survivors = survivors.where(~F.col(json_col).rlike(blank))
@@ -239,7 +239,7 @@ def kept_distributed(spark: Any, job: Job, numbered: Any, dropped: Any) -> tuple
                             yield pa.RecordBatch.from_arrays([_without_newlines(lines)], names=["value"])
 
         deduped = ranges.mapInArrow(kept_lines, T.StructType([T.StructField("value", T.StringType(), True)]))
-        return deduped, functools.partial(_write_lines_local, spark, splits, kept_of, frame=ranges)
+        return deduped, functools.partial(_write_lines_local, spark, splits, None, frame=ranges)
     # Read by Spark: the records in input order, minus the removed positions
     # (a broadcast join, which keeps the order; its positions pass the driver).
     survivors = numbered.join(F.broadcast(dropped), "_pos", "left_anti")

@@ -15,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from .read import LocalSplits, _file_key, _read_range, _without_newlines
+from neardup import _neardup as _rs
+
+from .read import _POS_SHIFT, LocalSplits, _file_key, _read_range, _without_newlines
 from .result import SparkDedupResult
 
 
-def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str, frame: Any = None) -> None:
+def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str, frame: Any = None, removed: Any = None) -> None:
     """Writes the kept lines into ``folder`` on the local (or shared) file
     system, one ``part-NNNNN.txt`` per byte range in input order, each line
     ending in a newline, from the executors' own reads: the records never
@@ -28,7 +30,10 @@ def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str, 
     there; a part is renamed into place when whole, so a retried task
     rewrites it. ``frame``: the ranges (:meth:`LocalSplits.frame`) with a
     column ``gone`` of each one's removed positions, passed to ``kept``
-    with each batch."""
+    with each batch. ``kept`` None: the ranges' lines are copied by core
+    (``write_kept_lines``) minus those removed: the ``gone`` column's, else
+    those of ``removed`` (a broadcast array of positions, ascending), and
+    minus blank lines; only new records are kept."""
     import os
     import shutil
     import uuid
@@ -51,12 +56,22 @@ def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str, 
                 name = os.path.join(tmp, f"part-{index:05d}.txt")
                 part = f"{name}.{uuid.uuid4().hex}"
                 rows = 0
-                with open(part, "wb") as f:
-                    for lines_batch in _read_range(path, rank, start, end, new, False, 16 << 20):
-                        lines = kept(lines_batch, gone) if with_gone else kept(lines_batch)
-                        if lines is not None:
-                            f.write(_with_newlines(lines))
-                            rows += len(lines)
+                if kept is None:
+                    if gone is None and removed is not None:
+                        at = np.searchsorted(removed.value, [(rank << _POS_SHIFT) | start, (rank << _POS_SHIFT) | end])
+                        gone = removed.value[at[0] : at[1]]
+                    if new:
+                        rows = _rs.write_kept_lines(_file_key(path), start, end, rank << _POS_SHIFT,
+                                                    np.asarray(gone if gone is not None else [], dtype="<i8").tobytes(), part)
+                    else:
+                        open(part, "wb").close()
+                else:
+                    with open(part, "wb") as f:
+                        for lines_batch in _read_range(path, rank, start, end, new, False, 16 << 20):
+                            lines = kept(lines_batch, gone) if with_gone else kept(lines_batch)
+                            if lines is not None:
+                                f.write(_with_newlines(lines))
+                                rows += len(lines)
                 os.replace(part, name)
                 yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["rows"])
 
@@ -95,33 +110,59 @@ def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
     """Writes DIR/pairs, DIR/clusters, DIR/deduped and, with annotations,
     DIR/annotated (JSON Lines records stay the lines they were with
     ``jsonl``, annotated ones with the three fields appended; with
-    ``parquet`` they become columns). Returns the seconds each took."""
+    ``parquet`` they become columns). The records first, then the pairs
+    and the clusters at once (the few tasks of the jobs that name them
+    leave cores idle). Returns the seconds each took (the last two
+    overlap); raises the first error, once every writer has stopped."""
+    from pyspark import InheritableThread
+
     if fmt not in ("parquet", "jsonl"):
         raise ValueError(f"format {fmt!r}: use parquet or jsonl")
-    took = {}
     local = {"deduped": result.write_local, "annotated": result.write_annotated_local}
-    for name, frame in [("pairs", result.pairs), ("clusters", result.clusters), ("deduped", result.deduped),
-                        ("annotated", result.annotated)]:
-        if frame is None:
-            continue
-        t = time.monotonic()
+
+    def one(name, frame):
         if name in local and result.json_records:
             if fmt == "jsonl" and local[name] is not None and ("://" not in output or output.startswith("file:")):
                 local[name](f"{output}/{name}")
-                took[name] = time.monotonic() - t
-                continue
+                return
             if fmt == "jsonl":
                 frame.write.mode("overwrite").text(f"{output}/{name}")
-                took[name] = time.monotonic() - t
-                continue
+                return
             frame = _parse_json(frame)
         w = frame.write.mode("overwrite")
         if fmt == "parquet":
             w.parquet(f"{output}/{name}")
         else:
             w.json(f"{output}/{name}")
+
+    took: dict = {}
+    errors: list = []
+
+    def timed(name, frame):
+        t = time.monotonic()
+        try:
+            one(name, frame)
+        except BaseException as e:  # noqa: BLE001 - raised by the caller's thread
+            errors.append(e)
         took[name] = time.monotonic() - t
-    return took
+
+    outputs = [(n, f) for n, f in [("pairs", result.pairs), ("clusters", result.clusters), ("deduped", result.deduped),
+                                   ("annotated", result.annotated)] if f is not None]
+    # The records first, each job with every core (their tasks are long and
+    # Spark runs the first job's first), then the pairs and clusters at once.
+    records = [o for o in outputs if o[0] in local]
+    for o in records:
+        timed(*o)
+        if errors:
+            raise errors[0]
+    threads = [InheritableThread(target=timed, args=o) for o in outputs if o not in records]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return {n: took[n] for n, _ in outputs}
 
 
 def _parse_json(lines: Any) -> Any:

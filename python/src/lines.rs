@@ -1,0 +1,171 @@
+//! The kept records of one byte range of a JSON Lines file, copied by the
+//! executor that reads it: the Spark job's local writer of `deduped/`
+//! (`neardup.spark.writing`), with no record turned into a Python or Arrow
+//! value.
+//!
+//! A range holds the lines whose first byte lies in it (the line holding
+//! the byte before the range belongs to the range before). A line is named
+//! by its position, `base | byte offset` (`base` = the file's rank << 40);
+//! at the start of a file a UTF-8 byte-order mark is not part of the first
+//! line, whose position is the byte after it. Blank lines (only spaces,
+//! tabs, form feeds and line ends) are not records. A kept line is written
+//! without its line end (`\n`, and a `\r` before it) and with `\n`, as the
+//! Python readers (`neardup.spark.read`) cut lines.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+
+use pyo3::prelude::*;
+
+use crate::{err, i64s};
+
+/// Bytes read at a time.
+const BLOCK: usize = 8 << 20;
+
+const BOM: &[u8] = b"\xef\xbb\xbf";
+
+fn blank(line: &[u8]) -> bool {
+    line.iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0c))
+}
+
+/// A line without its line end: a final `\n`, then a final `\r`.
+fn without_end(mut line: &[u8]) -> &[u8] {
+    for end in [b'\n', b'\r'] {
+        if let [rest @ .., last] = line
+            && *last == end
+        {
+            line = rest;
+        }
+    }
+    line
+}
+
+/// Why a copy stopped: reading the input or writing the output.
+#[derive(Debug)]
+pub(crate) enum CopyError {
+    Read(io::Error),
+    Write(io::Error),
+}
+
+/// Copies the kept lines of bytes `start..end` of `input` to `out`: those
+/// whose position is not in `gone` (ascending) and that are not blank.
+/// Returns the number of lines written.
+pub(crate) fn copy_kept(
+    input: &mut (impl Read + Seek),
+    start: u64,
+    end: u64,
+    base: i64,
+    gone: &[i64],
+    out: &mut impl Write,
+) -> Result<u64, CopyError> {
+    let from = start.saturating_sub(1);
+    input.seek(SeekFrom::Start(from)).map_err(CopyError::Read)?;
+    // `buf[..]` holds the file from offset `at`; lines before `line` are done.
+    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK);
+    let mut at = from;
+    let mut line = 0usize;
+    // With start > 0, the first line from byte start - 1 is the range before's.
+    let mut skipping = start > 0;
+    let mut eof = false;
+    let mut g = 0usize;
+    let mut rows = 0u64;
+    loop {
+        let scan = buf.len();
+        if !eof {
+            let len = buf.len();
+            buf.resize(len + BLOCK, 0);
+            let n = read_full(input, &mut buf[len..]).map_err(CopyError::Read)?;
+            buf.truncate(len + n);
+            eof = n < BLOCK;
+        }
+        let mut next = scan.max(line);
+        loop {
+            let stop = match memchr::memchr(b'\n', &buf[next..]) {
+                Some(i) => next + i + 1,
+                None if eof && line < buf.len() => buf.len(),
+                None => break,
+            };
+            let begin = at + line as u64;
+            if skipping {
+                skipping = false;
+            } else if begin >= end {
+                return Ok(rows);
+            } else {
+                let mut text = &buf[line..stop];
+                let mut offset = begin;
+                if begin == 0 && text.starts_with(BOM) {
+                    text = &text[BOM.len()..];
+                    offset = BOM.len() as u64;
+                }
+                let pos = base | offset as i64;
+                while g < gone.len() && gone[g] < pos {
+                    g += 1;
+                }
+                let removed = gone.get(g) == Some(&pos);
+                if !removed && !blank(text) {
+                    out.write_all(without_end(text)).map_err(CopyError::Write)?;
+                    out.write_all(b"\n").map_err(CopyError::Write)?;
+                    rows += 1;
+                }
+            }
+            line = stop;
+            next = stop;
+        }
+        if eof {
+            return Ok(rows);
+        }
+        // Keep the unfinished line; drop what is done.
+        buf.drain(..line);
+        at += line as u64;
+        line = 0;
+    }
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(m) => n += m,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Writes to file `out` the kept lines of bytes `start..end` of file
+/// `path` (lines whose position, `base | byte offset`, is not among
+/// `gone`, little-endian i64 in any order, and that are not blank), each
+/// ending in `\n`. Returns the number of lines written.
+#[pyfunction]
+#[pyo3(signature = (path, start, end, base, gone, out))]
+pub fn write_kept_lines(
+    py: Python<'_>,
+    path: &str,
+    start: u64,
+    end: u64,
+    base: i64,
+    gone: &[u8],
+    out: &str,
+) -> PyResult<u64> {
+    let mut gone = i64s(gone);
+    py.detach(|| {
+        gone.sort_unstable();
+        let mut input = File::open(path).map_err(|e| {
+            err(format!(
+                "{path}: cannot read it ({e}); check the path and its permissions"
+            ))
+        })?;
+        let file = File::create(out).map_err(|e| err(format!("{out}: cannot write it ({e})")))?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        let rows = copy_kept(&mut input, start, end, base, &gone, &mut w).map_err(|e| match e {
+            CopyError::Read(e) => err(format!("{path}: cannot read it ({e})")),
+            CopyError::Write(e) => err(format!("{out}: cannot write it ({e})")),
+        })?;
+        w.flush()
+            .map_err(|e| err(format!("{out}: cannot write it ({e})")))?;
+        Ok(rows)
+    })
+}
