@@ -159,6 +159,11 @@ def candidates(spark: Any, job: Job, rows: Any, centre_sums: Optional[bytes], n:
     return rows, kept, undecided, n_und
 
 
+# Pairs a partition of the verified pairs holds (at least two partitions a
+# core).
+EDGES_PER_PARTITION = 1_000_000
+
+
 def verify(spark: Any, job: Job, rows: Any, n: int, kept: Any, undecided: Any, n_und: int, inputs: Inputs,
            stages: dict, report: Any) -> tuple:
     """Stage 3: the undecided pairs checked exactly (:func:`._verify_distributed`),
@@ -174,7 +179,11 @@ def verify(spark: Any, job: Job, rows: Any, n: int, kept: Any, undecided: Any, n
     t2 = time.monotonic()
     edges = kept
     if n_und:
-        edges = kept.unionByName(checked(undecided, n_und)).localCheckpoint()
+        # The exact check's many small tasks, kept as a few partitions: the
+        # stages after it run a task per partition.
+        cores = spark.sparkContext.defaultParallelism
+        parts = max(2 * cores, -(-n_und // EDGES_PER_PARTITION))
+        edges = kept.unionByName(checked(undecided, n_und)).coalesce(parts).localCheckpoint()
     if first_new is not None:
         old_fps = rows.where(F.col("_pos") < first_new)
         edges = _old_links(spark, edges, old_fps, first_new, bits=job.bits, k=job.k, threshold=threshold, quiet=job.quiet,
