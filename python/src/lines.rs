@@ -62,7 +62,7 @@ pub(crate) fn copy_kept(
     let from = start.saturating_sub(1);
     input.seek(SeekFrom::Start(from)).map_err(CopyError::Read)?;
     // `buf[..]` holds the file from offset `at`; lines before `line` are done.
-    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK);
+    let mut buf: Vec<u8> = Vec::new();
     let mut at = from;
     let mut line = 0usize;
     // With start > 0, the first line from byte start - 1 is the range before's.
@@ -73,11 +73,21 @@ pub(crate) fn copy_kept(
     loop {
         let scan = buf.len();
         if !eof {
+            // A small range's first read is about its size.
+            let want = if at == from && buf.is_empty() {
+                BLOCK.min(
+                    usize::try_from(end.saturating_sub(from))
+                        .unwrap_or(BLOCK)
+                        .saturating_add(64 << 10),
+                )
+            } else {
+                BLOCK
+            };
             let len = buf.len();
-            buf.resize(len + BLOCK, 0);
+            buf.resize(len + want, 0);
             let n = read_full(input, &mut buf[len..]).map_err(CopyError::Read)?;
             buf.truncate(len + n);
-            eof = n < BLOCK;
+            eof = n < want;
         }
         let mut next = scan.max(line);
         loop {

@@ -155,7 +155,7 @@ def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
         timed(*o)
         if errors:
             raise errors[0]
-    threads = [InheritableThread(target=timed, args=o) for o in outputs if o not in records]
+    threads = [InheritableThread(target=timed, args=o) for o in outputs if o[0] not in local]
     for t in threads:
         t.start()
     for t in threads:
