@@ -278,7 +278,8 @@ struct Row {
 /// `ids` (JSON text of each id, JSON Lines only), `key_kind`/`key_num`/
 /// `key_str` (with `keep_by`), `summaries` (SUMMARY_BYTES each), `features`
 /// (a list of bytes, the sorted verification features as little-endian
-/// u32), `errors` ((row, message) of invalid records; the caller fails or
+/// u32; with `packed`, one bytes of them all and `feature_ends`, the end of
+/// each document's in it as u64), `errors` ((row, message) of invalid records; the caller fails or
 /// skips them). With `fingerprints=False` (the exact check, which needs the
 /// features only) `fp` is all zeros and no fingerprint is made (its tokens
 /// are not cut). With
@@ -286,7 +287,7 @@ struct Row {
 /// where each document's bits lean (one byte per bit, as `bit_shares`) and
 /// `fp` is all zeros.
 #[pyfunction]
-#[pyo3(signature = (config, offsets, data, offset, length, large, validity, json, text_field, id_field, keep_by=None, summaries=false, features=false, fingerprints=true, shares=false, weighted=false))]
+#[pyo3(signature = (config, offsets, data, offset, length, large, validity, json, text_field, id_field, keep_by=None, summaries=false, features=false, fingerprints=true, shares=false, weighted=false, packed=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn spark_rows<'py>(
     py: Python<'py>,
@@ -306,6 +307,7 @@ pub fn spark_rows<'py>(
     fingerprints: bool,
     shares: bool,
     weighted: bool,
+    packed: bool,
 ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
     if weighted && (summaries || features || shares || !fingerprints) {
         return Err(err(
@@ -422,6 +424,7 @@ pub fn spark_rows<'py>(
     let mut sums: Vec<u8> = Vec::new();
     let mut leanings: Vec<u8> = Vec::new();
     let mut sets: Vec<Bound<'py, PyBytes>> = Vec::new();
+    let (mut all_sets, mut set_ends): (Vec<u8>, Vec<u64>) = Default::default();
     let mut errors: Vec<(usize, String)> = Vec::new();
     for (i, r) in results.into_iter().enumerate() {
         match r {
@@ -451,7 +454,10 @@ pub fn spark_rows<'py>(
                     if summaries {
                         summary_bytes(set, &mut sums);
                     }
-                    if features {
+                    if features && packed {
+                        all_sets.extend_from_slice(bytemuck::cast_slice(set));
+                        set_ends.push(all_sets.len() as u64);
+                    } else if features {
                         sets.push(PyBytes::new(py, bytemuck::cast_slice(set)));
                     }
                 }
@@ -474,7 +480,10 @@ pub fn spark_rows<'py>(
     if shares {
         out.set_item("shares", PyBytes::new(py, &leanings))?;
     }
-    if features {
+    if features && packed {
+        out.set_item("features", PyBytes::new(py, &all_sets))?;
+        out.set_item("feature_ends", PyBytes::new(py, bytemuck_bytes(&set_ends)))?;
+    } else if features {
         out.set_item("features", sets)?;
     }
     out.set_item("errors", errors)?;

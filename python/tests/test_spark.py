@@ -744,6 +744,63 @@ def test_executors_read_every_line_of_a_range_once(tmp_path, seed):
         assert got == expect
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_spilled_feature_sets_are_read_back_by_position(tmp_path, seed):
+    """The fingerprint pass's spill: sets written by range (several batches
+    a range, ranges in any order of tasks) are read back by position, each
+    its own bytes, whatever positions are asked; a position with no set,
+    or a folder emptied while the job ran, is a clear error."""
+    import numpy as np
+
+    import neardup
+    from neardup.spark.read import _POS_SHIFT
+    from neardup.spark.spill import Spill
+
+    rng = random.Random(seed)
+    starts = sorted({(r << _POS_SHIFT) | s for r in range(2) for s in [0] + rng.sample(range(1, 10_000), 3)})
+    spill = Spill(str(tmp_path), starts)
+    bounds = starts[1:] + [(2 << _POS_SHIFT)]
+    want = {}
+    order = list(range(len(starts)))
+    rng.shuffle(order)
+    for i in order:  # one task a range, in any order
+        writer = spill.writer()
+        span = range(starts[i], min(bounds[i], starts[i] + 5_000))
+        pos = sorted(rng.sample(span, min(len(span), rng.randrange(0, 40))))
+        for cut in range(0, len(pos), 7):  # batches of one range
+            chunk = pos[cut : cut + 7]
+            sets = [bytes(rng.randrange(256) for _ in range(4 * rng.randrange(0, 6))) for _ in chunk]
+            want.update(zip(chunk, sets))
+            writer.add(np.array(chunk), b"".join(sets), np.cumsum([len(x) for x in sets]))
+        writer.close()
+    asked = sorted(rng.sample(sorted(want), min(len(want), 30)))
+    assert spill.sets_at(np.array(asked, dtype=np.int64)) == [want[p] for p in asked]
+    missing = next(p for p in range(starts[0], starts[0] + 10_000) if p not in want)
+    with pytest.raises(neardup.NeardupError, match="no feature set"):
+        spill.sets_at(np.array([missing]))
+    for f in tmp_path.iterdir():
+        f.unlink()
+    if asked:
+        with pytest.raises(neardup.NeardupError, match="not there"):
+            spill.sets_at(np.array(asked[:1]))
+
+
+def test_a_spill_folder_that_cannot_be_made_is_refused(spark, tmp_path, capsys):
+    """--spill-dir naming a folder that cannot hold one: exit 2, the
+    folder named in one line, no output written."""
+    from neardup.spark import main
+
+    corpus = make_small(tmp_path / "small.jsonl")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q",
+                 "--spill-dir", str(blocked / "below")]) == 2
+    err = capsys.readouterr().err
+    assert f"{blocked / 'below'}: cannot make a folder there" in err
+    assert not out.exists()
+
+
 def test_only_plain_local_files_skip_the_listing(tmp_path, monkeypatch):
     """Files named one by one are read without Spark's listing, named as it
     names them (absolute paths, file: URLs unwrapped); a folder, a glob, a

@@ -98,6 +98,10 @@ def main(argv: Optional[list] = None) -> int:
     d.add_argument("--annotate", action="store_true",
                    help="also write annotated/: every record, kept or not, with \"cluster\", \"duplicate_of\" and "
                         "\"similarity\" added (as neardup dedup --annotate; columns added to Parquet rows)")
+    d.add_argument("--spill-dir", metavar="DIR",
+                   help="a folder every executor can write and read, where the fingerprint pass keeps each document's "
+                        "feature set for the exact check (default in local mode: a temporary folder; on a cluster "
+                        "without it, the check reads its documents again)")
     d.add_argument("--report", metavar="FILE",
                    help="write a JSON report: per stage its seconds, rows and bytes shuffled (per document too), "
                         "and the driver's peak memory")
@@ -169,7 +173,7 @@ def main(argv: Optional[list] = None) -> int:
                 config=config, idf=args.idf, skip_invalid=args.skip_invalid, max_group=args.max_group,
                 driver_documents=args.driver_documents, quiet=quiet, pairs=not args.no_pairs, positions=positions,
                 splits=splits, centre=not args.no_centre, features_col=args.features_field,
-                annotate=args.annotate, min_similarity=args.min_similarity, **kwargs,
+                annotate=args.annotate, min_similarity=args.min_similarity, spill_dir=args.spill_dir, **kwargs,
             )
         t = time.monotonic()
         took = write(result, args.output, args.format)

@@ -134,7 +134,7 @@ def candidates(spark: Any, job: Job, rows: Any, centre_sums: Optional[bytes], n:
         rows, centre = _centre_distributed(rows, centre, bits), None
     # A crowd of near copies in one group is checked there (texts read at
     # their byte offsets, when the executors read the input).
-    features_at = _features_at(spark, job.splits, job.rows_of) if job.splits is not None and not job.pairs else None
+    features_at = _features_at(spark, job.splits, job.rows_of, job.spill) if job.splits is not None and not job.pairs else None
     if first_new is None:
         kept, undecided = _candidates(spark, rows, n, bits, k, threshold, job.max_group, quiet, spanning=not job.pairs,
                                       features_at=features_at, centre=centre)
@@ -174,7 +174,7 @@ def verify(spark: Any, job: Job, rows: Any, n: int, kept: Any, undecided: Any, n
     threshold, first_new = job.threshold, inputs.first_new
 
     def checked(und, count):
-        return _verify_distributed(spark, und, count, threshold, job.rows_of, job.splits, inputs.texts)
+        return _verify_distributed(spark, und, count, threshold, job.rows_of, job.splits, inputs.texts, job.spill)
 
     t2 = time.monotonic()
     edges = kept

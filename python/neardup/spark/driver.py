@@ -168,7 +168,7 @@ def _exact(spark: Any, job: Job, records: Any, pos: Any, undecided: Any, kept: A
     ``scores`` with the pairs that pass. The executors read the documents
     at their byte offsets when they read the input, else Spark reads it."""
     if job.splits is not None:
-        return _exact_check_direct(spark, job.splits, job.rows_of, pos, undecided, job.threshold, kept, scores)
+        return _exact_check_direct(spark, job.splits, job.rows_of, pos, undecided, job.threshold, kept, scores, job.spill)
 
     def texts(fn, schema):
         return records.select(*{c: None for c in job.meta + [job.body]}).mapInArrow(fn, schema)

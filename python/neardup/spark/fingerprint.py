@@ -105,9 +105,12 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
         import pyarrow.compute as pc
 
         state = {}
+        writer = job.spill.writer() if job.spill is not None else None
         for b in batches:
             p = pa.array(pos_of(b, state))
-            r, rows = job.rows_of(b, p, threshold is not None, False)
+            r, rows = job.rows_of(b, p, threshold is not None, writer is not None, packed=True)
+            if writer is not None:
+                writer.add(p.to_numpy()[rows], r["features"], np.frombuffer(r["feature_ends"], dtype="<u8"))
             take = pa.array(rows.astype(np.int64))
             fp = np.frombuffer(r["fp"], dtype="<u8").reshape(-1, 2)
             if r["errors"]:
@@ -152,6 +155,8 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
                         pa.array(r["key_str"], type=pa.string()),
                     ]
             yield pa.RecordBatch.from_arrays(cols, schema=arrow_schema)
+        if writer is not None:
+            writer.close()
 
     if job.splits is not None:
         fps = job.splits.map(spark, fingerprint_batches, fp_schema)

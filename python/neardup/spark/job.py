@@ -75,17 +75,20 @@ class Job:
     splits: Optional[LocalSplits]
     #: File rank -> file, for messages.
     files: dict
+    #: Where the fingerprint pass keeps the feature sets for the exact
+    #: check (:class:`~.spill.Spill`), or None: the check reads the texts.
+    spill: Any = None
 
-    def rows_of(self, b: Any, p: Any, summaries: bool, features: bool, fingerprints: bool = True) -> tuple:
+    def rows_of(self, b: Any, p: Any, summaries: bool, features: bool, fingerprints: bool = True, packed: bool = False) -> tuple:
         """Core's reading of batch ``b`` (positions ``p``): the records'
-        fingerprints, ids, keys and, as asked, summaries and feature sets,
-        and the rows they came from (invalid records fail the job unless
-        skipped)."""
+        fingerprints, ids, keys and, as asked, summaries and feature sets
+        (``packed``: one buffer and their ends), and the rows they came from
+        (invalid records fail the job unless skipped)."""
         c = _worker_config(self.cfg_json, self.idf)
         r = _rs.spark_rows(c, *_text_buffers(b.column(self.body)), self.json_col is not None, self.field, self.id_col,
                            keep_by=self.rule if (self.json_col is not None or self.keep_by == "longest") else None,
                            summaries=summaries, features=features, fingerprints=fingerprints,
-                           shares=fingerprints and self.centred, weighted=self.weighted)
+                           shares=fingerprints and self.centred, weighted=self.weighted, packed=packed)
         if r["errors"] and not self.skip_invalid:
             row, msg = r["errors"][0]
             raise neardup.NeardupError(f"{self.place_of(int(p[row]))}: {msg}; fix the record, or pass --skip-invalid to skip such records")
@@ -103,7 +106,7 @@ def describe(spark: Any, df: Any, *, id_col: str, text_col: str, json_col: Optio
              policy: str, keep_by: str, against: Any, config: Any, idf: Optional[str], skip_invalid: bool, max_group: int,
              min_similarity: Optional[float], driver_documents: int, quiet: bool, positions: Optional[Positions],
              pairs: bool, splits: Optional[LocalSplits], centre: bool, features_col: Optional[str], annotate: bool,
-             kwargs: dict) -> Job:
+             kwargs: dict, spill_dir: Optional[str] = None) -> Job:
     """The job of dedup()'s arguments (texts or weighted features), after
     refusing what it cannot do, in the order ``neardup dedup`` checks."""
     if policy not in ("components", "incremental"):
@@ -169,7 +172,27 @@ def describe(spark: Any, df: Any, *, id_col: str, text_col: str, json_col: Optio
         meta=meta,
         splits=splits,
         files={r: f for f, r in positions.ranks.items()},
+        spill=_spill(spark, splits, threshold, spill_dir),
     )
+
+
+def _spill(spark: Any, splits: Optional[LocalSplits], threshold: Optional[float], spill_dir: Optional[str]) -> Any:
+    """A folder for the feature sets (:class:`~.spill.Spill`) when the
+    executors read the input and the pairs are verified: ``spill_dir``'s,
+    else in local mode a temporary folder; None on a cluster without
+    ``spill_dir`` (the exact check reads the texts again)."""
+    import tempfile
+
+    from .spill import Spill
+
+    if splits is None or threshold is None or (spill_dir is None and not spark.sparkContext.master.startswith("local")):
+        return None
+    try:
+        folder = tempfile.mkdtemp(prefix="neardup-spill-", dir=spill_dir)
+    except OSError as e:
+        raise neardup.NeardupError(f"{spill_dir}: cannot make a folder there ({e.strerror}); "
+                                   "give a folder every executor can write") from None
+    return Spill(folder, [(rank << _POS_SHIFT) | start for _, rank, start, _, _ in splits.ranges])
 
 
 def _settings(verify: Any, k: Optional[int], config: Any, kwargs: dict, centre: bool = True, idf: Any = None):

@@ -10,6 +10,7 @@ Vectors take their own path (:mod:`.vectors`).
 
 from __future__ import annotations
 
+import shutil
 from typing import Any, Optional
 
 import numpy as np
@@ -21,7 +22,7 @@ from .annotate import annotations
 from .candidates import MAX_GROUP
 from .driver import DRIVER_DOCUMENTS
 from .fingerprint import fingerprint, job_records
-from .job import describe
+from .job import Job, describe
 from .outputs import kept_on_driver, named_on_driver
 from .read import LocalSplits, Positions
 from .report import _Report
@@ -56,6 +57,7 @@ def dedup(
     centre: bool = True,
     features_col: Optional[str] = None,
     annotate: bool = False,
+    spill_dir: Optional[str] = None,
     **kwargs: Any,
 ) -> SparkDedupResult:
     """Near-duplicate pairs, clusters and the deduplicated records of ``df``,
@@ -95,6 +97,12 @@ def dedup(
     pairs), as ``neardup dedup --annotate`` writes them: JSON Lines records
     with the three fields appended, columns added to other rows. Every
     candidate pair is then verified (as with ``pairs``).
+
+    ``spill_dir``: a folder every executor can write and read, where the
+    fingerprint pass keeps each document's feature set for the exact check
+    (a temporary folder of the machine in local mode; without it on a
+    cluster, the check reads its documents' texts again). Used when the
+    executors read the input files themselves; removed when dedup returns.
     """
     if vector_col is not None:
         if against is not None or policy != "components" or keep_by != "first" or json_col is not None:
@@ -106,7 +114,17 @@ def dedup(
     job = describe(spark, df, id_col=id_col, text_col=text_col, json_col=json_col, k=k, verify=verify, policy=policy,
                    keep_by=keep_by, against=against, config=config, idf=idf, skip_invalid=skip_invalid, max_group=max_group,
                    min_similarity=min_similarity, driver_documents=driver_documents, quiet=quiet, positions=positions,
-                   pairs=pairs, splits=splits, centre=centre, features_col=features_col, annotate=annotate, kwargs=kwargs)
+                   pairs=pairs, splits=splits, centre=centre, features_col=features_col, annotate=annotate, kwargs=kwargs,
+                   spill_dir=spill_dir)
+    try:
+        return _run(spark, job, df, against, order_col)
+    finally:
+        if job.spill is not None:
+            shutil.rmtree(job.spill.folder, ignore_errors=True)
+
+
+def _run(spark: Any, job: Job, df: Any, against: Any, order_col: Optional[str]) -> SparkDedupResult:
+    """The stages of :func:`dedup` over ``job``."""
     stages: dict = {}
     report = _Report(spark)
     records = job_records(job, df, against, order_col)

@@ -64,21 +64,36 @@ def _pair_columns(batches: Any) -> Any:
     return tuple(t.column(c).to_numpy() for c in ("pa", "pb", "distance"))
 
 
-def _features_at(spark: Any, splits: Any, rows_of: Any) -> Any:
-    """A function of positions to their documents' feature sets, one each,
-    read in the executors at their byte offsets (one read per document)."""
+def _sets_reader(spark: Any, splits: Any, rows_of: Any, spill: Any) -> Any:
+    """A function, run in the executors, of positions (ascending, distinct)
+    to their documents' feature sets, one each: those the fingerprint pass
+    kept (``spill``), else the documents read at their byte offsets (one
+    read per document) and cut again."""
+    if spill is not None:
+        return spill.sets_at
     paths = spark.sparkContext.broadcast(splits.paths())
+
+    def read(need):
+        return _features_of(rows_of, read_lines_at(paths.value, need), need)
+
+    return read
+
+
+def _features_at(spark: Any, splits: Any, rows_of: Any, spill: Any = None) -> Any:
+    """A function of positions to their documents' feature sets, one each
+    (:func:`_sets_reader`)."""
+    sets_of = _sets_reader(spark, splits, rows_of, spill)
 
     def at(positions):
         need, back = np.unique(positions, return_inverse=True)
-        sets = _features_of(rows_of, read_lines_at(paths.value, need), need)
+        sets = sets_of(need)
         return [sets[i] for i in back]
 
     return at
 
 
 def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float, rows_of: Any, splits: Any,
-                        texts: Any) -> Any:
+                        texts: Any, spill: Any = None) -> Any:
     """The exact check of the undecided pairs, in the executors.
 
     Reads the undecided (``pa``, ``pb``, ``distance``) pairs, sent by
@@ -136,7 +151,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
                                           names=out_schema.fieldNames())
 
     if splits is not None:
-        paths = spark.sparkContext.broadcast(splits.paths())
+        sets_of = _sets_reader(spark, splits, rows_of, spill)
 
         def check(batches):
             pairs = _pair_columns(batches)
@@ -144,7 +159,7 @@ def _verify_distributed(spark: Any, undecided: Any, count: int, threshold: float
                 return
             a, b, d = pairs
             need = np.unique(np.concatenate([a, b]))
-            yield measured(a, b, d, need, _features_of(rows_of, read_lines_at(paths.value, need), need))
+            yield measured(a, b, d, need, sets_of(need))
 
         return undecided.select("pa", "pb", "distance", "bucket").repartition(parts, "bucket").mapInArrow(check, out_schema)
 
@@ -322,7 +337,7 @@ def _with_scored(exact: Any, docs: Any, kept: Any, scores: Any) -> tuple:
     return kept, scores
 
 
-def _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept, scores):
+def _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept, scores, spill=None):
     """:func:`_exact_check` where the executors read the input themselves
     (:class:`LocalSplits`): each task reads its buckets' documents at their
     byte offsets, with no pass over the whole input and no shuffle of texts."""
@@ -333,7 +348,7 @@ def _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept,
     plan["held"] = pos[docs]
     del plan["route_doc"], plan["route_bucket"]
     shared = spark.sparkContext.broadcast(plan)
-    paths = spark.sparkContext.broadcast(splits.paths())
+    sets_of = _sets_reader(spark, splits, rows_of, spill)
     cores = spark.sparkContext.defaultParallelism
     tasks = spark.sparkContext.parallelize([(b,) for b in range(buckets)], max(1, min(buckets, 4 * cores)))
     t = threshold
@@ -349,13 +364,9 @@ def _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept,
                 need = np.unique(np.concatenate([i, j]))
                 held = p["held"][need]
                 order = np.argsort(held, kind="stable")
-                lines = read_lines_at(paths.value, held[order])
-                r, rows = rows_of(lines, held[order], False, True, fingerprints=False)
-                if len(rows) != len(need):
-                    raise neardup.NeardupError("the input changed while the job ran: a document to check is no longer where it was read")
                 # Feature sets in `need`'s order.
                 sets = [None] * len(need)
-                for at, s in zip(order[rows], r["features"]):
+                for at, s in zip(order, sets_of(held[order])):
                     sets[at] = s
                 a = np.searchsorted(need, i).astype(np.uint32)
                 c = np.searchsorted(need, j).astype(np.uint32)
@@ -365,5 +376,4 @@ def _exact_check_direct(spark, splits, rows_of, pos, undecided, threshold, kept,
     frame = spark.createDataFrame(tasks, T.StructType([T.StructField("bucket", T.LongType(), False)]))
     exact = _to_arrow(frame.mapInArrow(check, _scored_schema()))
     shared.unpersist()
-    paths.unpersist()
     return _with_scored(exact, docs, kept, scores)
