@@ -8,7 +8,8 @@ range of positions. Writes a checkpoint of one row per record: position,
 whether it is new (not ``against``'s) or skipped as invalid, fingerprint,
 id and, as the job needs them, the 144-byte verification summary (count,
 digest, MinHash sketch), the shares to centre the fingerprints on the
-corpus, and the keep-by key.
+corpus, and the keep-by key; with a spill folder (:mod:`.spill`), each
+document's feature set there, for the exact check.
 """
 
 from __future__ import annotations

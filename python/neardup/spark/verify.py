@@ -3,14 +3,15 @@ measured in Rust over their documents' feature sets, in the executors.
 
 On the driver path (:func:`_exact_check`, :func:`_exact_check_direct`):
 the undecided pairs are routed into buckets on the driver (:func:`_buckets`,
-a connected group of pairs one bucket) and the plan broadcast; the
-documents are read again, either by each task at their byte offsets (no
-shuffle of texts) or by a pass over the input that sends only those
-documents, each to the buckets of its pairs (a shuffle of their texts).
-On the distributed path (:func:`_verify_distributed`): the pairs are
-shuffled by connected component to tasks of about EXACT_PAIRS_PER_TASK,
-each reading its documents at their byte offsets, or receiving them by a
-shuffle of their texts. Returns the pairs at or above the threshold, with
+a connected group of pairs one bucket) and the plan broadcast; each task
+reads its documents' feature sets from the fingerprint pass's spill folder
+(:mod:`.spill`), else reads the documents again at their byte offsets (no
+shuffle of texts), else a pass over the input sends only those documents,
+each to the buckets of its pairs (a shuffle of their texts). On the
+distributed path (:func:`_verify_distributed`): the pairs are shuffled by
+connected component to tasks of about EXACT_PAIRS_PER_TASK, each reading
+its documents' sets (spill) or texts (byte offsets), or receiving the
+texts by a shuffle. Returns the pairs at or above the threshold, with
 their exact scores.
 """
 
