@@ -93,9 +93,7 @@ def read_records(spark: Any, paths: list, fmt: str, against: Optional[list] = No
         for f in local[0] + local[1]:
             ranks.setdefault(f, len(ranks))
         if LocalSplits.eligible(list(ranks)):
-            news = set(local[1])
-            splits = LocalSplits([(f, r, f in news) for f, r in ranks.items()], spark.sparkContext.defaultParallelism)
-            return splits.records(spark), Positions(ranks, False), splits
+            return _read_locally(spark, ranks, set(local[1]))
     frames, ranks = [], {}
     for new, group in [(False, against or []), (True, paths)]:
         if not group:
@@ -113,14 +111,20 @@ def read_records(spark: Any, paths: list, fmt: str, against: Optional[list] = No
         raise neardup.NeardupError(f"{len(ranks)} input files: at most {1 << (63 - _POS_SHIFT)}")
     positions = Positions(ranks, fmt == "parquet")
     if fmt != "parquet" and LocalSplits.eligible(list(ranks)) and os.environ.get("NEARDUP_SPARK_READER") != "spark":
-        news = set(_file_key(f) for f in (frames[-1].inputFiles() if paths else []))
-        files = [(f, r, f in news) for f, r in sorted(ranks.items(), key=lambda x: x[1])]
-        splits = LocalSplits(files, spark.sparkContext.defaultParallelism)
-        return splits.records(spark), positions, splits
+        return _read_locally(spark, ranks, set(_file_key(f) for f in (frames[-1].inputFiles() if paths else [])))
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
     return out, positions, None
+
+
+def _read_locally(spark: Any, ranks: dict, news: set) -> tuple:
+    """:func:`read_records`' answer for uncompressed JSON Lines files
+    ``ranks`` (file -> rank) read by the executors themselves; ``news``: the
+    files of new documents (not ``against``'s)."""
+    files = [(f, r, f in news) for f, r in sorted(ranks.items(), key=lambda x: x[1])]
+    splits = LocalSplits(files, spark.sparkContext.defaultParallelism)
+    return splits.records(spark), Positions(ranks, False), splits
 
 
 def _local_files(paths: list) -> Optional[list]:
