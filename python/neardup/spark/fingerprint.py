@@ -2,9 +2,10 @@
 
 Reads the input's records (:func:`job_records`: read by the executors in byte
 ranges, or by Spark), whole Arrow batches handed to Rust (``mapInArrow``),
-which parses JSON Lines records. Shuffles nothing; collects one row per
-kind of row (skipped or not, new or old) to the driver: counts and the
-range of positions. Writes a checkpoint of one row per record: position,
+which parses JSON Lines records. Shuffles nothing; each task sends the
+driver a tally of its rows by kind (skipped or not, new or old: counts and
+the range of positions) and, to centre, the sums of its documents' shares
+(an accumulator: no second pass over the rows). Writes a checkpoint of one row per record: position,
 whether it is new (not ``against``'s) or skipped as invalid, fingerprint,
 id and, as the job needs them, the 144-byte verification summary (count,
 digest, MinHash sketch), the shares to centre the fingerprints on the
@@ -100,16 +101,21 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
         out_fields += [T.StructField("key_kind", T.ByteType(), False), T.StructField("key_num", T.DoubleType(), False), T.StructField("key_str", T.StringType(), True)]
     fp_schema = T.StructType(out_fields)
     arrow_schema = to_arrow_schema(fp_schema)
+    bits = job.bits if centred else None
+    tallies = spark.sparkContext.accumulator({}, _ByPartition())
 
     def fingerprint_batches(batches):
         import pyarrow as pa
         import pyarrow.compute as pc
+        from pyspark import TaskContext
 
         state = {}
         writer = job.spill.writer() if job.spill is not None else None
+        tally = _Tally(bits)
         for b in batches:
             p = pa.array(pos_of(b, state))
             r, rows = job.rows_of(b, p, threshold is not None, writer is not None, packed=True)
+            tally.add(b.column("_new").to_numpy(zero_copy_only=False)[rows], p.to_numpy()[rows], r.get("shares"))
             if writer is not None:
                 writer.add(p.to_numpy()[rows], r["features"], np.frombuffer(r["feature_ends"], dtype="<u8"))
             take = pa.array(rows.astype(np.int64))
@@ -119,6 +125,7 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
                 # so that they are counted and left out of the kept records.
                 bad = pc.take(p, pa.array([row for row, _ in r["errors"]], type=pa.int64()))
                 m = len(bad)
+                tally.add_bad(bad.to_numpy())
                 filler = {"_pos": bad, "_new": pa.array(np.zeros(m, dtype=bool)), "_bad": pa.array(np.ones(m, dtype=bool))}
                 yield pa.RecordBatch.from_arrays(
                     [
@@ -158,6 +165,7 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
             yield pa.RecordBatch.from_arrays(cols, schema=arrow_schema)
         if writer is not None:
             writer.close()
+        tallies.add({TaskContext.get().partitionId(): (tally.kinds, tally.sums)})
 
     if job.splits is not None:
         fps = job.splits.map(spark, fingerprint_batches, fp_schema)
@@ -167,7 +175,7 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
         fps = records.select(*[_features_json(records, c) if (job.weighted and c == body and not json_col) else c for c in wanted])
         fps = fps.mapInArrow(fingerprint_batches, fp_schema)
     fps = fps.localCheckpoint()
-    kinds, centre = _kinds_and_centre(fps, job.bits if centred else None)
+    kinds, centre = _merged(tallies.value.values(), bits)
     n = sum(c for (b, _), (c, *_) in kinds.items() if not b)
     skipped = sum(c for (b, _), (c, *_) in kinds.items() if b)
     stages["fingerprint"] = time.monotonic() - t0
@@ -177,55 +185,65 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
     return Fingerprints(fps, fps.where(~F.col("_bad")), kinds, n, skipped, centre)
 
 
-def _kinds_and_centre(fps: Any, bits: Optional[int]) -> tuple:
-    """Per kind of row (skipped or not, new or old) the count and the
-    positions' range, and with ``bits`` the sums of the documents' shares
-    (the centre, as core's ``centre_of`` adds them): one pass over the
-    rows, a row per partition and kind to the driver."""
-    import pyarrow as pa
-    from pyspark.sql import types as T
-    from pyspark.sql.pandas.types import to_arrow_schema
+class _Tally:
+    """One task's rows: ``kinds``, (skipped, new) -> [count, smallest
+    position, largest position]; ``sums``, with ``bits``, the sums of its
+    documents' shares (core's ``centre_of``: bits + 1 u64), else None."""
 
-    schema = T.StructType([T.StructField("_bad", T.BooleanType(), False), T.StructField("_new", T.BooleanType(), False),
-                           T.StructField("count", T.LongType(), False), T.StructField("lo", T.LongType(), False),
-                           T.StructField("hi", T.LongType(), False), T.StructField("centre", T.BinaryType(), True)])
-    arrow_schema = to_arrow_schema(schema)
+    def __init__(self, bits: Optional[int]):
+        self.bits = bits
+        self.kinds: dict = {}
+        self.sums: Any = None
 
-    def summed(batches):
-        out: dict = {}
-        for b in batches:
-            if not b.num_rows:
-                continue
-            bad, new = (b.column(c).to_numpy(zero_copy_only=False) for c in ("_bad", "_new"))
-            pos = b.column("_pos").to_numpy()
-            for code in np.unique(bad.astype(np.int8) * 2 + new):
-                kind = (bool(code & 2), bool(code & 1))
-                mine = (bad == kind[0]) & (new == kind[1])
-                count, lo, hi, centre = out.get(kind, (0, None, None, None))
-                p = pos[mine]
-                lo = int(p.min()) if lo is None else min(lo, int(p.min()))
-                hi = int(p.max()) if hi is None else max(hi, int(p.max()))
-                if bits is not None and not kind[0]:
-                    sums = np.frombuffer(_rs.centre_of(_packed(b.column("shares").filter(pa.array(mine))), bits), dtype="<u8")
-                    centre = sums if centre is None else centre + sums
-                out[kind] = (count + int(mine.sum()), lo, hi, centre)
-        if out:
-            kinds = list(out)
-            yield pa.RecordBatch.from_arrays([
-                pa.array([k[0] for k in kinds]), pa.array([k[1] for k in kinds]),
-                *(pa.array([out[k][i] for k in kinds], pa.int64()) for i in range(3)),
-                pa.array([None if out[k][3] is None else out[k][3].astype("<u8").tobytes() for k in kinds], pa.binary()),
-            ], schema=arrow_schema)
+    def add(self, new: Any, pos: Any, shares: Optional[bytes]) -> None:
+        """Documents at positions ``pos``, new or not (``new``), with their
+        packed ``shares`` when the job centres."""
+        for flag in (False, True):
+            mine = new == flag
+            if mine.any():
+                self._count((False, flag), pos[mine])
+        if self.bits is not None and len(pos):
+            sums = np.frombuffer(_rs.centre_of(shares, self.bits), dtype="<u8")
+            self.sums = sums.copy() if self.sums is None else self.sums + sums
 
-    cols = ["_bad", "_new", "_pos"] + (["shares"] if bits is not None else [])
+    def add_bad(self, pos: Any) -> None:
+        """Records skipped as invalid, at positions ``pos``."""
+        if len(pos):
+            self._count((True, False), pos)
+
+    def _count(self, kind: tuple, pos: Any) -> None:
+        lo, hi = int(pos.min()), int(pos.max())
+        entry = self.kinds.setdefault(kind, [0, lo, hi])
+        entry[0] += len(pos)
+        entry[1], entry[2] = min(entry[1], lo), max(entry[2], hi)
+
+
+class _ByPartition:
+    """An accumulator of each partition's tally (:class:`_Tally`'s kinds and
+    sums), by partition: a partition computed again replaces its tally,
+    never adds to it a second time."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:
+        a.update(b)
+        return a
+
+
+def _merged(tallies: Any, bits: Optional[int]) -> tuple:
+    """The partitions' tallies (kinds, sums) as one: (skipped, new) ->
+    (count, smallest position, largest position), and with ``bits`` the
+    sums of every document's shares (the centre, as core's ``centre_of``
+    adds them)."""
     kinds: dict = {}
     centre = np.zeros(bits + 1, dtype=np.uint64) if bits is not None else None
-    for r in fps.select(*cols).mapInArrow(summed, schema).collect():
-        kind = (bool(r[0]), bool(r[1]))
-        count, lo, hi = kinds.get(kind, (0, r[3], r[4]))
-        kinds[kind] = (count + r[2], min(lo, r[3]), max(hi, r[4]))
-        if r[5] is not None:
-            centre += np.frombuffer(r[5], dtype="<u8")
+    for counts, sums in tallies:
+        for kind, (count, lo, hi) in counts.items():
+            was = kinds.get(kind, (0, lo, hi))
+            kinds[kind] = (was[0] + count, min(was[1], lo), max(was[2], hi))
+        if sums is not None:
+            centre += sums
     return kinds, None if centre is None else centre.astype("<u8").tobytes()
 
 
