@@ -25,7 +25,7 @@ import neardup
 
 from neardup import _neardup as _rs
 
-from .arrow import _fixed_rows, _packed, _zero
+from .arrow import _fixed_rows, _zero
 from .job import Job
 from .read import NEW_AFTER
 from .report import _log
