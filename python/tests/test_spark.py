@@ -232,12 +232,17 @@ def test_distributed_command_line_equals_cli(spark, tmp_path, ids):
     flags = ["--keep-by", "field:quality:desc"] if ids == "str" else ["--keep-by", "longest"]
     want = cli_outputs([corpus], tmp_path, flags)
     assert len(want[0]) > 100
-    out = tmp_path / "out"
+    out, report = tmp_path / "out", tmp_path / "report.json"
     assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q",
-                 "--driver-documents", "0", "--max-group", "64", *flags]) == 0
+                 "--driver-documents", "0", "--max-group", "64", "--report", str(report), *flags]) == 0
     got = spark_outputs(out)
     assert got[0] == want[0]
     assert got[1] == want[1]
+    # The join's tasks checked their undecided pairs themselves (the
+    # feature sets kept by the fingerprint pass): the counts they sent.
+    by = {st["stage"]: st for st in json.loads(report.read_text())["stages"]}
+    assert by["verify"]["verified"] == len(want[0])
+    assert len(want[0]) <= by["candidates"]["pairs"] and 0 < by["candidates"]["undecided"] <= by["candidates"]["pairs"]
     assert got[2] == want[2]
     # What the distributed path cannot do is refused, not done differently.
     assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q",

@@ -11,9 +11,13 @@ fingerprint and summary once per task that holds a row of it), packed
 into a few large values per task, and joins each task's groups in Rust
 (:func:`_candidates`). With ``against``, the existing set is not shuffled:
 the new batch is broadcast and every partition of the existing set looks
-its documents up in it (:func:`_batch_pairs`). Returns DataFrames of
-(``pa``, ``pb``, ``distance``, ``score``): pairs the summaries kept, and
-those left to the exact check.
+its documents up in it (:func:`_batch_pairs`). When the fingerprint pass
+kept the feature sets (:mod:`.spill`), each task of the join checks the
+pairs its summaries leave undecided itself, reading the sets of their
+documents: no pair crosses another shuffle to be verified. Returns
+DataFrames of (``pa``, ``pb``, ``distance``, ``score``): pairs the
+summaries (or the join's own exact check) kept, and those left to the
+exact check.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 from neardup import _neardup as _rs
 
 from .arrow import _packed, _scored_pair_schema, _to_arrow
+from .job import ByPartition
 from .report import _log
 
 
@@ -109,6 +114,12 @@ SPAN_UNDECIDED_PER_ROW = 1
 SPAN_CACHE_BYTES = 256 << 20
 
 
+# Undecided pairs a task of the candidate stage checks at once, when it
+# reads the feature sets the fingerprint pass kept (their documents' sets
+# are held together: about 2.7 KB a document in the 4 GB corpus).
+EXACT_PAIRS_AT_ONCE = 50_000
+
+
 # Rows of the candidate stage's shuffle per task (24 bytes each, and 168
 # per document they name: all held while the task joins them). Fewer tasks
 # send each document's summary to fewer of them: at 4 GB, 2 million rows a
@@ -117,7 +128,8 @@ CANDIDATE_ROWS_PER_TASK = 2_000_000
 
 
 def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Optional[float], max_group: int,
-                quiet: bool, spanning: bool = False, features_at: Any = None, centre: Any = None) -> tuple:
+                quiet: bool, spanning: bool = False, features_at: Any = None, centre: Any = None,
+                kept_sets: Any = None) -> tuple:
     """Candidate pairs, in the executors (core's ``Pigeonhole``).
 
     Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen,
@@ -145,11 +157,17 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     copies the screen cannot decide) is joined again with its documents'
     feature sets (``features_at(positions)``, read at their byte offsets),
     its pairs checked exactly there: a crowd of m near copies then costs
-    at most m - 1 pairs, not m²/2.
+    at most m - 1 pairs, not m²/2. With ``kept_sets`` (positions, ascending,
+    to their feature sets: those the fingerprint pass kept), each task
+    checks its undecided pairs exactly itself, EXACT_PAIRS_AT_ONCE at a
+    time: no pair is shuffled again to be verified.
 
     Returns (kept, undecided) DataFrames of (``pa``, ``pb``, ``distance``,
     ``score``) with pa < pb (score -1 without verification; NaN in the
-    undecided ones, which only the features can decide)."""
+    undecided ones, which only the features can decide; with ``kept_sets``,
+    none are undecided, and only the pairs at or above the threshold are
+    kept), and the counts of pairs within k and of those the exact check
+    measured (with ``kept_sets``; else None)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -201,6 +219,8 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
                                               pa.array([routed[d] for d in ds], pa.binary())], names=["dest", "rows"])
 
     pair_schema = _scored_pair_schema()
+    checking = kept_sets is not None and screened and not spanning
+    counts = spark.sparkContext.accumulator({}, ByPartition()) if checking else None
 
     exact = spanning and screened and features_at is not None
 
@@ -236,12 +256,43 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
             # A crowd of near copies: its pairs checked exactly, here.
             yield from joined([group], sets_of(group, cache), cache)
 
+    def checked(batches):
+        # The undecided pairs measured here, the others passed on; the
+        # task's counts of pairs within k and of those measured.
+        from pyspark import TaskContext
+
+        found = measured = 0
+        for b in batches:
+            score = b.column("score").to_numpy()
+            und = np.isnan(score)
+            found += len(score)
+            if not und.any():
+                yield b
+                continue
+            yield b.filter(pa.array(~und))
+            a, c, d = (b.column(x).to_numpy()[und] for x in ("pa", "pb", "distance"))
+            measured += len(a)
+            order = np.argsort(a, kind="stable")  # neighbours share documents
+            for at in range(0, len(order), EXACT_PAIRS_AT_ONCE):
+                sel = order[at : at + EXACT_PAIRS_AT_ONCE]
+                need = np.unique(np.concatenate([a[sel], c[sel]]))
+                ia = np.searchsorted(need, a[sel]).astype(np.uint32)
+                ic = np.searchsorted(need, c[sel]).astype(np.uint32)
+                js = np.array(_rs.exact_indexed(kept_sets(need), ia.tobytes(), ic.tobytes(), threshold), dtype=np.float64)
+                keep = js >= threshold
+                yield pa.RecordBatch.from_arrays([pa.array(a[sel][keep]), pa.array(c[sel][keep]), pa.array(d[sel][keep]),
+                                                  pa.array(js[keep])], names=pair_schema.fieldNames())
+        counts.add({TaskContext.get().partitionId(): (found, measured)})
+
     def pairs_of(batches):
         # This task's records: whole groups (every row of a group has one
         # destination).
         records = [r for b in batches for r in b.column("rows").to_pylist()]
         if records:
-            yield from joined(records, cache={})
+            out = joined(records, cache={})
+            yield from checked(out) if checking else out
+        elif checking:
+            yield from checked([])
 
     schema = T.StructType([T.StructField("dest", T.LongType(), False), T.StructField("rows", T.BinaryType(), False)])
     shuffled = fps.select(*(["_pos"] + (["shares"] if centre is not None else ["fp_hi", "fp_lo"]) + (["summary"] if screened else [])))
@@ -249,7 +300,10 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     pairs = shuffled.repartition(parts, "dest").mapInArrow(pairs_of, pair_schema).localCheckpoint()
     dest_of.unpersist()
     hot.unpersist()
-    return pairs.where(~F.isnan("score")), pairs.where(F.isnan("score"))
+    tally = None
+    if checking:
+        tally = tuple(int(x) for x in np.sum([v for v in counts.value.values()], axis=0)) if counts.value else (0, 0)
+    return pairs.where(~F.isnan("score")), pairs.where(F.isnan("score")), tally
 
 
 # The batch index of the new documents, built once per Python worker and

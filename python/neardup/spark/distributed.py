@@ -7,9 +7,11 @@ records, the input again. Shuffles: the rows centred on the corpus (sums
 per partition, added on the driver and broadcast back); each document k + 1
 times keyed by block for the candidates (:func:`.candidates._candidates`;
 with ``against``, the new documents only, the existing set looked up
-without a shuffle, :func:`.candidates._batch_pairs`); the undecided pairs
-by connected component, and their documents' texts unless the executors
-read them at their byte offsets (:func:`.verify._verify_distributed`); the
+without a shuffle, :func:`.candidates._batch_pairs`); unless the join's
+tasks checked them with the feature sets the fingerprint pass kept, the
+undecided pairs by connected component, and their documents' texts unless
+the executors read them at their byte offsets
+(:func:`.verify._verify_distributed`); the
 verified pairs for the components (:func:`.components._components`); the
 clustered documents' ids to name the outputs, and the removed positions by
 byte range for the kept records. Returns the result's DataFrames
@@ -135,27 +137,35 @@ def candidates(spark: Any, job: Job, rows: Any, centre_sums: Optional[bytes], n:
     # A crowd of near copies in one group is checked there (texts read at
     # their byte offsets, when the executors read the input).
     features_at = _features_at(spark, job.splits, job.rows_of, job.spill) if job.splits is not None and not job.pairs else None
+    tally = None
     if first_new is None:
-        kept, undecided = _candidates(spark, rows, n, bits, k, threshold, job.max_group, quiet, spanning=not job.pairs,
-                                      features_at=features_at, centre=centre)
+        # With the fingerprint pass's feature sets at hand, each task of the
+        # join checks its own undecided pairs.
+        kept_sets = job.spill.sets_at if job.spill is not None and job.pairs else None
+        kept, undecided, tally = _candidates(spark, rows, n, bits, k, threshold, job.max_group, quiet, spanning=not job.pairs,
+                                             features_at=features_at, centre=centre, kept_sets=kept_sets)
     else:
         new_fps, old_fps = rows.where(F.col("_pos") >= first_new), rows.where(F.col("_pos") < first_new)
-        kept, undecided = _candidates(spark, new_fps, inputs.n_new, bits, k, threshold, job.max_group, quiet,
-                                      spanning=not job.pairs, features_at=features_at)
+        kept, undecided, _ = _candidates(spark, new_fps, inputs.n_new, bits, k, threshold, job.max_group, quiet,
+                                         spanning=not job.pairs, features_at=features_at)
         tb = time.monotonic()
         batch_kept, batch_und = _batch_pairs(spark, old_fps, new_fps, bits, k, threshold)
         _log(quiet, f"against: {n - inputs.n_new:,} old documents looked up in the {inputs.n_new:,} new ones: "
              f"{batch_kept.count() + batch_und.count():,} pairs within k = {k} in {time.monotonic() - tb:.1f} s")
         kept, undecided = kept.unionByName(batch_kept), undecided.unionByName(batch_und)
-    # Both counted in one job.
-    counted = kept.select(F.lit(0).alias("u")).unionByName(undecided.select(F.lit(1).alias("u"))).agg(F.count("*"), F.sum("u"))
-    total, n_und = counted.collect()[0]
-    n_und = n_und or 0
-    n_kept = total - n_und
+    if tally is not None:
+        # Counted by the join's tasks, which left nothing undecided.
+        (total, measured), n_und = tally, 0
+        said = f", {measured:,} checked exactly by the same tasks"
+    else:
+        # Both counted in one job.
+        counted = kept.select(F.lit(0).alias("u")).unionByName(undecided.select(F.lit(1).alias("u"))).agg(F.count("*"), F.sum("u"))
+        total, n_und = counted.collect()[0]
+        n_und = measured = n_und or 0
+        said = f", {n_und:,} left to the exact check" if threshold is not None else ""
     stages["candidates"] = time.monotonic() - t1
-    report.done("candidates", stages["candidates"], n, pairs=n_kept + n_und, undecided=n_und)
-    _log(quiet, f"candidates: {n_kept + n_und:,} pairs within k = {k}"
-         f"{f', {n_und:,} left to the exact check' if threshold is not None else ''} in {stages['candidates']:.1f} s")
+    report.done("candidates", stages["candidates"], n, pairs=total, undecided=measured)
+    _log(quiet, f"candidates: {total:,} pairs within k = {k}{said} in {stages['candidates']:.1f} s")
     return rows, kept, undecided, n_und
 
 

@@ -5,12 +5,13 @@ ranges, or by Spark), whole Arrow batches handed to Rust (``mapInArrow``),
 which parses JSON Lines records. Shuffles nothing; each task sends the
 driver a tally of its rows by kind (skipped or not, new or old: counts and
 the range of positions) and, to centre, the sums of its documents' shares
-(an accumulator: no second pass over the rows). Writes a checkpoint of one row per record: position,
-whether it is new (not ``against``'s) or skipped as invalid, fingerprint,
-id and, as the job needs them, the 144-byte verification summary (count,
-digest, MinHash sketch), the shares to centre the fingerprints on the
-corpus, and the keep-by key; with a spill folder (:mod:`.spill`), each
-document's feature set there, for the exact check.
+(an accumulator: no second pass over the rows). Writes a checkpoint of
+one row per record: position, whether it is new (not ``against``'s) or
+skipped as invalid, fingerprint, id and, as the job needs them, the
+144-byte verification summary (count, digest, MinHash sketch), the shares
+to centre the fingerprints on the corpus, and the keep-by key; with a
+spill folder (:mod:`.spill`), each document's feature set there, for the
+exact check.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import neardup
 from neardup import _neardup as _rs
 
 from .arrow import _fixed_rows, _zero
-from .job import Job
+from .job import ByPartition, Job
 from .read import NEW_AFTER
 from .report import _log
 
@@ -102,7 +103,7 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
     fp_schema = T.StructType(out_fields)
     arrow_schema = to_arrow_schema(fp_schema)
     bits = job.bits if centred else None
-    tallies = spark.sparkContext.accumulator({}, _ByPartition())
+    tallies = spark.sparkContext.accumulator({}, ByPartition())
 
     def fingerprint_batches(batches):
         import pyarrow as pa
@@ -216,19 +217,6 @@ class _Tally:
         entry = self.kinds.setdefault(kind, [0, lo, hi])
         entry[0] += len(pos)
         entry[1], entry[2] = min(entry[1], lo), max(entry[2], hi)
-
-
-class _ByPartition:
-    """An accumulator of each partition's tally (:class:`_Tally`'s kinds and
-    sums), by partition: a partition computed again replaces its tally,
-    never adds to it a second time."""
-
-    def zero(self, value: dict) -> dict:
-        return {}
-
-    def addInPlace(self, a: dict, b: dict) -> dict:
-        a.update(b)
-        return a
 
 
 def _merged(tallies: Any, bits: Optional[int]) -> tuple:

@@ -24,6 +24,19 @@ from .arrow import _text_buffers
 from .read import _POS_SHIFT, LocalSplits, Positions
 
 
+class ByPartition:
+    """An accumulator (``SparkContext.accumulator({}, ByPartition())``) of a
+    value per partition, each task adding ``{partition id: value}``: a
+    partition computed again replaces its value, never adds it twice."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:
+        a.update(b)
+        return a
+
+
 @dataclass
 class Job:
     """What a run does: its documents, fingerprints, candidates, clusters

@@ -96,7 +96,7 @@ def _dedup_vectors(
     stages["fingerprint"] = time.monotonic() - t0
 
     t1 = time.monotonic()
-    pairs, _ = _candidates(spark, fps.select("_pos", "fp_hi", "fp_lo"), n, bits, k, None, max_group, True)
+    pairs, _, _ = _candidates(spark, fps.select("_pos", "fp_hi", "fp_lo"), n, bits, k, None, max_group, True)
     pairs = pairs.select("pa", "pb", "distance")
     pair_schema = T.StructType([T.StructField(c, T.LongType(), False) for c in ("pa", "pb", "distance")])
     stages["candidates"] = time.monotonic() - t1
