@@ -751,11 +751,12 @@ def test_executors_read_every_line_of_a_range_once(tmp_path, seed):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_spilled_feature_sets_are_read_back_by_position(tmp_path, seed):
-    """The fingerprint pass's spill: sets written by range (several batches
-    a range, ranges in any order of tasks) are read back by position, each
-    its own bytes, whatever positions are asked; a position with no set,
-    or a folder emptied while the job ran, is a clear error."""
+    """The fingerprint pass's spill: sets and ids written by range (several
+    batches a range, ranges in any order of tasks) are read back by
+    position, each its own bytes, whatever positions are asked; a position
+    with no set, or a folder emptied while the job ran, is a clear error."""
     import numpy as np
+    import pyarrow as pa
 
     import neardup
     from neardup.spark.read import _POS_SHIFT
@@ -765,7 +766,7 @@ def test_spilled_feature_sets_are_read_back_by_position(tmp_path, seed):
     starts = sorted({(r << _POS_SHIFT) | s for r in range(2) for s in [0] + rng.sample(range(1, 10_000), 3)})
     spill = Spill(str(tmp_path), starts)
     bounds = starts[1:] + [(2 << _POS_SHIFT)]
-    want = {}
+    want, ids = {}, {}
     order = list(range(len(starts)))
     rng.shuffle(order)
     for i in order:  # one task a range, in any order
@@ -776,11 +777,18 @@ def test_spilled_feature_sets_are_read_back_by_position(tmp_path, seed):
             chunk = pos[cut : cut + 7]
             sets = [bytes(rng.randrange(256) for _ in range(4 * rng.randrange(0, 6))) for _ in chunk]
             want.update(zip(chunk, sets))
-            writer.add(np.array(chunk), b"".join(sets), np.cumsum([len(x) for x in sets]))
+            names = [rng.choice(['"é-', "", '"\\u00e9']) + str(p) * rng.randrange(0, 3) for p in chunk]
+            ids.update(zip(chunk, names))
+            writer.add(np.array(chunk), b"".join(sets), np.cumsum([len(x) for x in sets]), pa.array(names, pa.string()))
         writer.close()
     asked = sorted(rng.sample(sorted(want), min(len(want), 30)))
     assert spill.sets_at(np.array(asked, dtype=np.int64)) == [want[p] for p in asked]
-    missing = next(p for p in range(starts[0], starts[0] + 10_000) if p not in want)
+    assert spill.ids_at(np.array(asked, dtype=np.int64)).to_pylist() == [ids[p] for p in asked]
+    # A position with no set, in a range with files.
+    def index_of(p):
+        return int(np.searchsorted(starts, p, side="right")) - 1
+
+    missing = next(p + 1 for p in sorted(want) if p + 1 not in want and index_of(p + 1) == index_of(p))
     with pytest.raises(neardup.NeardupError, match="no feature set"):
         spill.sets_at(np.array([missing]))
     for f in tmp_path.iterdir():
@@ -1092,3 +1100,45 @@ def test_annotate_refuses_a_record_with_the_field(spark, tmp_path, capsys):
     assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", "--annotate"]) == 2
     err = capsys.readouterr().err
     assert 'already has a field "cluster"' in err and "s.jsonl: the line at byte offset" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("ids", ["mixed", "int", "str"])
+def test_named_lines_equal_sparks_json_writer(spark, tmp_path, monkeypatch, ids):
+    """The distributed path's pairs and clusters as the executors write them
+    (named with the ids the fingerprint pass kept) are the lines Spark's
+    JSON writer writes from the result's DataFrames (joined with the ids):
+    ids with quotes, backslashes, control characters and non-ASCII text,
+    integers among strings (then written as strings), in more byte ranges
+    and tasks than one."""
+    from neardup.spark import LocalSplits, dedup, write
+    from neardup.spark.read import read_records
+
+    monkeypatch.setattr(LocalSplits, "smallest", 64 << 10)
+    rng = random.Random(11)
+    corpus = make_mixed(tmp_path / "mixed.jsonl", seed=7, n=1200, ids="int")
+    odd = ['q"uote', "back\\slash", "tab\there", "line\nbreak", "é中文", "emoji 🙂", "ctl\u0001", "/slash"]
+    lines = []
+    for line in corpus.read_text().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            if ids == "str" or (ids == "mixed" and rng.random() < 0.5):
+                d["id"] = f"{rng.choice(odd)}-{d['id']}"
+            line = json.dumps(d, ensure_ascii=rng.random() < 0.5)
+        lines.append(line)
+    corpus.write_text("\n".join(lines) + "\n")
+    records, positions, splits = read_records(spark, [str(corpus)], "jsonl", None)
+    result = dedup(spark, records, id_col="id", text_col="text", json_col="value", positions=positions, splits=splits,
+                   driver_documents=0, max_group=64, quiet=True)
+    assert result.write_pairs_local is not None and result.write_clusters_local is not None
+    mine, sparks = tmp_path / "mine", tmp_path / "sparks"
+    write(result, str(mine), "jsonl")
+    result.write_pairs_local = result.write_clusters_local = None
+    write(result, str(sparks), "jsonl")
+    result.close()
+    for name in ("pairs", "clusters"):
+        got, want = read_parts(mine / name), read_parts(sparks / name)
+        assert len(want) > 50
+        assert got == want, name
+        if ids == "mixed" and name == "pairs":
+            # Integer ids among strings are written as strings.
+            assert all(isinstance(p["a"], str) for p in got) and any(p["a"].isdigit() for p in got)

@@ -176,7 +176,10 @@ def main(argv: Optional[list] = None) -> int:
                 annotate=args.annotate, min_similarity=args.min_similarity, spill_dir=args.spill_dir, **kwargs,
             )
         t = time.monotonic()
-        took = write(result, args.output, args.format)
+        try:
+            took = write(result, args.output, args.format)
+        finally:
+            result.close()
         result.stages["write"] = time.monotonic() - t
         if args.report:
             _write_report(args.report, result, time.monotonic() - started)

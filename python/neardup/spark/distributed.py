@@ -29,7 +29,7 @@ import neardup
 from .candidates import _batch_pairs, _candidates, _centre_distributed
 from .components import _components, _keepers
 from .job import Job
-from .outputs import _named_outputs, kept_distributed
+from .outputs import _named_outputs, kept_distributed, named_lines_local
 from .report import _log, _log_shuffles
 from .result import SparkDedupResult
 from .verify import _features_at, _verify_distributed
@@ -78,7 +78,7 @@ def run(spark: Any, job: Job, records: Any, fps: Any, stages: dict, report: Any)
     edges, n_edges = verify(spark, job, rows, n, kept, undecided, n_und, inputs, stages, report)
     reps, dropped, edges = components(spark, job, rows, n, edges, n_edges, inputs, stages, report)
     _log_shuffles(report, job.quiet)
-    return outputs(spark, job, rows, edges, reps, dropped, inputs, stages, report)
+    return outputs(spark, job, rows, edges, reps, dropped, inputs, stages, report, fps.string_ids, n_edges)
 
 
 def _inputs(job: Job, records: Any, fps: Any) -> Inputs:
@@ -237,7 +237,7 @@ def components(spark: Any, job: Job, rows: Any, n: int, edges: Any, n_edges: int
 
 
 def outputs(spark: Any, job: Job, rows: Any, edges: Any, reps: Any, dropped: Any, inputs: Inputs, stages: dict,
-            report: Any) -> SparkDedupResult:
+            report: Any, string_ids: bool, n_edges: int) -> SparkDedupResult:
     """Stage 5: the pairs and clusters named by ids (JSON Lines records' ids
     read as integers when every one is, else as strings) and the kept
     records, as DataFrames."""
@@ -253,6 +253,10 @@ def outputs(spark: Any, job: Job, rows: Any, edges: Any, reps: Any, dropped: Any
                                          [F.col("score").alias("jaccard")] if job.threshold is not None else [])
     result = SparkDedupResult(out_pairs, clusters, None, stages, job.json_col is not None, report=report)
     result.deduped, result.write_local = kept_distributed(spark, job, inputs.numbered, dropped)
+    if job.spill is not None and job.json_col is not None:
+        # The JSON Lines outputs named with the ids the fingerprint pass kept.
+        result.write_pairs_local, result.write_clusters_local = named_lines_local(
+            spark, job.spill, string_ids, edges if job.pairs else None, reps, n_edges, report.documents)
     return result
 
 

@@ -48,6 +48,9 @@ class Fingerprints:
     #: With centring, the sums of every document's shares (core's
     #: ``centre_of``: bits + 1 little-endian u64), else None.
     centre: Optional[bytes] = None
+    #: Whether a JSON Lines record's id is a string (else every one is an
+    #: integer).
+    string_ids: bool = False
 
 
 def job_records(job: Job, df: Any, against: Any, order_col: Optional[str]) -> Any:
@@ -117,8 +120,11 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
             p = pa.array(pos_of(b, state))
             r, rows = job.rows_of(b, p, threshold is not None, writer is not None, packed=True)
             tally.add(b.column("_new").to_numpy(zero_copy_only=False)[rows], p.to_numpy()[rows], r.get("shares"))
+            if json_col:
+                tally.string_ids |= any(t.startswith('"') for t in r["ids"])
             if writer is not None:
-                writer.add(p.to_numpy()[rows], r["features"], np.frombuffer(r["feature_ends"], dtype="<u8"))
+                writer.add(p.to_numpy()[rows], r["features"], np.frombuffer(r["feature_ends"], dtype="<u8"),
+                           pa.array(r["ids"], pa.string()) if json_col else None)
             take = pa.array(rows.astype(np.int64))
             fp = np.frombuffer(r["fp"], dtype="<u8").reshape(-1, 2)
             if r["errors"]:
@@ -166,7 +172,7 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
             yield pa.RecordBatch.from_arrays(cols, schema=arrow_schema)
         if writer is not None:
             writer.close()
-        tallies.add({TaskContext.get().partitionId(): (tally.kinds, tally.sums)})
+        tallies.add({TaskContext.get().partitionId(): (tally.kinds, tally.sums, tally.string_ids)})
 
     if job.splits is not None:
         fps = job.splits.map(spark, fingerprint_batches, fp_schema)
@@ -176,25 +182,27 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
         fps = records.select(*[_features_json(records, c) if (job.weighted and c == body and not json_col) else c for c in wanted])
         fps = fps.mapInArrow(fingerprint_batches, fp_schema)
     fps = fps.localCheckpoint()
-    kinds, centre = _merged(tallies.value.values(), bits)
+    kinds, centre, string_ids = _merged(tallies.value.values(), bits)
     n = sum(c for (b, _), (c, *_) in kinds.items() if not b)
     skipped = sum(c for (b, _), (c, *_) in kinds.items() if b)
     stages["fingerprint"] = time.monotonic() - t0
     _log(job.quiet, f"fingerprint: {n:,} documents{f' ({skipped:,} invalid records skipped)' if skipped else ''} in {stages['fingerprint']:.1f} s")
     report.documents = n
     report.done("fingerprint", stages["fingerprint"], n, records=n + skipped, skipped=skipped)
-    return Fingerprints(fps, fps.where(~F.col("_bad")), kinds, n, skipped, centre)
+    return Fingerprints(fps, fps.where(~F.col("_bad")), kinds, n, skipped, centre, string_ids)
 
 
 class _Tally:
     """One task's rows: ``kinds``, (skipped, new) -> [count, smallest
     position, largest position]; ``sums``, with ``bits``, the sums of its
-    documents' shares (core's ``centre_of``: bits + 1 u64), else None."""
+    documents' shares (core's ``centre_of``: bits + 1 u64), else None;
+    ``string_ids``, whether a JSON Lines record's id is a string."""
 
     def __init__(self, bits: Optional[int]):
         self.bits = bits
         self.kinds: dict = {}
         self.sums: Any = None
+        self.string_ids = False
 
     def add(self, new: Any, pos: Any, shares: Optional[bytes]) -> None:
         """Documents at positions ``pos``, new or not (``new``), with their
@@ -220,19 +228,21 @@ class _Tally:
 
 
 def _merged(tallies: Any, bits: Optional[int]) -> tuple:
-    """The partitions' tallies (kinds, sums) as one: (skipped, new) ->
-    (count, smallest position, largest position), and with ``bits`` the
-    sums of every document's shares (the centre, as core's ``centre_of``
-    adds them)."""
+    """The partitions' tallies (kinds, sums, string ids) as one: (skipped,
+    new) -> (count, smallest position, largest position); with ``bits``
+    the sums of every document's shares (the centre, as core's
+    ``centre_of`` adds them); whether an id is a string."""
     kinds: dict = {}
     centre = np.zeros(bits + 1, dtype=np.uint64) if bits is not None else None
-    for counts, sums in tallies:
+    string_ids = False
+    for counts, sums, strings in tallies:
+        string_ids |= strings
         for kind, (count, lo, hi) in counts.items():
             was = kinds.get(kind, (0, lo, hi))
             kinds[kind] = (was[0] + count, min(was[1], lo), max(was[2], hi))
         if sums is not None:
             centre += sums
-    return kinds, None if centre is None else centre.astype("<u8").tobytes()
+    return kinds, None if centre is None else centre.astype("<u8").tobytes(), string_ids
 
 
 def _features_json(frame: Any, col: str) -> Any:

@@ -63,6 +63,132 @@ def _named_outputs(pairs: Any, reps: Any, ids: Any, scores: list) -> tuple:
     return out_pairs, clusters
 
 
+def _json_values(ids: Any, string_ids: bool) -> Any:
+    """Ids' JSON text as the outputs write them: as they are, but an
+    integer id quoted when some ids are strings (the outputs then name
+    every document by a string)."""
+    import pyarrow.compute as pc
+
+    if not string_ids:
+        return ids
+    quoted = pc.starts_with(ids, '"')
+    return pc.if_else(quoted, ids, pc.binary_join_element_wise('"', ids, '"', ""))
+
+
+def _double_text(values: Any) -> Any:
+    """Doubles as JSON numbers, a whole one with ".0" as Spark writes it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = values.cast(pa.string())
+    plain = pc.match_substring_regex(text, "^-?[0-9]+$")
+    return pc.if_else(plain, pc.binary_join_element_wise(text, ".0", ""), text)
+
+
+def _lines(parts: list) -> Any:
+    """JSON Lines of string arrays and literal texts ``parts`` (each line
+    their concatenation), as one buffer."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    joined = pc.binary_join_element_wise(*parts, "\n", "").cast(pa.large_string())
+    if isinstance(joined, pa.ChunkedArray):
+        joined = joined.combine_chunks()
+    offs = np.frombuffer(joined.buffers()[1], dtype="<i8")[joined.offset : joined.offset + len(joined) + 1]
+    return memoryview(joined.buffers()[2])[offs[0] : offs[-1]] if len(joined) else b""
+
+
+def named_lines_local(spark: Any, spill: Any, string_ids: bool, pairs: Any, reps: Any, n_pairs: int, n: int) -> tuple:
+    """Writers of the pairs and clusters as JSON Lines, the lines :func:`write`
+    would write from :func:`_named_outputs`' DataFrames, named with the ids
+    the fingerprint pass kept (:meth:`~.spill.Spill.ids_at`) and written by
+    the executors' Python workers into a local (or shared) folder: no join,
+    no sort and no JSON writer in the JVM. The pairs and the clustered
+    documents are range-partitioned by position (a shuffle of 32 and 16
+    bytes a row), each task sorts its rows, names them and writes one part.
+    Each writer takes the folder and returns False, writing nothing, when
+    the spill is gone."""
+    import os
+    import uuid
+
+    import pyarrow as pa
+
+    from .writing import _into_folder
+
+    cores = spark.sparkContext.defaultParallelism
+
+    def ids_of(pos):
+        need, back = np.unique(pos, return_inverse=True)
+        return _json_values(spill.ids_at(need), string_ids).take(pa.array(back))
+
+    def whole(batches):
+        got = [b for b in batches if b.num_rows]
+        return pa.Table.from_batches(got).combine_chunks() if got else None
+
+    def written(frame, fn, folder):
+        from pyspark import TaskContext
+        from pyspark.sql import types as T
+
+        schema = T.StructType([T.StructField("rows", T.LongType(), False)])
+
+        def run(tmp):
+            def parts(batches):
+                t = whole(batches)
+                rows = 0
+                if t is not None:
+                    name = os.path.join(tmp, f"part-{TaskContext.get().partitionId():05d}.json")
+                    part = f"{name}.{uuid.uuid4().hex}"
+                    with open(part, "wb") as f:
+                        rows = fn(t, f)
+                    os.replace(part, name)
+                yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["rows"])
+
+            frame.mapInArrow(parts, schema).collect()
+
+        if not os.path.isdir(spill.folder):
+            return False
+        _into_folder(folder, run)
+        return True
+
+    def pair_lines(t, f):
+        a, b = t.column("pa").to_numpy(), t.column("pb").to_numpy()
+        order = np.lexsort((b, a))
+        m = len(order)
+        ids = ids_of(np.concatenate([a[order], b[order]]))
+        take = pa.array(order)
+        f.write(_lines(['{"a":', ids.slice(0, m), ',"b":', ids.slice(m), ',"distance":',
+                        t.column("distance").take(take).cast(pa.string()), ',"jaccard":',
+                        _double_text(t.column("score").take(take)), "}"]))
+        return m
+
+    def cluster_lines(t, f):
+        pos, rep = t.column("_pos").to_numpy(), t.column("rep").to_numpy()
+        order = np.lexsort((pos, rep))
+        pos, rep = pos[order], rep[order]
+        starts = np.flatnonzero(np.r_[True, rep[1:] != rep[:-1]])
+        members = pa.ListArray.from_arrays(pa.array(np.r_[starts, len(rep)].astype(np.int32)), ids_of(pos))
+        import pyarrow.compute as pc
+
+        f.write(_lines(['{"representative":', ids_of(rep[starts]), ',"size":',
+                        pa.array(np.diff(np.r_[starts, len(rep)])).cast(pa.string()), ',"members":[',
+                        pc.binary_join(members, ","), "]}"]))
+        return len(starts)
+
+    pair_parts = max(2 * cores, -(-n_pairs // 1_000_000))
+    cluster_parts = max(2 * cores, -(-n // 1_000_000))
+    sorted_pairs = pairs.select("pa", "pb", "distance", "score").repartitionByRange(pair_parts, "pa", "pb") if pairs is not None else None
+
+    def write_pairs(folder):
+        return written(sorted_pairs, pair_lines, folder)
+
+    sorted_reps = reps.select("_pos", "rep").repartitionByRange(cluster_parts, "rep")
+
+    def write_clusters(folder):
+        return written(sorted_reps, cluster_lines, folder)
+
+    return write_pairs if pairs is not None else None, write_clusters
+
+
 class Names:
     """The ids of the documents the outputs name, fetched to the driver
     (only these): ``pos`` are the documents' positions (document i at

@@ -11,6 +11,7 @@ Vectors take their own path (:mod:`.vectors`).
 from __future__ import annotations
 
 import shutil
+import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -117,10 +118,21 @@ def dedup(
                    pairs=pairs, splits=splits, centre=centre, features_col=features_col, annotate=annotate, kwargs=kwargs,
                    spill_dir=spill_dir)
     try:
-        return _run(spark, job, df, against, order_col)
-    finally:
+        result = _run(spark, job, df, against, order_col)
+    except BaseException:
         if job.spill is not None:
             shutil.rmtree(job.spill.folder, ignore_errors=True)
+        raise
+    if job.spill is not None:
+        if result.write_pairs_local is None and result.write_clusters_local is None:
+            shutil.rmtree(job.spill.folder, ignore_errors=True)
+        else:
+            # The ids kept for the JSON Lines outputs' names until the result
+            # is closed or gone (at exit at the latest); the sets, checked,
+            # go now (and their pages with them).
+            job.spill.drop_sets()
+            result._release = weakref.finalize(result, shutil.rmtree, job.spill.folder, True)
+    return result
 
 
 def _run(spark: Any, job: Job, df: Any, against: Any, order_col: Optional[str]) -> SparkDedupResult:

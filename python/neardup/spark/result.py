@@ -26,3 +26,17 @@ class SparkDedupResult:
     write_annotated_local: Any = None
     #: Per-stage figures (seconds, rows, bytes shuffled): see ``--report``.
     report: Any = None
+    #: Write ``pairs`` and ``clusters`` as JSON Lines into a local folder from
+    #: the ids the fingerprint pass kept (False, writing nothing, once they
+    #: are gone), or None.
+    write_pairs_local: Any = None
+    write_clusters_local: Any = None
+    #: Removes the folder the fingerprint pass kept feature sets and ids in
+    #: (also done when the result is garbage collected, or at exit), or None.
+    _release: Any = None
+
+    def close(self) -> None:
+        """Frees what the run kept on disk for writing the outputs (the
+        DataFrames stay usable)."""
+        if self._release is not None:
+            self._release()

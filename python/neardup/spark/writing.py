@@ -35,49 +35,62 @@ def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str, 
     those of ``removed`` (a broadcast array of positions, ascending), and
     minus blank lines; only new records are kept."""
     import os
-    import shutil
     import uuid
 
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    final = _file_key(folder)
-    tmp = f"{final.rstrip('/')}.tmp-{uuid.uuid4().hex}"
-    os.makedirs(tmp)
-
     ranges = frame if frame is not None else splits.frame(spark)
     with_gone = frame is not None
 
-    def write_parts(batches):
-        for b in batches:
-            cols = [b.column(c).to_pylist() for c in ("path", "rank", "start", "end", "new", "index")]
-            gones = b.column("gone").to_pylist() if with_gone else [None] * b.num_rows
-            for path, rank, start, end, new, index, gone in zip(*cols, gones):
-                name = os.path.join(tmp, f"part-{index:05d}.txt")
-                part = f"{name}.{uuid.uuid4().hex}"
-                rows = 0
-                if kept is None:
-                    if gone is None and removed is not None:
-                        at = np.searchsorted(removed.value, [(rank << _POS_SHIFT) | start, (rank << _POS_SHIFT) | end])
-                        gone = removed.value[at[0] : at[1]]
-                    if new:
-                        rows = _rs.write_kept_lines(_file_key(path), start, end, rank << _POS_SHIFT,
-                                                    np.asarray(gone if gone is not None else [], dtype="<i8").tobytes(), part)
+    def run(tmp):
+        def write_parts(batches):
+            for b in batches:
+                cols = [b.column(c).to_pylist() for c in ("path", "rank", "start", "end", "new", "index")]
+                gones = b.column("gone").to_pylist() if with_gone else [None] * b.num_rows
+                for path, rank, start, end, new, index, gone in zip(*cols, gones):
+                    name = os.path.join(tmp, f"part-{index:05d}.txt")
+                    part = f"{name}.{uuid.uuid4().hex}"
+                    rows = 0
+                    if kept is None:
+                        if gone is None and removed is not None:
+                            at = np.searchsorted(removed.value, [(rank << _POS_SHIFT) | start, (rank << _POS_SHIFT) | end])
+                            gone = removed.value[at[0] : at[1]]
+                        if new:
+                            rows = _rs.write_kept_lines(_file_key(path), start, end, rank << _POS_SHIFT,
+                                                        np.asarray(gone if gone is not None else [], dtype="<i8").tobytes(), part)
+                        else:
+                            open(part, "wb").close()
                     else:
-                        open(part, "wb").close()
-                else:
-                    with open(part, "wb") as f:
-                        for lines_batch in _read_range(path, rank, start, end, new, False, 16 << 20):
-                            lines = kept(lines_batch, gone) if with_gone else kept(lines_batch)
-                            if lines is not None:
-                                f.write(_with_newlines(lines))
-                                rows += len(lines)
-                os.replace(part, name)
-                yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["rows"])
+                        with open(part, "wb") as f:
+                            for lines_batch in _read_range(path, rank, start, end, new, False, 16 << 20):
+                                lines = kept(lines_batch, gone) if with_gone else kept(lines_batch)
+                                if lines is not None:
+                                    f.write(_with_newlines(lines))
+                                    rows += len(lines)
+                    os.replace(part, name)
+                    yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["rows"])
 
-    try:
         schema = T.StructType([T.StructField("rows", T.LongType(), False)])
         ranges.mapInArrow(write_parts, schema).collect()
+
+    _into_folder(folder, run)
+
+
+def _into_folder(folder: str, fill: Any) -> None:
+    """Runs ``fill(tmp)``, which writes parts into a new folder ``tmp``
+    beside ``folder`` on the local (or shared) file system, then puts it in
+    place of ``folder`` with a ``_SUCCESS`` mark; on an error the new
+    folder is removed and ``folder`` left as it was."""
+    import os
+    import shutil
+    import uuid
+
+    final = _file_key(folder)
+    tmp = f"{final.rstrip('/')}.tmp-{uuid.uuid4().hex}"
+    os.makedirs(tmp)
+    try:
+        fill(tmp)
         open(os.path.join(tmp, "_SUCCESS"), "wb").close()
         if os.path.isdir(final):
             shutil.rmtree(final)
@@ -119,8 +132,12 @@ def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
     if fmt not in ("parquet", "jsonl"):
         raise ValueError(f"format {fmt!r}: use parquet or jsonl")
     local = {"deduped": result.write_local, "annotated": result.write_annotated_local}
+    named = {"pairs": result.write_pairs_local, "clusters": result.write_clusters_local}
 
     def one(name, frame):
+        on_disk = "://" not in output or output.startswith("file:")
+        if fmt == "jsonl" and on_disk and named.get(name) is not None and named[name](f"{output}/{name}"):
+            return
         if name in local and result.json_records:
             if fmt == "jsonl" and local[name] is not None and ("://" not in output or output.startswith("file:")):
                 local[name](f"{output}/{name}")
