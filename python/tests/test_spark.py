@@ -1142,3 +1142,30 @@ def test_named_lines_equal_sparks_json_writer(spark, tmp_path, monkeypatch, ids)
         if ids == "mixed" and name == "pairs":
             # Integer ids among strings are written as strings.
             assert all(isinstance(p["a"], str) for p in got) and any(p["a"].isdigit() for p in got)
+
+
+def test_hot_groups_found_in_a_sample(spark, tmp_path, capsys):
+    """A group of the distributed join above --max-group (9,000 copies of
+    one page, max group 8,192) is found by counting a sample of the
+    documents (1 in 2 at this max group), split into block pairs, and the
+    clusters and kept records are the CLI's."""
+    from neardup.spark import main
+    from neardup.spark.candidates import _hot_sample_every
+
+    assert _hot_sample_every(8192) == 2 and _hot_sample_every(64) == 1 and _hot_sample_every(500_000) == 16
+    rng = random.Random(5)
+    page = " ".join(f"w{rng.randrange(3000)}" for _ in range(120))
+    corpus = tmp_path / "hot.jsonl"
+    with open(corpus, "w") as f:
+        for i in range(12_000):
+            text = page if i % 4 else " ".join(f"w{rng.randrange(3000)}" for _ in range(120))
+            f.write(json.dumps({"id": i, "text": text}) + "\n")
+    clusters, keep = tmp_path / "cli-clusters.jsonl", tmp_path / "cli-keep.jsonl"
+    subprocess.run([neardup_bin(), "dedup", str(corpus), "--clusters", str(clusters), "--keep", str(keep), "-q"], check=True)
+    want = outputs([], map(json.loads, clusters.read_text().splitlines()), keep.read_text().splitlines())[1:]
+    assert max(size for _, size, _ in want[0]) == 9_000
+    out = tmp_path / "out"
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "--no-pairs",
+                 "--driver-documents", "0", "--max-group", "8192"]) == 0
+    assert "groups of more than 8,192 rows" in capsys.readouterr().err
+    assert spark_outputs_no_pairs(out) == want

@@ -101,6 +101,14 @@ def _partition_values(spark: Any, parts: int) -> list:
     return [found[p] for p in range(parts)]
 
 
+def _hot_sample_every(max_group: int) -> int:
+    """1 in how many documents the count of the join's groups samples: a
+    group at ``max_group`` rows keeps at least 4,096 of them in the
+    sample (every document below 4,096 rows, as tests set it), and 1 in 16
+    at most."""
+    return max(1, min(16, max_group // 4096))
+
+
 # A spanning join's group of m rows with more than this many undecided
 # pairs a row (more than m, at 1) is joined again with its documents'
 # feature sets. At 4, a 1 GB corpus with 50,000 near copies of one page
@@ -186,10 +194,15 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
 
     key_schema = T.StructType([T.StructField("key", T.LongType(), False)])
     # A group holds at most one row per document: none is hot below max_group.
+    # The groups are counted in a sample of the documents (1 in `every`,
+    # chosen by position), each count scaled up: a hot group's sampled
+    # count is in the thousands, so its estimate is within a few percent.
+    every = _hot_sample_every(max_group)
+    sample = fps if every == 1 else fps.where(F.pmod(F.xxhash64("_pos"), F.lit(every)) == 0)
     hot_rows = [] if n <= max_group else sorted(
-        (r[0], r[1])
-        for r in fps.select(*(["shares"] if centre is not None else ["fp_hi", "fp_lo"])).mapInArrow(only_keys, key_schema).groupBy("key").count()
-        .where(F.col("count") > max_group).collect()
+        (r[0], r[1] * every)
+        for r in sample.select(*(["shares"] if centre is not None else ["fp_hi", "fp_lo"])).mapInArrow(only_keys, key_schema)
+        .groupBy("key").count().where(F.col("count") * every > max_group).collect()
     )
     hot_keys = np.array([key for key, _ in hot_rows], dtype=np.int64)
     hot_split = np.array([-(-c // max_group) for _, c in hot_rows], dtype=np.int64)
