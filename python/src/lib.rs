@@ -132,6 +132,7 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(keep_by_preference, m)?)?;
     m.add_function(wrap_pyfunction!(dedup::plan, m)?)?;
     m.add_function(wrap_pyfunction!(lines::write_kept_lines, m)?)?;
+    m.add_function(wrap_pyfunction!(lines::range_lines, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(distance, m)?)?;
     m.add_function(wrap_pyfunction!(similarity, m)?)?;

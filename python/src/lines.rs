@@ -1,7 +1,8 @@
-//! The kept records of one byte range of a JSON Lines file, copied by the
-//! executor that reads it: the Spark job's local writer of `deduped/`
-//! (`neardup.spark.writing`), with no record turned into a Python or Arrow
-//! value.
+//! The lines of one byte range of a JSON Lines file, read by the executor
+//! that reads it: handed to the fingerprint pass as one buffer
+//! ([`range_lines`]), or copied, the kept ones, by the Spark job's local
+//! writer of `deduped/` (`neardup.spark.writing`) with no record turned
+//! into a Python or Arrow value ([`write_kept_lines`]).
 //!
 //! A range holds the lines whose first byte lies in it (the line holding
 //! the byte before the range belongs to the range before). A line is named
@@ -16,6 +17,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use crate::{err, i64s};
 
@@ -178,4 +180,113 @@ pub fn write_kept_lines(
             .map_err(|e| err(format!("{out}: cannot write it ({e})")))?;
         Ok(rows)
     })
+}
+
+/// The lines of `input` that begin in bytes `start..end` and before
+/// `start + limit` (at least one line when one begins in the range): their
+/// bytes, line ends kept, one after another; where each begins in them
+/// (and the end of the last); their positions (`base | byte offset`); and
+/// the offset of the next line to read (`end` when none is left).
+pub(crate) fn read_lines(
+    input: &mut (impl Read + Seek),
+    start: u64,
+    end: u64,
+    base: i64,
+    limit: u64,
+) -> io::Result<(Vec<u8>, Vec<i64>, Vec<i64>, u64)> {
+    let from = start.saturating_sub(1);
+    input.seek(SeekFrom::Start(from))?;
+    let cut = end.min(start.saturating_add(limit.max(1)));
+    let mut buf: Vec<u8> = Vec::new();
+    let mut starts: Vec<i64> = Vec::new();
+    let mut positions: Vec<i64> = Vec::new();
+    // `buf[line..]` is not yet cut into lines.
+    let mut line = 0usize;
+    // With start > 0, the first line from byte start - 1 is the range before's.
+    let mut skipping = start > 0;
+    let mut eof = false;
+    let mut want = usize::try_from(cut.saturating_sub(from))
+        .unwrap_or(BLOCK)
+        .saturating_add(64 << 10);
+    let next = 'read: loop {
+        if !eof {
+            let len = buf.len();
+            buf.resize(len + want, 0);
+            let n = read_full(input, &mut buf[len..])?;
+            buf.truncate(len + n);
+            eof = n < want;
+            want = BLOCK;
+        }
+        loop {
+            let begin = from + line as u64;
+            if !skipping && begin >= cut {
+                break 'read begin.min(end);
+            }
+            let stop = match memchr::memchr(b'\n', &buf[line..]) {
+                Some(i) => line + i + 1,
+                None if !eof => continue 'read,
+                None if line < buf.len() => buf.len(),
+                None => break 'read end,
+            };
+            if skipping {
+                skipping = false;
+            } else if begin == 0 && buf[line..stop].starts_with(BOM) {
+                starts.push((line + BOM.len()) as i64);
+                positions.push(base | BOM.len() as i64);
+            } else {
+                starts.push(line as i64);
+                positions.push(base | begin as i64);
+            }
+            line = stop;
+        }
+    };
+    // Only the first line may begin past its predecessor's end (a mark).
+    let first = starts.first().map_or(line, |&s| s as usize);
+    buf.truncate(line);
+    buf.drain(..first);
+    for s in &mut starts {
+        *s -= first as i64;
+    }
+    starts.push((line - first) as i64);
+    Ok((buf, starts, positions, next))
+}
+
+/// The lines of file `path` that begin in bytes `start..end`, about `limit`
+/// bytes of them: (their bytes, line ends kept; where each begins in them
+/// and the end of the last, little-endian i64; their positions, `base |
+/// byte offset`, little-endian i64; the offset to read on from, `end` when
+/// the range is done). A UTF-8 byte-order mark at the start of the file is
+/// not part of its first line.
+#[pyfunction]
+#[pyo3(signature = (path, start, end, base, limit))]
+pub fn range_lines<'py>(
+    py: Python<'py>,
+    path: &str,
+    start: u64,
+    end: u64,
+    base: i64,
+    limit: u64,
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    u64,
+)> {
+    let (data, starts, positions, next) = py
+        .detach(|| {
+            let mut input = File::open(path)?;
+            read_lines(&mut input, start, end, base, limit)
+        })
+        .map_err(|e| {
+            err(format!(
+                "{path}: cannot read it ({e}); check the path and its permissions"
+            ))
+        })?;
+    let bytes = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    Ok((
+        PyBytes::new(py, &data),
+        PyBytes::new(py, &bytes(&starts)),
+        PyBytes::new(py, &bytes(&positions)),
+        next,
+    ))
 }

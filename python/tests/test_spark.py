@@ -713,13 +713,18 @@ def test_executors_read_every_line_of_a_range_once(tmp_path, seed):
     (blank ones, the last one without a newline, CRLF ones, a first one after
     a byte-order mark) comes from the range holding its first byte, exactly
     once, at its byte offset, whatever the range and read sizes; with
-    ``strip`` without its line end."""
+    ``strip`` without its line end; read and cut by core (``large``) the
+    same."""
     import pyarrow as pa
 
     from neardup.spark.read import _POS_SHIFT, read_ranges
 
     rng = random.Random(seed)
     lines = ["".join(rng.choice("ab {}é\r") for _ in range(rng.randrange(0, 40))) for _ in range(rng.randrange(0, 60))]
+    step = rng.randrange(1, 80)
+    if step > 40 and rng.random() < 0.5:
+        # A line longer than core's first read of a range.
+        lines.insert(rng.randrange(len(lines) + 1), "L" * 70_000)
     end = rng.choice(["\n", "\r\n"])
     bom = b"\xef\xbb\xbf" if rng.random() < 0.3 else b""
     raw = bom + (end.join(lines) + (end if rng.random() < 0.5 else "")).encode()
@@ -733,13 +738,12 @@ def test_executors_read_every_line_of_a_range_once(tmp_path, seed):
         at = stop
     if bom:  # not part of the first record, which starts after it
         want[0] = (len(bom), want[0][1][len(bom):])
-    step = rng.randrange(1, 80)
     ranges = [(str(path), 5, s, min(s + step, len(raw)), True) for s in range(0, len(raw), step)]
     batch = pa.RecordBatch.from_arrays([pa.array([r[i] for r in ranges]) for i in range(5)], names=["path", "rank", "start", "end", "new"])
-    for strip in (False, True):
+    for strip, large in ((False, False), (True, False), (False, True)):
         got = [
             (p - (5 << _POS_SHIFT), v.encode())
-            for b in read_ranges([batch] if ranges else [], strip, chunk=rng.randrange(1, 100))
+            for b in read_ranges([batch] if ranges else [], strip, chunk=rng.randrange(1, 100), large=large)
             for v, p in zip(b.column("value").to_pylist(), b.column("_pos").to_pylist())
         ]
         expect = want

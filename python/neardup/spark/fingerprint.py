@@ -175,7 +175,7 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
         tallies.add({TaskContext.get().partitionId(): (tally.kinds, tally.sums, tally.string_ids)})
 
     if job.splits is not None:
-        fps = job.splits.map(spark, fingerprint_batches, fp_schema)
+        fps = job.splits.map(spark, fingerprint_batches, fp_schema, large=True)
     else:
         body = job.body
         wanted = {c: None for c in job.meta + ["_new", body] + ([] if json_col else [id_col]) + ([key_field] if key_field else [])}

@@ -207,13 +207,14 @@ class LocalSplits:
         rows = spark.sparkContext.parallelize(indexed, max(len(indexed), 1))
         return spark.createDataFrame(rows, schema)
 
-    def map(self, spark: Any, fn: Any, schema: Any, strip: bool = False) -> Any:
+    def map(self, spark: Any, fn: Any, schema: Any, strip: bool = False, large: bool = False) -> Any:
         """``fn`` over the input's records, as ``mapInArrow`` would run it over
         ``value``/``_pos``/``_new`` batches (``value``: the line with its
-        newline, unless ``strip``)."""
+        newline, unless ``strip``; ``large``: a large string, the lines read
+        and cut by core)."""
 
         def run(batches):
-            return fn(read_ranges(batches, strip))
+            return fn(read_ranges(batches, strip, large=large))
 
         return self.frame(spark).mapInArrow(run, schema)
 
@@ -230,14 +231,39 @@ class LocalSplits:
         return self.map(spark, lambda batches: batches, schema, strip=True)
 
 
-def read_ranges(batches: Any, strip: bool = False, chunk: int = 16 << 20) -> Any:
+def read_ranges(batches: Any, strip: bool = False, chunk: int = 16 << 20, large: bool = False) -> Any:
     """The records of each byte range of ``batches`` (rows of
     :meth:`LocalSplits.frame`) as Arrow batches of ``value`` (the line, with
-    its newline unless ``strip``), ``_pos`` and ``_new``."""
+    its newline unless ``strip``), ``_pos`` and ``_new``; ``large``: the
+    lines, with their newlines, as large strings cut by core."""
     for b in batches:
         cols = [b.column(c).to_pylist() for c in ("path", "rank", "start", "end", "new")]
         for path, rank, start, end, new in zip(*cols):
-            yield from _read_range(path, rank, start, end, new, strip, chunk)
+            if large and not strip:
+                yield from _read_range_large(path, rank, start, end, new, chunk)
+            else:
+                yield from _read_range(path, rank, start, end, new, strip, chunk)
+
+
+def _read_range_large(path: str, rank: int, start: int, end: int, new: bool, chunk: int) -> Any:
+    """:func:`_read_range`'s batches (lines with their newlines), read and cut
+    by core (``range_lines``) about ``chunk`` bytes at a time, ``value`` a
+    large string."""
+    import pyarrow as pa
+
+    from neardup import _neardup as _rs
+
+    at = start
+    while at < end:
+        data, starts, pos, at_next = _rs.range_lines(_file_key(path), at, end, rank << _POS_SHIFT, chunk)
+        n = len(pos) // 8
+        if n:
+            value = pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(starts), pa.py_buffer(data)])
+            yield pa.RecordBatch.from_arrays([value, pa.array(np.frombuffer(pos, dtype="<i8")), pa.array(np.full(n, new, dtype=bool))],
+                                             names=["value", "_pos", "_new"])
+        if at_next <= at:
+            break
+        at = at_next
 
 
 def _read_range(path: str, rank: int, start: int, end: int, new: bool, strip: bool, chunk: int) -> Any:
