@@ -182,18 +182,27 @@ pub fn write_kept_lines(
     })
 }
 
+/// Lines read from a byte range ([`read_lines`]).
+pub(crate) struct Lines {
+    /// Their bytes, line ends kept, one after another.
+    pub data: Vec<u8>,
+    /// Where each begins in `data`, and the end of the last.
+    pub starts: Vec<i64>,
+    /// Their positions, `base | byte offset`.
+    pub positions: Vec<i64>,
+    /// The offset of the next line to read (`end` when none is left).
+    pub next: u64,
+}
+
 /// The lines of `input` that begin in bytes `start..end` and before
-/// `start + limit` (at least one line when one begins in the range): their
-/// bytes, line ends kept, one after another; where each begins in them
-/// (and the end of the last); their positions (`base | byte offset`); and
-/// the offset of the next line to read (`end` when none is left).
+/// `start + limit` (at least one line when one begins in the range).
 pub(crate) fn read_lines(
     input: &mut (impl Read + Seek),
     start: u64,
     end: u64,
     base: i64,
     limit: u64,
-) -> io::Result<(Vec<u8>, Vec<i64>, Vec<i64>, u64)> {
+) -> io::Result<Lines> {
     let from = start.saturating_sub(1);
     input.seek(SeekFrom::Start(from))?;
     let cut = end.min(start.saturating_add(limit.max(1)));
@@ -248,8 +257,21 @@ pub(crate) fn read_lines(
         *s -= first as i64;
     }
     starts.push((line - first) as i64);
-    Ok((buf, starts, positions, next))
+    Ok(Lines {
+        data: buf,
+        starts,
+        positions,
+        next,
+    })
 }
+
+/// `range_lines`' answer: bytes, starts, positions, the offset to go on from.
+type LinesBytes<'py> = (
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    u64,
+);
 
 /// The lines of file `path` that begin in bytes `start..end`, about `limit`
 /// bytes of them: (their bytes, line ends kept; where each begins in them
@@ -266,13 +288,8 @@ pub fn range_lines<'py>(
     end: u64,
     base: i64,
     limit: u64,
-) -> PyResult<(
-    Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
-    u64,
-)> {
-    let (data, starts, positions, next) = py
+) -> PyResult<LinesBytes<'py>> {
+    let lines = py
         .detach(|| {
             let mut input = File::open(path)?;
             read_lines(&mut input, start, end, base, limit)
@@ -284,9 +301,9 @@ pub fn range_lines<'py>(
         })?;
     let bytes = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     Ok((
-        PyBytes::new(py, &data),
-        PyBytes::new(py, &bytes(&starts)),
-        PyBytes::new(py, &bytes(&positions)),
-        next,
+        PyBytes::new(py, &lines.data),
+        PyBytes::new(py, &bytes(&lines.starts)),
+        PyBytes::new(py, &bytes(&lines.positions)),
+        lines.next,
     ))
 }
