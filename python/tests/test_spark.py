@@ -65,7 +65,7 @@ def spark():
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from neardup.spark.cli import _session
 
-    s = _session("local[2]")
+    s, _ = _session("local[2]")
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()
@@ -1173,3 +1173,34 @@ def test_hot_groups_found_in_a_sample(spark, tmp_path, capsys):
                  "--driver-documents", "0", "--max-group", "8192"]) == 0
     assert "groups of more than 8,192 rows" in capsys.readouterr().err
     assert spark_outputs_no_pairs(out) == want
+
+
+def test_shared_classes_archive_is_made_once_then_shared(tmp_path, monkeypatch):
+    """The local session's archive of classes: the first run asks its JVM to
+    write one (under a temporary name, put in place once the JVM has
+    ended; nothing when it wrote none), later runs share it, and none is
+    used when turned off or when a run's unfinished one is old."""
+    import os
+
+    from neardup.spark.cli import _shared_classes
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    option, finish = _shared_classes()
+    assert option.startswith("-XX:ArchiveClassesAtExit=") and finish is not None
+    written = option.split()[0].split("=", 1)[1]
+    assert os.path.dirname(written) == str(tmp_path / "neardup") and written.endswith(".tmp")
+    finish()  # the JVM wrote nothing: no archive
+    assert not os.listdir(tmp_path / "neardup")
+    stale = tmp_path / "neardup" / "spark-classes-0.jsa.1.tmp"
+    stale.write_bytes(b"half")
+    os.utime(stale, (0, 0))
+    option, finish = _shared_classes()
+    assert option.startswith("-XX:ArchiveClassesAtExit=") and not stale.exists()
+    written = option.split()[0].split("=", 1)[1]
+    with open(written, "wb") as f:
+        f.write(b"archive")
+    finish()
+    option, finish = _shared_classes()
+    assert finish is None and option.split()[0] == f"-XX:SharedArchiveFile={written.rsplit('.', 2)[0]}"
+    monkeypatch.setenv("NEARDUP_SPARK_SHARED_CLASSES", "0")
+    assert _shared_classes() == ("", None)
