@@ -43,10 +43,13 @@ instead, with nothing per document on the driver (:mod:`.distributed`):
 the fingerprint pass's rows centred in the executors, candidates by k + 1
 keyed groups joined in Rust (:mod:`.candidates`; core's ``Pigeonhole``: the
 same pairs as the CLI's join, a group larger than ``max_group`` split into
-block pairs), undecided pairs checked per connected component
-(:mod:`.verify`), components by a union-find per task then in one task (or
-large-star/small-star rounds; :mod:`.components`), and the kept
-records streamed from each input range minus its removed positions. It
+block pairs; with the feature sets the fingerprint pass kept, each task
+checks its own undecided pairs), else undecided pairs checked per
+connected component (:mod:`.verify`), components by a union-find per task
+then in one task (or large-star/small-star rounds; :mod:`.components`),
+the kept records streamed from each input range minus its removed
+positions, and, with the ids the fingerprint pass kept, the JSON Lines
+pairs and clusters written by the executors. It
 takes the components policy (ids of JSON Lines records read as integers
 when every one is, else as strings). With ``against``, the existing set is
 read but never shuffled: the new batch is broadcast and indexed in each
