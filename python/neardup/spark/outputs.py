@@ -112,6 +112,7 @@ def named_lines_local(spark: Any, spill: Any, string_ids: bool, pairs: Any, reps
     import uuid
 
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from .writing import _into_folder
 
@@ -167,8 +168,6 @@ def named_lines_local(spark: Any, spill: Any, string_ids: bool, pairs: Any, reps
         pos, rep = pos[order], rep[order]
         starts = np.flatnonzero(np.r_[True, rep[1:] != rep[:-1]])
         members = pa.ListArray.from_arrays(pa.array(np.r_[starts, len(rep)].astype(np.int32)), ids_of(pos))
-        import pyarrow.compute as pc
-
         f.write(_lines(['{"representative":', ids_of(rep[starts]), ',"size":',
                         pa.array(np.diff(np.r_[starts, len(rep)])).cast(pa.string()), ',"members":[',
                         pc.binary_join(members, ","), "]}"]))

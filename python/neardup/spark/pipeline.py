@@ -100,10 +100,13 @@ def dedup(
     candidate pair is then verified (as with ``pairs``).
 
     ``spill_dir``: a folder every executor can write and read, where the
-    fingerprint pass keeps each document's feature set for the exact check
-    (a temporary folder of the machine in local mode; without it on a
-    cluster, the check reads its documents' texts again). Used when the
-    executors read the input files themselves; removed when dedup returns.
+    fingerprint pass keeps each document's feature set for the exact check,
+    and its id for the JSON Lines outputs (a temporary folder of the
+    machine in local mode; without it on a cluster, the check reads its
+    documents' texts again and the outputs are joined with the ids). Used
+    when the executors read the input files themselves; the sets are
+    removed when dedup returns, the ids by the result's ``close()`` (or
+    when the result is garbage collected).
     """
     if vector_col is not None:
         if against is not None or policy != "components" or keep_by != "first" or json_col is not None:
