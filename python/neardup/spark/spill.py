@@ -56,7 +56,8 @@ class Spill:
         for x, y in zip(cuts[:-1], cuts[1:]):
             index = int(ranges[x])
             try:
-                idx = np.fromfile(self._path(index, "idx"), dtype="<i8").reshape(-1, 3)
+                # Only the index's pages the positions fall in are read.
+                idx = _mapped(self._path(index, "idx")).reshape(-1, 3)
                 f = open(self._path(index, kind), "rb")
             except OSError as e:
                 raise neardup.NeardupError(f"{self.folder}: the feature sets the fingerprint pass kept are not there ({e.strerror}); "
@@ -112,6 +113,13 @@ class Spill:
         offsets = np.r_[0, np.cumsum(n)].astype(np.int64)
         values = np.concatenate(data) if data else np.zeros(0, dtype=np.uint8)
         return pa.LargeStringArray.from_buffers(len(n), pa.py_buffer(offsets), pa.py_buffer(values)).cast(pa.string())
+
+
+def _mapped(path: str) -> Any:
+    """File ``path`` as little-endian i64, mapped (read as it is touched)."""
+    if os.path.getsize(path) == 0:
+        return np.zeros(0, dtype="<i8")
+    return np.memmap(path, dtype="<i8", mode="r")
 
 
 class _Writer:
