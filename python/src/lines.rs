@@ -50,16 +50,18 @@ pub(crate) enum CopyError {
     Write(io::Error),
 }
 
-/// Copies the kept lines of bytes `start..end` of `input` to `out`: those
-/// whose position is not in `gone` (ascending) and that are not blank.
-/// Returns the number of lines written.
-pub(crate) fn copy_kept(
+/// Visits the lines of `input` whose first byte lies in `start..end`, in
+/// order, while `visit` returns true: each with the offset it begins at,
+/// its position's offset (past a byte-order mark at the start of the file)
+/// and its bytes, line end kept (the mark not). The first read is about
+/// `first` bytes. Returns the offset of the first line not visited, or
+/// `end` when every one was.
+fn each_line(
     input: &mut (impl Read + Seek),
     start: u64,
     end: u64,
-    base: i64,
-    gone: &[i64],
-    out: &mut impl Write,
+    first: usize,
+    mut visit: impl FnMut(u64, u64, &[u8]) -> Result<bool, CopyError>,
 ) -> Result<u64, CopyError> {
     let from = start.saturating_sub(1);
     input.seek(SeekFrom::Start(from)).map_err(CopyError::Read)?;
@@ -70,26 +72,16 @@ pub(crate) fn copy_kept(
     // With start > 0, the first line from byte start - 1 is the range before's.
     let mut skipping = start > 0;
     let mut eof = false;
-    let mut g = 0usize;
-    let mut rows = 0u64;
+    let mut want = first;
     loop {
         let scan = buf.len();
         if !eof {
-            // A small range's first read is about its size.
-            let want = if at == from && buf.is_empty() {
-                BLOCK.min(
-                    usize::try_from(end.saturating_sub(from))
-                        .unwrap_or(BLOCK)
-                        .saturating_add(64 << 10),
-                )
-            } else {
-                BLOCK
-            };
             let len = buf.len();
             buf.resize(len + want, 0);
             let n = read_full(input, &mut buf[len..]).map_err(CopyError::Read)?;
             buf.truncate(len + n);
             eof = n < want;
+            want = BLOCK;
         }
         let mut next = scan.max(line);
         loop {
@@ -102,7 +94,7 @@ pub(crate) fn copy_kept(
             if skipping {
                 skipping = false;
             } else if begin >= end {
-                return Ok(rows);
+                return Ok(end);
             } else {
                 let mut text = &buf[line..stop];
                 let mut offset = begin;
@@ -110,28 +102,55 @@ pub(crate) fn copy_kept(
                     text = &text[BOM.len()..];
                     offset = BOM.len() as u64;
                 }
-                let pos = base | offset as i64;
-                while g < gone.len() && gone[g] < pos {
-                    g += 1;
-                }
-                let removed = gone.get(g) == Some(&pos);
-                if !removed && !blank(text) {
-                    out.write_all(without_end(text)).map_err(CopyError::Write)?;
-                    out.write_all(b"\n").map_err(CopyError::Write)?;
-                    rows += 1;
+                if !visit(begin, offset, text)? {
+                    return Ok(begin);
                 }
             }
             line = stop;
             next = stop;
         }
         if eof {
-            return Ok(rows);
+            return Ok(end);
         }
         // Keep the unfinished line; drop what is done.
         buf.drain(..line);
         at += line as u64;
         line = 0;
     }
+}
+
+/// Copies the kept lines of bytes `start..end` of `input` to `out`: those
+/// whose position is not in `gone` (ascending) and that are not blank.
+/// Returns the number of lines written.
+pub(crate) fn copy_kept(
+    input: &mut (impl Read + Seek),
+    start: u64,
+    end: u64,
+    base: i64,
+    gone: &[i64],
+    out: &mut impl Write,
+) -> Result<u64, CopyError> {
+    // A small range's first read is about its size.
+    let first = BLOCK.min(
+        usize::try_from(end.saturating_sub(start.saturating_sub(1)))
+            .unwrap_or(BLOCK)
+            .saturating_add(64 << 10),
+    );
+    let mut g = 0usize;
+    let mut rows = 0u64;
+    each_line(input, start, end, first, |_, offset, text| {
+        let pos = base | offset as i64;
+        while g < gone.len() && gone[g] < pos {
+            g += 1;
+        }
+        if gone.get(g) != Some(&pos) && !blank(text) {
+            out.write_all(without_end(text)).map_err(CopyError::Write)?;
+            out.write_all(b"\n").map_err(CopyError::Write)?;
+            rows += 1;
+        }
+        Ok(true)
+    })?;
+    Ok(rows)
 }
 
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -203,62 +222,28 @@ pub(crate) fn read_lines(
     base: i64,
     limit: u64,
 ) -> io::Result<Lines> {
-    let from = start.saturating_sub(1);
-    input.seek(SeekFrom::Start(from))?;
     let cut = end.min(start.saturating_add(limit.max(1)));
-    let mut buf: Vec<u8> = Vec::new();
-    let mut starts: Vec<i64> = Vec::new();
-    let mut positions: Vec<i64> = Vec::new();
-    // `buf[line..]` is not yet cut into lines.
-    let mut line = 0usize;
-    // With start > 0, the first line from byte start - 1 is the range before's.
-    let mut skipping = start > 0;
-    let mut eof = false;
-    let mut want = usize::try_from(cut.saturating_sub(from))
+    let first = usize::try_from(cut.saturating_sub(start.saturating_sub(1)))
         .unwrap_or(BLOCK)
         .saturating_add(64 << 10);
-    let next = 'read: loop {
-        if !eof {
-            let len = buf.len();
-            buf.resize(len + want, 0);
-            let n = read_full(input, &mut buf[len..])?;
-            buf.truncate(len + n);
-            eof = n < want;
-            want = BLOCK;
+    let mut data: Vec<u8> = Vec::new();
+    let mut starts: Vec<i64> = Vec::new();
+    let mut positions: Vec<i64> = Vec::new();
+    let next = each_line(input, start, end, first, |begin, offset, text| {
+        if begin >= cut {
+            return Ok(false);
         }
-        loop {
-            let begin = from + line as u64;
-            if !skipping && begin >= cut {
-                break 'read begin.min(end);
-            }
-            let stop = match memchr::memchr(b'\n', &buf[line..]) {
-                Some(i) => line + i + 1,
-                None if !eof => continue 'read,
-                None if line < buf.len() => buf.len(),
-                None => break 'read end,
-            };
-            if skipping {
-                skipping = false;
-            } else if begin == 0 && buf[line..stop].starts_with(BOM) {
-                starts.push((line + BOM.len()) as i64);
-                positions.push(base | BOM.len() as i64);
-            } else {
-                starts.push(line as i64);
-                positions.push(base | begin as i64);
-            }
-            line = stop;
-        }
-    };
-    // Only the first line may begin past its predecessor's end (a mark).
-    let first = starts.first().map_or(line, |&s| s as usize);
-    buf.truncate(line);
-    buf.drain(..first);
-    for s in &mut starts {
-        *s -= first as i64;
-    }
-    starts.push((line - first) as i64);
+        starts.push(data.len() as i64);
+        positions.push(base | offset as i64);
+        data.extend_from_slice(text);
+        Ok(true)
+    })
+    .map_err(|e| match e {
+        CopyError::Read(e) | CopyError::Write(e) => e,
+    })?;
+    starts.push(data.len() as i64);
     Ok(Lines {
-        data: buf,
+        data,
         starts,
         positions,
         next,
