@@ -119,12 +119,14 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
         for b in batches:
             p = pa.array(pos_of(b, state))
             r, rows = job.rows_of(b, p, threshold is not None, writer is not None, packed=True)
-            tally.add(b.column("_new").to_numpy(zero_copy_only=False)[rows], p.to_numpy()[rows], r.get("shares"))
-            if json_col:
-                tally.string_ids |= any(t.startswith('"') for t in r["ids"])
+            kept_pos = p.to_numpy()[rows]
+            tally.add(b.column("_new").to_numpy(zero_copy_only=False)[rows], kept_pos, r.get("shares"))
+            # The records' ids as JSON text (JSON Lines), once for every use.
+            ids = pa.array(r["ids"], type=pa.string()) if json_col else None
+            if ids is not None and len(ids):
+                tally.string_ids |= pc.any(pc.starts_with(ids, '"')).as_py()
             if writer is not None:
-                writer.add(p.to_numpy()[rows], r["features"], np.frombuffer(r["feature_ends"], dtype="<u8"),
-                           pa.array(r["ids"], pa.string()) if json_col else None)
+                writer.add(kept_pos, r["features"], np.frombuffer(r["feature_ends"], dtype="<u8"), ids)
             take = pa.array(rows.astype(np.int64))
             fp = np.frombuffer(r["fp"], dtype="<u8").reshape(-1, 2)
             if r["errors"]:
@@ -147,7 +149,7 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
                 pa.array(np.zeros(len(rows), dtype=bool)),
                 pa.array(fp[:, 0].view(np.int64)),
                 pa.array(fp[:, 1].view(np.int64)),
-                pa.array(r["ids"], type=pa.string()) if json_col else pc.take(b.column(id_col), take),
+                ids if json_col else pc.take(b.column(id_col), take),
             ]
             if threshold is not None:
                 cols.append(_fixed_rows(r["summaries"], len(rows)))

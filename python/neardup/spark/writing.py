@@ -139,7 +139,7 @@ def write(result: SparkDedupResult, output: str, fmt: str = "parquet") -> dict:
         if fmt == "jsonl" and on_disk and named.get(name) is not None and named[name](f"{output}/{name}"):
             return
         if name in local and result.json_records:
-            if fmt == "jsonl" and local[name] is not None and ("://" not in output or output.startswith("file:")):
+            if fmt == "jsonl" and local[name] is not None and on_disk:
                 local[name](f"{output}/{name}")
                 return
             if fmt == "jsonl":
