@@ -108,13 +108,15 @@ def spark_outputs(out):
     return outputs(read_parts(out / "pairs"), read_parts(out / "clusters"), kept)
 
 
-@pytest.mark.parametrize("verify,reader", [(True, "executors"), (True, "spark"), (False, "gzip")])
-def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader):
+@pytest.mark.parametrize("verify,reader,driver", [(True, "executors", False), (True, "executors", True), (True, "spark", False),
+                                                (True, "spark", True), (False, "gzip", False)])
+def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader, driver):
     """The command line on JSON Lines: the same pairs, clusters and kept
     records (the lines unchanged, in input order) as `neardup dedup`, whether
     the executors read the file themselves (in byte ranges of 64 KB here, so
     that many lines straddle two) or Spark reads it (asked to, or because it
-    is compressed)."""
+    is compressed), and whether the executors join (the default) or the
+    driver does (``--driver-documents``)."""
     import gzip
 
     from neardup.spark import LocalSplits, main
@@ -132,7 +134,8 @@ def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader):
     want = cli_outputs([corpus], tmp_path, flags)
     assert len(want[0]) > 250 and len(want[1]) > 125
     out = tmp_path / "out"
-    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", *flags]) == 0
+    path = ["--driver-documents", "1000000"] if driver else []
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", *flags, *path]) == 0
     got = spark_outputs(out)
     assert got[0] == want[0]
     assert got[1] == want[1]
@@ -308,9 +311,10 @@ def make_clusters(path, seed=21):
 @pytest.mark.parametrize("budget", [5, 10_000_000], ids=["many-rounds", "one-round"])
 @pytest.mark.parametrize("flags", [[], ["--keep-by", "field:quality:desc"]], ids=["first", "field"])
 def test_no_pairs_gives_the_cli_clusters(spark, tmp_path, monkeypatch, capsys, budget, flags):
-    """--no-pairs verifies only pairs that span the clusters, in rounds of the
-    join when the undecided pairs overflow the budget (a budget of 5 forces
-    many): the clusters and kept records of `neardup dedup`."""
+    """--no-pairs on the driver join verifies only pairs that span the
+    clusters, in rounds of the join when the undecided pairs overflow the
+    budget (a budget of 5 forces many): the clusters and kept records of
+    `neardup dedup`."""
     import neardup.spark.driver as driver
     from neardup.spark import main
 
@@ -318,7 +322,8 @@ def test_no_pairs_gives_the_cli_clusters(spark, tmp_path, monkeypatch, capsys, b
     corpus = make_clusters(tmp_path / "clusters.jsonl")
     want = cli_outputs([corpus], tmp_path, flags)
     out = tmp_path / "out"
-    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "--no-pairs", *flags]) == 0
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "--no-pairs",
+                 "--driver-documents", "1000000", *flags]) == 0
     assert not (out / "pairs").exists()
     said = capsys.readouterr().err
     assert ("in 1 round of the join" in said) == (budget > 5), said
@@ -362,16 +367,20 @@ def make_mixed(path, seed=3, n=2500, ids="str"):
         ["--bits", "64", "--features", "shingles:2", "--no-verify", "--k", "4"],
         ["--weights", "tfidf", "--idf", "IDF"],
         ["--against", "OLD"],
+        ["--against", "OLD", "DRIVER"],
     ],
-    ids=["longest-incremental", "field-desc", "shingles-64-unverified", "tfidf-learned", "against"],
+    ids=["longest-incremental", "field-desc", "shingles-64-unverified", "tfidf-learned", "against", "against-driver"],
 )
 def test_options_equal_cli(spark, tmp_path, flags):
-    """Every option set gives the CLI's pairs, clusters and kept records."""
+    """Every option set gives the CLI's pairs, clusters and kept records (on
+    the driver join when only it takes the options, or when asked to:
+    DRIVER)."""
     from neardup.spark import main
 
     corpus = make_mixed(tmp_path / "mixed.jsonl", ids="int" if "--against" in flags else "str")
     inputs = [corpus]
-    flags = list(flags)
+    path = ["--driver-documents", "1000000"] if "DRIVER" in flags else []
+    flags = [f for f in flags if f != "DRIVER"]
     if "IDF" in flags:
         idf = tmp_path / "idf.tsv"
         # Learned from the features verification's candidates use (single tokens, UAX #29 words).
@@ -387,7 +396,7 @@ def test_options_equal_cli(spark, tmp_path, flags):
     want = cli_outputs(inputs, tmp_path, flags)
     assert len(want[1]) > 50
     out = tmp_path / "out"
-    assert main(["dedup", "--input", *map(str, inputs), "--output", str(out), "--format", "jsonl", "-q", *flags]) == 0
+    assert main(["dedup", "--input", *map(str, inputs), "--output", str(out), "--format", "jsonl", "-q", *flags, *path]) == 0
     got = spark_outputs(out)
     assert got[0] == want[0]
     assert got[1] == want[1]
@@ -1204,3 +1213,26 @@ def test_shared_classes_archive_is_made_once_then_shared(tmp_path, monkeypatch):
     assert finish is None and option.split()[0] == f"-XX:SharedArchiveFile={written.rsplit('.', 2)[0]}"
     monkeypatch.setenv("NEARDUP_SPARK_SHARED_CLASSES", "0")
     assert _shared_classes() == ("", None)
+
+
+def test_a_master_from_elsewhere_is_kept(tmp_path, monkeypatch):
+    """The command line without --master runs locally on every core unless
+    Spark has a master from spark-submit, PYSPARK_SUBMIT_ARGS or
+    spark-defaults.conf."""
+    from neardup.spark.cli import _master_given
+
+    for var in ("PYSPARK_GATEWAY_PORT", "PYSPARK_SUBMIT_ARGS", "SPARK_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert not _master_given()
+    (tmp_path / "spark-defaults.conf").write_text("# spark.master spark://elsewhere:7077\nspark.driver.memory 2g\n")
+    assert not _master_given()
+    (tmp_path / "spark-defaults.conf").write_text("spark.master   spark://elsewhere:7077\n")
+    assert _master_given()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--master spark://elsewhere:7077 pyspark-shell")
+    assert _master_given()
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-memory 2g pyspark-shell")
+    assert not _master_given()
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
+    assert _master_given()

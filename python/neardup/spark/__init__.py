@@ -12,50 +12,50 @@ From your own PySpark code::
 
 How it runs (uncompressed JSON Lines files on a file system every executor
 sees are read by the executors' Python workers themselves, in byte ranges,
-see :class:`LocalSplits`; other inputs by Spark):
+see :class:`LocalSplits`; other inputs by Spark), with nothing per document
+on the driver:
 
 1. Fingerprints (:mod:`.fingerprint`; one pass over the input, in the executors): whole Arrow
    batches go to Rust (``mapInArrow``), which parses the JSON Lines records,
    and returns each document's fingerprint, id, keep-by key and, with
    verification, a 144-byte summary of its feature set (count, digest,
-   124-byte MinHash sketch). Each row's position in input order is computed in
-   the same worker from its file and byte offset (:class:`Positions`), so
-   every pass finds the same numbers without a pass of its own.
-2. Candidates (:mod:`.driver`, on the driver): the fingerprints and summaries, about 175 bytes per
-   document, are joined as ``neardup dedup`` joins them, and each candidate
-   pair is screened by its summaries: empty sets and unreachable sizes are
-   dropped, equal digests kept at 1.0, pairs whose sketches rule the
-   threshold out dropped, the same decisions ``neardup dedup`` makes.
-3. Exact check (:mod:`.verify`, in the executors): the undecided pairs' documents are read again
-   (at their byte offsets, by the task that checks them, when the executors
-   read the files), else only those leave the Python workers, each to the bucket of its
-   pairs (a connected group of pairs is one bucket; a group of more than
-   20,000 documents is spread, a document copied to each bucket of its
-   pairs); each bucket's pairs are measured in Rust.
-4. Clusters (:mod:`.driver`, on the driver): components or the incremental policy, with keep-by and
-   ``against``'s preference, over the verified pairs.
-5. Outputs (:mod:`.outputs`, :mod:`.annotate`, written by :mod:`.writing`):
-   pairs and clusters from the driver; the kept records in one more pass
-   over the input, unchanged (JSON Lines lines or Parquet rows).
+   124-byte MinHash sketch); each task sends the driver its counts and the
+   sums that centre the fingerprints. Each row's position in input order is
+   computed in the same worker from its file and byte offset
+   (:class:`Positions`), so every pass finds the same numbers without a pass
+   of its own. With a spill folder (local mode, or ``spill_dir``) each
+   document's feature set and id are kept there.
+2. Candidates (:mod:`.candidates`, via :mod:`.distributed`): the rows centred
+   on the corpus, keyed k + 1 times by block and joined in Rust group by
+   group (core's ``Pigeonhole``: the same pairs as the CLI's join, a group
+   larger than ``max_group`` split into block pairs); each pair screened by
+   its summaries as ``neardup dedup`` screens it, and, with the spilled
+   feature sets, the undecided ones checked exactly by the same task.
+3. Exact check (:mod:`.verify`), without a spill folder: undecided pairs
+   checked per connected component, their documents read at their byte
+   offsets (or shuffled to the check's bucket when Spark reads the input).
+4. Clusters (:mod:`.components`): a union-find per task, then one task (or
+   large-star/small-star rounds); each cluster's keeper chosen by keep-by
+   (the first in input order by default), the documents of ``against``
+   preferred.
+5. Outputs (:mod:`.outputs`, written by :mod:`.writing`): the kept records
+   streamed from each input range minus its removed positions, unchanged;
+   with the spilled ids, the JSON Lines pairs and clusters written by the
+   executors.
 
-Above ``driver_documents`` (20 million) documents the distributed path runs
-instead, with nothing per document on the driver (:mod:`.distributed`):
-the fingerprint pass's rows centred in the executors, candidates by k + 1
-keyed groups joined in Rust (:mod:`.candidates`; core's ``Pigeonhole``: the
-same pairs as the CLI's join, a group larger than ``max_group`` split into
-block pairs; with the feature sets the fingerprint pass kept, each task
-checks its own undecided pairs), else undecided pairs checked per
-connected component (:mod:`.verify`), components by a union-find per task
-then in one task (or large-star/small-star rounds; :mod:`.components`),
-the kept records streamed from each input range minus its removed
-positions, and, with the ids the fingerprint pass kept, the JSON Lines
-pairs and clusters written by the executors. It
-takes the components policy (ids of JSON Lines records read as integers
-when every one is, else as strings). With ``against``, the existing set is
-read but never shuffled: the new batch is broadcast and indexed in each
-worker, and every partition of the existing set looks its documents up in
-it (:func:`.candidates._batch_pairs`). ``--report FILE`` writes each
-stage's seconds, rows and bytes shuffled (:mod:`.report`).
+With ``against``, the existing set is read but never shuffled: the new
+batch is broadcast and indexed in each worker, and every partition of the
+existing set looks its documents up in it (:func:`.candidates._batch_pairs`).
+``--report FILE`` writes each stage's seconds, rows and bytes shuffled
+(:mod:`.report`). Ids of JSON Lines records are read as integers when every
+one is, else as strings.
+
+The driver joins instead (:mod:`.driver`: the fingerprints and summaries,
+about 175 bytes a document, collected and joined in one process, the
+exact check in the executors, clusters on the driver, annotations by
+:mod:`.annotate`) up to ``driver_documents`` when given, and by default,
+up to :data:`DRIVER_DOCUMENTS` (20 million), for what only it does: the
+incremental policy, an IDF table, weighted features and annotations.
 
 Outputs under ``--output DIR``: ``DIR/pairs`` (columns ``a``, ``b``,
 ``distance``, and ``jaccard`` when verified), ``DIR/clusters``
@@ -86,7 +86,7 @@ docstring says what it reads, shuffles and writes):
 The tuning constants are importable from here, and read from the module
 that uses them (set them there, e.g. ``neardup.spark.driver.SPAN_BUDGET``): :data:`MAX_GROUP`,
 CANDIDATE_ROWS_PER_TASK, SPAN_UNDECIDED_PER_ROW and SPAN_CACHE_BYTES in
-:mod:`.candidates`; :data:`DRIVER_DOCUMENTS` and SPAN_BUDGET in
+:mod:`.candidates`; :data:`DRIVER_DOCUMENTS` in :mod:`.job`; SPAN_BUDGET in
 :mod:`.driver`; EXACT_PAIRS_PER_TASK and EXACT_DOCS_PER_TASK in
 :mod:`.verify`; ONE_TASK_EDGES and EDGES_PER_TASK in :mod:`.components`;
 DOCUMENTS_PER_PARTITION in :mod:`.distributed`.
@@ -96,7 +96,8 @@ from .candidates import CANDIDATE_ROWS_PER_TASK, MAX_GROUP, SPAN_CACHE_BYTES, SP
 from .cli import main
 from .components import EDGES_PER_TASK, ONE_TASK_EDGES
 from .distributed import DOCUMENTS_PER_PARTITION
-from .driver import DRIVER_DOCUMENTS, SPAN_BUDGET
+from .driver import SPAN_BUDGET
+from .job import DRIVER_DOCUMENTS
 from .pipeline import dedup
 from .read import NEW_AFTER, LocalSplits, Positions, read_lines_at, read_ranges, read_records
 from .result import SparkDedupResult

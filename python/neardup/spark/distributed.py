@@ -1,4 +1,5 @@
-"""The distributed path (above ``driver_documents`` documents): stages 2 to
+"""The distributed path (the default; the driver joins only when asked to,
+up to ``driver_documents``, or for what only it does): stages 2 to
 5 in the executors, the driver holding only what does not grow with the
 corpus (the centre, the hot keys, counts).
 
@@ -28,7 +29,7 @@ import neardup
 
 from .candidates import _batch_pairs, _candidates, _centre_distributed
 from .components import _components, _keepers
-from .job import Job
+from .job import DRIVER_DOCUMENTS, Job
 from .outputs import _named_outputs, kept_distributed, named_lines_local
 from .report import _log, _log_shuffles
 from .result import SparkDedupResult
@@ -61,13 +62,15 @@ def run(spark: Any, job: Job, records: Any, fps: Any, stages: dict, report: Any)
     refusing what the path cannot do (another policy, an IDF table,
     weighted features, annotations)."""
     n = fps.n
-    if job.policy != "components" or job.idf is not None or job.weighted or job.annotate:
+    limit = job.driver_documents if job.driver_documents is not None else DRIVER_DOCUMENTS
+    if job.driver_only:
         raise neardup.NeardupError(
-            f"{n:,} documents are more than the driver joins ({job.driver_documents:,}): the distributed path "
+            f"{n:,} documents are more than the driver joins ({limit:,}): the distributed path "
             "takes texts with policy components, no IDF table and no annotate (or "
             "raise driver_documents, about 175 bytes of driver memory per document)"
         )
-    _log(job.quiet, f"{n:,} documents are more than the driver joins ({job.driver_documents:,}): the distributed path runs")
+    _log(job.quiet, f"{n:,} documents: the executors join them" if job.driver_documents is None else
+         f"{n:,} documents are more than the driver joins ({limit:,}): the executors join them")
     inputs = _inputs(job, records, fps)
     cores = spark.sparkContext.defaultParallelism
     if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):

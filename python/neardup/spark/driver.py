@@ -28,10 +28,6 @@ from .job import Job
 from .report import _log
 from .verify import _exact_check, _exact_check_direct
 
-# Fingerprints of at most this many documents are joined on the driver (about
-# 175 bytes each there: 16 of fingerprint, 144 of verification summary, 8 of
-# position); above it the fully distributed path runs.
-DRIVER_DOCUMENTS = 20_000_000
 
 
 @dataclass

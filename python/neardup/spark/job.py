@@ -23,6 +23,11 @@ from neardup import _neardup as _rs
 from .arrow import _text_buffers
 from .read import _POS_SHIFT, LocalSplits, Positions
 
+# The most documents the driver joins by default, for what only it does
+# (about 175 bytes each there: 16 of fingerprint, 144 of verification
+# summary, 8 of position).
+DRIVER_DOCUMENTS = 20_000_000
+
 
 class ByPartition:
     """An accumulator (``SparkContext.accumulator({}, ByPartition())``) of a
@@ -74,7 +79,9 @@ class Job:
     key_field: Optional[str]
     pairs: bool
     annotate: bool
-    driver_documents: int
+    #: The driver joins up to this many documents; None: only the jobs the
+    #: distributed path cannot do, up to :data:`DRIVER_DOCUMENTS`.
+    driver_documents: Optional[int]
     quiet: bool
     # Input order.
     #: Numbers each batch's rows (:class:`Positions`).
@@ -91,6 +98,20 @@ class Job:
     #: Where the fingerprint pass keeps the feature sets for the exact
     #: check (:class:`~.spill.Spill`), or None: the check reads the texts.
     spill: Any = None
+
+    @property
+    def driver_only(self) -> bool:
+        """Whether only the driver join does this job: the incremental
+        policy, an IDF table, weighted features or annotations."""
+        return self.policy != "components" or self.idf is not None or self.weighted or self.annotate
+
+    def joins_on_driver(self, n: int) -> bool:
+        """Whether the driver joins these ``n`` documents (stages 2-4): up to
+        ``driver_documents`` when given, else only a job the distributed
+        path cannot do, up to :data:`DRIVER_DOCUMENTS`."""
+        if self.driver_documents is not None:
+            return n <= self.driver_documents
+        return self.driver_only and n <= DRIVER_DOCUMENTS
 
     def rows_of(self, b: Any, p: Any, summaries: bool, features: bool, fingerprints: bool = True, packed: bool = False) -> tuple:
         """Core's reading of batch ``b`` (positions ``p``): the records'
@@ -117,7 +138,7 @@ class Job:
 
 def describe(spark: Any, df: Any, *, id_col: str, text_col: str, json_col: Optional[str], k: Optional[int], verify: Any,
              policy: str, keep_by: str, against: Any, config: Any, idf: Optional[str], skip_invalid: bool, max_group: int,
-             min_similarity: Optional[float], driver_documents: int, quiet: bool, positions: Optional[Positions],
+             min_similarity: Optional[float], driver_documents: Optional[int], quiet: bool, positions: Optional[Positions],
              pairs: bool, splits: Optional[LocalSplits], centre: bool, features_col: Optional[str], annotate: bool,
              kwargs: dict, spill_dir: Optional[str] = None) -> Job:
     """The job of dedup()'s arguments (texts or weighted features), after

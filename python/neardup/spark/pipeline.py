@@ -1,9 +1,10 @@
 """The job: :func:`dedup`, its stages in order over one :class:`~.job.Job`.
 
 1. :func:`.fingerprint.fingerprint`, in the executors;
-2-4 on the driver up to ``driver_documents`` documents
-(:func:`.driver.collect`, :func:`.driver.pairs`, :func:`.driver.clusters`),
-else in the executors (:func:`.distributed.run`);
+2-4 in the executors (:func:`.distributed.run`), or on the driver up to
+``driver_documents`` documents when given, and by default for what only the
+driver join does, up to :data:`.job.DRIVER_DOCUMENTS` (:func:`.driver.collect`,
+:func:`.driver.pairs`, :func:`.driver.clusters`);
 5. the outputs (:mod:`.outputs`, and :mod:`.annotate` with annotations).
 Vectors take their own path (:mod:`.vectors`).
 """
@@ -21,7 +22,6 @@ import neardup
 from . import distributed, driver
 from .annotate import annotations
 from .candidates import MAX_GROUP
-from .driver import DRIVER_DOCUMENTS
 from .fingerprint import fingerprint, job_records
 from .job import Job, describe
 from .outputs import kept_on_driver, named_on_driver
@@ -50,7 +50,7 @@ def dedup(
     max_group: int = MAX_GROUP,
     vector_col: Optional[str] = None,
     min_similarity: Optional[float] = None,
-    driver_documents: int = DRIVER_DOCUMENTS,
+    driver_documents: Optional[int] = None,
     quiet: bool = True,
     positions: Optional[Positions] = None,
     pairs: bool = True,
@@ -99,6 +99,13 @@ def dedup(
     with the three fields appended, columns added to other rows. Every
     candidate pair is then verified (as with ``pairs``).
 
+    ``driver_documents``: the driver joins up to this many documents (about
+    175 bytes of driver memory each; on one machine the quicker way for a
+    few million); by default the executors join, with nothing per document
+    on the driver, except for what only the driver join does (policy
+    incremental, ``idf``, ``features_col``, ``annotate``), up to
+    :data:`~.job.DRIVER_DOCUMENTS`.
+
     ``spill_dir``: a folder every executor can write and read, where the
     fingerprint pass keeps each document's feature set for the exact check,
     and its id for the JSON Lines outputs (a temporary folder of the
@@ -145,7 +152,7 @@ def _run(spark: Any, job: Job, df: Any, against: Any, order_col: Optional[str]) 
     records = job_records(job, df, against, order_col)
     # 1. Fingerprints, in the executors.
     fps = fingerprint(spark, job, records, stages, report)
-    if fps.n > job.driver_documents:
+    if not job.joins_on_driver(fps.n):
         # 2-5, every stage in the executors.
         return distributed.run(spark, job, records, fps, stages, report)
     # 2-4 on the driver: candidates, the exact check (in the executors), clusters.
