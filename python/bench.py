@@ -99,8 +99,9 @@ def spark_bench(argv):
     ap.add_argument("--tmp-dir", default=None)
     ap.add_argument("--no-pairs", action="store_true",
                     help="clusters and kept records only: the CLI without --pairs, the job with --no-pairs")
-    ap.add_argument("--driver-documents", type=int, help="the job's --driver-documents (0: the distributed path)")
-    ap.add_argument("--driver-memory", default="4g", help="the job's driver memory (default 4g)")
+    ap.add_argument("--driver-documents", type=int, help="the job's --driver-documents (N: the driver joins up to N documents)")
+    ap.add_argument("--driver-memory", help="the job's driver memory (default: Spark's)")
+    ap.add_argument("--report", help="the job's --report FILE (its stages' seconds, rows, shuffles and longest tasks)")
     ap.add_argument("--near-copies", type=int, default=0,
                     help="append this many near copies of one page (one to four words replaced in each): skew")
     ap.add_argument("--exact-copies", type=int, default=0, help="append this many exact copies of the same page")
@@ -125,10 +126,12 @@ def spark_bench(argv):
         print(f"neardup dedup (CLI, all cores)      {t_cli:7.1f} s  {mb / t_cli:6.1f} MB/s  peak {m_cli:6.0f} MB")
         spark_out = tmp / "spark"
         job = [sys.executable, "-m", "neardup.spark", "dedup", "--input", str(corpus), "--output", str(spark_out), "--format", "jsonl",
-               "--master", "local[2]", "--driver-memory", args.driver_memory, *(["--no-pairs"] if args.no_pairs else []),
+               "--master", "local[2]", *(["--driver-memory", args.driver_memory] if args.driver_memory else []),
+               *(["--no-pairs"] if args.no_pairs else []), *(["--report", args.report] if args.report else []),
                *(["--driver-documents", str(args.driver_documents)] if args.driver_documents is not None else [])]
         t_spark, m_spark, err = timed(job)
-        print(f"Spark job (local[2], driver {args.driver_memory})     {t_spark:7.1f} s  {mb / t_spark:6.1f} MB/s  peak {m_spark:6.0f} MB (largest process)")
+        memory = f", driver {args.driver_memory}" if args.driver_memory else ""
+        print(f"Spark job (local[2]{memory})     {t_spark:7.1f} s  {mb / t_spark:6.1f} MB/s  peak {m_spark:6.0f} MB (largest process)")
         stages = re.search(r"done in .*", err)
         print(f"  {stages.group(0) if stages else err.strip()}")
         kept_cli = (cli_out / "keep.jsonl").read_text().splitlines()
