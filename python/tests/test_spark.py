@@ -143,15 +143,19 @@ def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader, driver):
 
 
 @pytest.mark.parametrize("pairs", [True, False], ids=["pairs", "no-pairs"])
-def test_distributed_path_equals_cli(spark, tmp_path, pairs):
+def test_distributed_path_equals_cli(spark, tmp_path, monkeypatch, pairs):
     """Above the driver's limit the join is distributed (groups keyed by a
     part of the fingerprint, the skewed ones split into block pairs): by
     the DataFrame API, the same pairs and clusters; by the command line
     without the pairs (its executors reading the file), the same clusters
     and kept records from one pair per copy of the 300 identical documents,
     and from pairs checked in their groups for the 200 near copies of one
-    page (their summaries leave most undecided)."""
+    page (their summaries leave most undecided), their feature sets' cache
+    emptied at every group."""
+    import neardup.spark.candidates as candidates
     from neardup.spark import dedup, main, write
+
+    monkeypatch.setattr(candidates, "SPAN_CACHE_BYTES", 0)
 
     corpus = tmp_path / "corpus.jsonl"
     # A smaller corpus: the distributed path runs several Spark jobs a round.

@@ -243,13 +243,13 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
         theirs) and kept in ``cache`` for the task's other groups."""
         g = _routed_documents(routed)
         ident = [x.tobytes() for x in g["summary"][:, :20]]  # feature count and digest
+        if sum(len(v) for v in cache.values()) > SPAN_CACHE_BYTES:
+            cache.clear()  # before this group's sets are looked up: it keeps them all
         missing = {}
         for row, i in enumerate(ident):
             if i not in cache and i not in missing:
                 missing[i] = row
         if missing:
-            if sum(len(v) for v in cache.values()) > SPAN_CACHE_BYTES:
-                cache.clear()
             for i, f in zip(missing, features_at(g["_pos"][list(missing.values())])):
                 cache[i] = f
         return [cache[i] for i in ident]
