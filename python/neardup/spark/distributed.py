@@ -29,7 +29,7 @@ import neardup
 
 from .candidates import _batch_pairs, _candidates, _centre_distributed
 from .components import _components, _keepers
-from .job import DRIVER_DOCUMENTS, Job
+from .job import Job
 from .outputs import _named_outputs, kept_distributed, named_lines_local
 from .report import _log, _log_shuffles
 from .result import SparkDedupResult
@@ -62,7 +62,7 @@ def run(spark: Any, job: Job, records: Any, fps: Any, stages: dict, report: Any)
     refusing what the path cannot do (another policy, an IDF table,
     weighted features, annotations)."""
     n = fps.n
-    limit = job.driver_documents if job.driver_documents is not None else DRIVER_DOCUMENTS
+    limit = job.driver_limit
     if job.driver_only:
         raise neardup.NeardupError(
             f"{n:,} documents are more than the driver joins ({limit:,}): the distributed path "

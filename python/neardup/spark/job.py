@@ -105,13 +105,17 @@ class Job:
         policy, an IDF table, weighted features or annotations."""
         return self.policy != "components" or self.idf is not None or self.weighted or self.annotate
 
+    @property
+    def driver_limit(self) -> int:
+        """The most documents the driver joins: ``driver_documents``, else
+        :data:`DRIVER_DOCUMENTS`."""
+        return self.driver_documents if self.driver_documents is not None else DRIVER_DOCUMENTS
+
     def joins_on_driver(self, n: int) -> bool:
         """Whether the driver joins these ``n`` documents (stages 2-4): up to
         ``driver_documents`` when given, else only a job the distributed
         path cannot do, up to :data:`DRIVER_DOCUMENTS`."""
-        if self.driver_documents is not None:
-            return n <= self.driver_documents
-        return self.driver_only and n <= DRIVER_DOCUMENTS
+        return n <= self.driver_limit and (self.driver_documents is not None or self.driver_only)
 
     def rows_of(self, b: Any, p: Any, summaries: bool, features: bool, fingerprints: bool = True, packed: bool = False) -> tuple:
         """Core's reading of batch ``b`` (positions ``p``): the records'
