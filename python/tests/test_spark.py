@@ -144,8 +144,9 @@ def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader, driver):
 
 @pytest.mark.parametrize("pairs", [True, False], ids=["pairs", "no-pairs"])
 def test_distributed_path_equals_cli(spark, tmp_path, monkeypatch, pairs):
-    """Above the driver's limit the join is distributed (groups keyed by a
-    part of the fingerprint, the skewed ones split into block pairs): by
+    """The executors' join (the default, asked for here with a driver limit
+    of 0; groups keyed by a part of the fingerprint, the skewed ones split
+    into block pairs): by
     the DataFrame API, the same pairs and clusters; by the command line
     without the pairs (its executors reading the file), the same clusters
     and kept records from one pair per copy of the 300 identical documents,
