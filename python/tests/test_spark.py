@@ -110,7 +110,7 @@ def spark_outputs(out):
 
 @pytest.mark.parametrize("verify,reader,driver", [(True, "executors", False), (True, "executors", True), (True, "spark", False),
                                                 (True, "spark", True), (False, "gzip", False)])
-def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader, driver):
+def test_spark_equals_cli(spark, tmp_path, monkeypatch, capsys, verify, reader, driver):
     """The command line on JSON Lines: the same pairs, clusters and kept
     records (the lines unchanged, in input order) as `neardup dedup`, whether
     the executors read the file themselves (in byte ranges of 64 KB here, so
@@ -135,7 +135,9 @@ def test_spark_equals_cli(spark, tmp_path, monkeypatch, verify, reader, driver):
     assert len(want[0]) > 250 and len(want[1]) > 125
     out = tmp_path / "out"
     path = ["--driver-documents", "1000000"] if driver else []
-    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", "-q", *flags, *path]) == 0
+    assert main(["dedup", "--input", str(corpus), "--output", str(out), "--format", "jsonl", *flags, *path]) == 0
+    said = capsys.readouterr().err
+    assert ("the executors join them" in said) == (not driver), said
     got = spark_outputs(out)
     assert got[0] == want[0]
     assert got[1] == want[1]
