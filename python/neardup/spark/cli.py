@@ -32,15 +32,11 @@ def _session(master: Optional[str], driver_memory: Optional[str] = None, share_c
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    if master is None and SparkContext._active_spark_context is None and not _master_given():
-        master = "local[*]"  # spark-submit's default, with a local session's settings
+    new_jvm = SparkContext._active_spark_context is None
     submit = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
-    if driver_memory is None and master is not None and master.startswith("local") and SparkContext._active_spark_context is None \
-            and "driver-memory" not in submit and "spark.driver.memory" not in submit:
-        driver_memory = _local_memory()
+    if master is None and new_jvm and not _master_given():
+        master = "local[*]"  # spark-submit's default, with a local session's settings
     b = SparkSession.builder.appName("neardup dedup")
-    if driver_memory:
-        b = b.config("spark.driver.memory", driver_memory)
     finish = None
     if master:
         b = b.master(master)
@@ -48,7 +44,9 @@ def _session(master: Optional[str], driver_memory: Optional[str] = None, share_c
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
             b = b.config("spark.ui.enabled", "false")
-            if SparkContext._active_spark_context is None and "extraJavaOptions" not in submit:
+            if new_jvm and driver_memory is None and "driver-memory" not in submit and "spark.driver.memory" not in submit:
+                driver_memory = _local_memory()  # the tasks run in this JVM
+            if new_jvm and "extraJavaOptions" not in submit:
                 # The JVM moves Arrow batches and shuffle blocks; the work is
                 # in the Python workers. Its optimising compiler (C2) costs
                 # more CPU than it saves: compiled by C1 alone, 1 GB takes
@@ -58,6 +56,8 @@ def _session(master: Optional[str], driver_memory: Optional[str] = None, share_c
                     option, finish = _shared_classes()
                     options.append(option)
                 b = b.config("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
+    if driver_memory:
+        b = b.config("spark.driver.memory", driver_memory)
     b = b.config("spark.sql.execution.arrow.pyspark.enabled", "true").config("spark.ui.showConsoleProgress", "false")
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
