@@ -16,6 +16,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 
+use neardup_core::lines::{Line, LineCutter};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -24,23 +25,14 @@ use crate::{err, i64s};
 /// Bytes read at a time.
 const BLOCK: usize = 8 << 20;
 
-const BOM: &[u8] = b"\xef\xbb\xbf";
-
 fn blank(line: &[u8]) -> bool {
     line.iter()
         .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0c))
 }
 
-/// A line without its line end: a final `\n`, then a final `\r`.
-fn without_end(mut line: &[u8]) -> &[u8] {
-    for end in [b'\n', b'\r'] {
-        if let [rest @ .., last] = line
-            && *last == end
-        {
-            line = rest;
-        }
-    }
-    line
+/// A line's text (without its `\n`) without a final `\r`.
+fn without_end(text: &[u8]) -> &[u8] {
+    text.strip_suffix(b"\r").unwrap_or(text)
 }
 
 /// Why a copy stopped: reading the input or writing the output.
@@ -51,72 +43,52 @@ pub(crate) enum CopyError {
 }
 
 /// Visits the lines of `input` whose first byte lies in `start..end`, in
-/// order, while `visit` returns true: each with the offset it begins at,
-/// its position's offset (past a byte-order mark at the start of the file)
-/// and its bytes, line end kept (the mark not). The first read is about
-/// `first` bytes. Returns the offset of the first line not visited, or
-/// `end` when every one was.
+/// order, while `visit` returns true: each as core's [`LineCutter`] cuts it
+/// (past a byte-order mark at the start of the file). The first read is
+/// about `first` bytes. Returns the offset of the first line not visited,
+/// or `end` when every one was.
 fn each_line(
     input: &mut (impl Read + Seek),
     start: u64,
     end: u64,
     first: usize,
-    mut visit: impl FnMut(u64, u64, &[u8]) -> Result<bool, CopyError>,
+    mut visit: impl FnMut(Line<'_>) -> Result<bool, CopyError>,
 ) -> Result<u64, CopyError> {
     let from = start.saturating_sub(1);
     input.seek(SeekFrom::Start(from)).map_err(CopyError::Read)?;
-    // `buf[..]` holds the file from offset `at`; lines before `line` are done.
-    let mut buf: Vec<u8> = Vec::new();
-    let mut at = from;
-    let mut line = 0usize;
     // With start > 0, the first line from byte start - 1 is the range before's.
     let mut skipping = start > 0;
-    let mut eof = false;
-    let mut want = first;
+    let mut next = end;
+    let mut on_line = |line: Line<'_>| -> Result<bool, CopyError> {
+        if skipping {
+            skipping = false;
+            return Ok(true);
+        }
+        if line.start >= end {
+            return Ok(false);
+        }
+        if !visit(line)? {
+            next = line.start;
+            return Ok(false);
+        }
+        Ok(true)
+    };
+    let mut cutter = LineCutter::new();
+    let mut buf = vec![0u8; first.max(1)];
+    let mut at = from;
     loop {
-        let scan = buf.len();
-        if !eof {
-            let len = buf.len();
-            buf.resize(len + want, 0);
-            let n = read_full(input, &mut buf[len..]).map_err(CopyError::Read)?;
-            buf.truncate(len + n);
-            eof = n < want;
-            want = BLOCK;
+        let n = read_full(input, &mut buf).map_err(CopyError::Read)?;
+        if !cutter.feed(at, &buf[..n], &mut on_line)? {
+            break;
         }
-        let mut next = scan.max(line);
-        loop {
-            let stop = match memchr::memchr(b'\n', &buf[next..]) {
-                Some(i) => next + i + 1,
-                None if eof && line < buf.len() => buf.len(),
-                None => break,
-            };
-            let begin = at + line as u64;
-            if skipping {
-                skipping = false;
-            } else if begin >= end {
-                return Ok(end);
-            } else {
-                let mut text = &buf[line..stop];
-                let mut offset = begin;
-                if begin == 0 && text.starts_with(BOM) {
-                    text = &text[BOM.len()..];
-                    offset = BOM.len() as u64;
-                }
-                if !visit(begin, offset, text)? {
-                    return Ok(begin);
-                }
-            }
-            line = stop;
-            next = stop;
+        if n < buf.len() {
+            cutter.finish(&mut on_line)?;
+            break;
         }
-        if eof {
-            return Ok(end);
-        }
-        // Keep the unfinished line; drop what is done.
-        buf.drain(..line);
-        at += line as u64;
-        line = 0;
+        at += n as u64;
+        buf.resize(BLOCK, 0);
     }
+    Ok(next)
 }
 
 /// Copies the kept lines of bytes `start..end` of `input` to `out`: those
@@ -138,13 +110,14 @@ pub(crate) fn copy_kept(
     );
     let mut g = 0usize;
     let mut rows = 0u64;
-    each_line(input, start, end, first, |_, offset, text| {
-        let pos = base | offset as i64;
+    each_line(input, start, end, first, |line| {
+        let pos = base | line.text_at as i64;
         while g < gone.len() && gone[g] < pos {
             g += 1;
         }
-        if gone.get(g) != Some(&pos) && !blank(text) {
-            out.write_all(without_end(text)).map_err(CopyError::Write)?;
+        if gone.get(g) != Some(&pos) && !blank(line.text) {
+            out.write_all(without_end(line.text))
+                .map_err(CopyError::Write)?;
             out.write_all(b"\n").map_err(CopyError::Write)?;
             rows += 1;
         }
@@ -229,13 +202,16 @@ pub(crate) fn read_lines(
     let mut data: Vec<u8> = Vec::new();
     let mut starts: Vec<i64> = Vec::new();
     let mut positions: Vec<i64> = Vec::new();
-    let next = each_line(input, start, end, first, |begin, offset, text| {
-        if begin >= cut {
+    let next = each_line(input, start, end, first, |line| {
+        if line.start >= cut {
             return Ok(false);
         }
         starts.push(data.len() as i64);
-        positions.push(base | offset as i64);
-        data.extend_from_slice(text);
+        positions.push(base | line.text_at as i64);
+        data.extend_from_slice(line.text);
+        if line.ended {
+            data.push(b'\n');
+        }
         Ok(true)
     })
     .map_err(|e| match e {

@@ -15,14 +15,13 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use neardup_core::lines::{Line, LineCutter};
 
 use crate::input::{Format, InputArgs, advise};
 use crate::output::NamedOutput;
 
 /// Bytes read at a time.
 const BLOCK: usize = 4 << 20;
-
-const BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// An uncompressed file of lines or JSON Lines records.
 #[derive(Debug)]
@@ -98,17 +97,16 @@ fn split_records_in(
             kept: &kept,
             doc: 0,
             run: None,
-            carry: Vec::new(),
-            carry_at: 0,
         };
+        let mut cutter = LineCutter::new();
         let mut outs = [keep, drop];
         let mut split = || -> Result<()> {
             for read in &full_rx {
                 let read = read?;
                 let file = &files[read.file];
-                splitter.block(file, &read, &mut outs)?;
+                splitter.block(&mut cutter, file, &read, &mut outs)?;
                 if read.last {
-                    splitter.end_of_file(file, &mut outs)?;
+                    splitter.end_of_file(&mut cutter, file, &mut outs)?;
                 }
                 // The reader has stopped if this fails; its error comes first.
                 let _ = empty_tx.send(read.bytes);
@@ -203,99 +201,56 @@ struct Splitter<'a, K> {
     /// Consecutive records of the current block bound for one output
     /// unchanged, line ends included: (output, start, end) in the block.
     run: Option<(usize, usize, usize)>,
-    /// The start of a line that the next block goes on with.
-    carry: Vec<u8>,
-    /// The file offset of `carry`'s first byte.
-    carry_at: u64,
 }
 
 impl<K: Fn(usize) -> bool> Splitter<'_, K> {
     fn block(
         &mut self,
+        cutter: &mut LineCutter,
         file: &PlainFile,
         block: &Block,
         outs: &mut [Option<&mut NamedOutput>; 2],
     ) -> Result<()> {
         let bytes = &block.bytes[..];
-        let mut start = 0;
-        if !self.carry.is_empty() {
-            // The line that began in an earlier block.
-            let Some(nl) = memchr::memchr(b'\n', bytes) else {
-                self.carry.extend_from_slice(bytes);
-                return Ok(());
-            };
-            let mut line = std::mem::take(&mut self.carry);
-            line.extend_from_slice(&bytes[..nl]);
-            self.record(file, &line, true, self.carry_at, None, outs)?;
-            start = nl + 1;
-        }
-        let from = start;
-        for nl in memchr::memchr_iter(b'\n', &bytes[from..]) {
-            let end = from + nl;
-            let at = block.at + start as u64;
-            self.record(
-                file,
-                &bytes[start..end],
-                true,
-                at,
-                Some((bytes, start)),
-                outs,
-            )?;
-            start = end + 1;
-        }
-        self.flush_run(bytes, outs)?;
-        self.carry_at = block.at + start as u64;
-        self.carry.extend_from_slice(&bytes[start..]);
-        Ok(())
+        cutter.feed(block.at, bytes, |line| {
+            self.record(file, line, bytes, outs).map(|()| true)
+        })?;
+        self.flush_run(bytes, outs)
     }
 
     /// A file's last line, if it has no line end.
     fn end_of_file(
         &mut self,
+        cutter: &mut LineCutter,
         file: &PlainFile,
         outs: &mut [Option<&mut NamedOutput>; 2],
     ) -> Result<()> {
-        if !self.carry.is_empty() {
-            let line = std::mem::take(&mut self.carry);
-            self.record(file, &line, false, self.carry_at, None, outs)?;
-        }
-        self.carry_at = 0;
+        cutter.finish(|line| self.record(file, line, &[], outs).map(|()| true))?;
         Ok(())
     }
 
-    /// One line, without its `\n` (`ended`: it had one; a file's last line
-    /// may not), at file offset `at`; `in_block`: the block it lies in and
-    /// its start there, when it is followed there by its `\n` (so that it
+    /// One line of `bytes`, the block just fed (if it lies there whole, it
     /// may join a run).
-    #[allow(clippy::too_many_arguments)]
     fn record(
         &mut self,
         file: &PlainFile,
-        line: &[u8],
-        ended: bool,
-        at: u64,
-        in_block: Option<(&[u8], usize)>,
+        line: Line<'_>,
+        bytes: &[u8],
         outs: &mut [Option<&mut NamedOutput>; 2],
     ) -> Result<()> {
-        let mut text = line;
-        if at == 0 {
-            text = text.strip_prefix(BOM).unwrap_or(text);
-        }
-        if ended {
+        let mut text = line.text;
+        if line.ended {
             text = text.strip_suffix(b"\r").unwrap_or(text);
         }
         if file.jsonl && text.iter().all(u8::is_ascii_whitespace) {
             // Not a document: nothing is written for it.
-            if let Some((bytes, _)) = in_block {
-                self.flush_run(bytes, outs)?;
-            }
-            return Ok(());
+            return self.flush_run(bytes, outs);
         }
         let target = usize::from(!(self.kept)(self.doc));
         self.doc += 1;
-        match in_block {
-            Some((bytes, start)) if text.len() == line.len() => {
-                let end = start + line.len() + 1;
+        match line.in_block {
+            Some(start) if line.whole_in_block() && text.len() == line.text.len() => {
+                let end = start + text.len() + 1;
                 match &mut self.run {
                     Some((t, _, e)) if *t == target && *e == start => *e = end,
                     _ => {
@@ -305,9 +260,7 @@ impl<K: Fn(usize) -> bool> Splitter<'_, K> {
                 }
             }
             _ => {
-                if let Some((bytes, _)) = in_block {
-                    self.flush_run(bytes, outs)?;
-                }
+                self.flush_run(bytes, outs)?;
                 if let Some(out) = outs[target].as_deref_mut() {
                     out.write_all(text)?;
                     out.write_all(b"\n")?;
@@ -329,6 +282,7 @@ impl<K: Fn(usize) -> bool> Splitter<'_, K> {
 
 #[cfg(test)]
 mod tests {
+    use neardup_core::lines::BOM;
     use neardup_core::rng::SplitMix64;
 
     use super::*;

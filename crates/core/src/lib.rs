@@ -35,7 +35,8 @@
 //! [`config`], [`normalize`], [`tokenize`], [`hash`]); exact Hamming search,
 //! the self-join and their planner in [`index`]; verification in [`jaccard`],
 //! [`spill`] and [`sketch`]; the batch policies in [`dedup`]; JSON Lines
-//! records in [`record`]; vectors in [`vector`].
+//! records in [`record`], cut from line files by [`lines`]; vectors in
+//! [`vector`].
 
 mod accumulate;
 pub mod centre;
@@ -49,6 +50,7 @@ mod idf;
 pub mod index;
 pub mod jaccard;
 pub mod keep_by;
+pub mod lines;
 pub mod normalize;
 pub mod output;
 pub mod overrides;
