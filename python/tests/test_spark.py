@@ -575,6 +575,11 @@ def test_standalone_cluster_equals_cli(tmp_path):
         assert r.stderr.count(" INFO ") < 150, r.stderr.count(" INFO ")
         said = r.stdout + r.stderr  # spark-submit passes the driver's stderr on to its stdout
         assert "neardup.spark: done in" in said and "neardup.spark: verify:" in said
+        # The output is on a file system every executor writes: the feature
+        # sets were kept beside it (the join's tasks checked their pairs),
+        # and the folder is gone.
+        assert "checked exactly by the same tasks" in said, said[-3000:]
+        assert not [p for p in os.listdir(tmp_path) if p.startswith("neardup-spill-")], os.listdir(tmp_path)
         got = spark_outputs(out)
         assert got[0] == want[0]
         assert got[1] == want[1]
@@ -1243,3 +1248,4 @@ def test_a_master_from_elsewhere_is_kept(tmp_path, monkeypatch):
     assert not _master_given()
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
     assert _master_given()
+

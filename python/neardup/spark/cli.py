@@ -7,6 +7,7 @@ line for an error (exit code 2).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any, Optional
@@ -15,7 +16,7 @@ import neardup
 
 from .candidates import MAX_GROUP
 from .pipeline import dedup
-from .read import read_records
+from .read import _file_key, read_records
 from .report import _log, _write_report
 from .writing import write
 
@@ -229,8 +230,9 @@ def main(argv: Optional[list] = None) -> int:
                         "\"similarity\" added (as neardup dedup --annotate; columns added to Parquet rows)")
     d.add_argument("--spill-dir", metavar="DIR",
                    help="a folder every executor can write and read, where the fingerprint pass keeps each document's "
-                        "feature set for the exact check (default in local mode: a temporary folder; on a cluster "
-                        "without it, the check reads its documents again)")
+                        "feature set for the exact check (default: in local mode a temporary folder; on a cluster "
+                        "whose executors read the input, a temporary folder beside --output when it is a path, not "
+                        "a URL; else the check reads its documents again)")
     d.add_argument("--report", metavar="FILE",
                    help="write a JSON report: per stage its seconds, rows and bytes shuffled (per document too), "
                         "and the driver's peak memory")
@@ -286,6 +288,22 @@ def main(argv: Optional[list] = None) -> int:
             end()
 
 
+def _spill_dir(spark: Any, given: Optional[str], output: str, splits: Any) -> Optional[str]:
+    """Where the fingerprint pass keeps the feature sets: ``given``; else on
+    a cluster whose executors read the input themselves and write an output
+    on disk, beside the output folder (which every executor writes, so its
+    file system is one they all mount); else None (in local mode a
+    temporary folder of the machine, on a cluster the check reads its
+    documents again)."""
+    if given is not None or splits is None or spark.sparkContext.master.startswith("local"):
+        return given
+    if "://" in output and not output.startswith("file:"):
+        return None
+    parent = os.path.dirname(os.path.abspath(_file_key(output)))
+    os.makedirs(parent, exist_ok=True)
+    return parent
+
+
 def _run_dedup(spark: Any, args: Any, fmt: str, verify: Any, kwargs: dict, config: Any, quiet: bool, fail: Any) -> int:
     """The job of ``main``'s arguments in session ``spark``: exit code 0, or
     ``fail``'s for an error."""
@@ -313,7 +331,8 @@ def _run_dedup(spark: Any, args: Any, fmt: str, verify: Any, kwargs: dict, confi
                 config=config, idf=args.idf, skip_invalid=args.skip_invalid, max_group=args.max_group,
                 driver_documents=args.driver_documents, quiet=quiet, pairs=not args.no_pairs, positions=positions,
                 splits=splits, centre=not args.no_centre, features_col=args.features_field,
-                annotate=args.annotate, min_similarity=args.min_similarity, spill_dir=args.spill_dir, **kwargs,
+                annotate=args.annotate, min_similarity=args.min_similarity,
+                spill_dir=_spill_dir(spark, args.spill_dir, args.output, splits), **kwargs,
             )
         t = time.monotonic()
         try:
