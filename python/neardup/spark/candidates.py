@@ -29,7 +29,7 @@ import numpy as np
 from neardup import _neardup as _rs
 
 from .arrow import _packed, _scored_pair_schema, _to_arrow
-from .job import ByPartition
+from .job import ByPartition, task_count
 from .report import _log
 
 
@@ -216,7 +216,7 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     # per map batch and task), not one Spark row each: Spark moves bytes,
     # and each task sorts its records into groups itself.
     cores = spark.sparkContext.defaultParallelism
-    parts = max(2 * cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))
+    parts = task_count(cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))
     dest_of = spark.sparkContext.broadcast(_partition_values(spark, parts))
 
     def keyed(batches):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .arrow import _frame, _local, _to_arrow
-from .job import Job
+from .job import Job, task_count
 from .read import _POS_SHIFT, _read_range, _without_newlines
 from .writing import _write_lines_local
 
@@ -173,8 +173,8 @@ def named_lines_local(spark: Any, spill: Any, string_ids: bool, pairs: Any, reps
                         pc.binary_join(members, ","), "]}"]))
         return len(starts)
 
-    pair_parts = max(2 * cores, -(-n_pairs // 1_000_000))
-    cluster_parts = max(2 * cores, -(-n // 1_000_000))
+    pair_parts = task_count(cores, -(-n_pairs // 1_000_000))
+    cluster_parts = task_count(cores, -(-n // 1_000_000))
     sorted_pairs = pairs.select("pa", "pb", "distance", "score").repartitionByRange(pair_parts, "pa", "pb") if pairs is not None else None
 
     def write_pairs(folder):
