@@ -248,8 +248,9 @@ def outputs(spark: Any, job: Job, rows: Any, edges: Any, reps: Any, dropped: Any
 
     ids = rows.select("_pos", "_id")
     if job.json_col is not None:
-        # Ids as the records hold them: integers if every one is, else strings.
-        ints = ids.where(F.col("_id").startswith('"')).limit(1).count() == 0
+        # Ids as the records hold them: integers if every one is, else
+        # strings (the fingerprint pass's tally says which).
+        ints = not string_ids
         wrapped = F.concat(F.lit('{"v":'), F.col("_id"), F.lit("}"))
         ids = ids.select("_pos", F.from_json(wrapped, "v long" if ints else "v string").getField("v").alias("_id"))
     out_pairs, clusters = _named_outputs(edges if job.pairs else None, reps, ids,

@@ -41,14 +41,18 @@ def _named_outputs(pairs: Any, reps: Any, ids: Any, scores: list) -> tuple:
 
     # Every clustered document named once (a cluster's representative and
     # each pair's two documents are among them), kept for both outputs.
-    members = reps.join(ids, "_pos").localCheckpoint(eager=False)
+    # Cached, not checkpointed: with adaptive execution even a lazy
+    # checkpoint runs its shuffles at once, and these frames are computed
+    # only if written (the JSON Lines writers from the spill folder do not
+    # read them).
+    members = reps.join(ids, "_pos").cache()
     out_pairs = None
     if pairs is not None:
         out_pairs = (
             pairs.join(members.select(F.col("_pos").alias("pa"), F.col("_id").alias("a")), "pa")
             .join(members.select(F.col("_pos").alias("pb"), F.col("_id").alias("b")), "pb")
             # Kept for the sort, whose sampling pass would join them again.
-            .localCheckpoint(eager=False)
+            .cache()
             .orderBy("pa", "pb")
             .select("a", "b", "distance", *scores)
         )
@@ -56,7 +60,7 @@ def _named_outputs(pairs: Any, reps: Any, ids: Any, scores: list) -> tuple:
         members.groupBy("rep")
         .agg(F.count("*").alias("size"), F.sort_array(F.collect_list(F.struct("_pos", "_id"))).alias("m"),
              F.first(F.when(F.col("_pos") == F.col("rep"), F.col("_id")), ignorenulls=True).alias("representative"))
-        .localCheckpoint(eager=False)
+        .cache()
         .orderBy("rep")
         .select("representative", "size", F.col("m._id").alias("members"))
     )
