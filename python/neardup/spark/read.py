@@ -169,11 +169,14 @@ class LocalSplits:
     def __init__(self, files: list, cores: int):
         import os
 
-        # (path, rank, new) -> ranges of about a quarter of a core's share,
-        # 8 to 128 MB, so that the cores finish together.
+        # (path, rank, new) -> ranges of at most 128 MB and at least 8, at
+        # least four a core and, of one file, a whole number of waves (a
+        # multiple of the cores), so that the cores finish together.
         sized = [(path, rank, new, os.path.getsize(path)) for path, rank, new in files]
         total = sum(size for *_, size in sized)
-        step = int(min(128 << 20, max(self.smallest, total // max(4 * cores, 1))))
+        cores = max(cores, 1)
+        wanted = -(-max(4 * cores, -(-total // (128 << 20))) // cores) * cores
+        step = int(max(self.smallest, -(-total // wanted)))
         self.ranges = [
             (path, rank, start, min(start + step, size), new)
             for path, rank, new, size in sized
