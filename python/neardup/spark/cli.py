@@ -28,8 +28,6 @@ def _session(master: Optional[str], driver_memory: Optional[str] = None, share_c
     A local session's JVM compiles with C1 only, unless
     ``PYSPARK_SUBMIT_ARGS`` gives it options of its own, and has a quarter
     of the machine's memory unless given (:func:`_local_memory`)."""
-    import os
-
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -70,8 +68,6 @@ def _local_memory() -> str:
     machine's memory, from 1 to 8 GB (with Spark's default of 1 GB the 4 GB
     corpus took 1.05x the time: the join's shuffle spills, the collector
     runs more often)."""
-    import os
-
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -83,8 +79,6 @@ def _master_given() -> bool:
     """Whether Spark has a master from elsewhere: run by ``spark-submit`` (its
     JVM already up), ``--master`` in ``PYSPARK_SUBMIT_ARGS``, or
     ``spark.master`` in ``spark-defaults.conf``."""
-    import os
-
     if "PYSPARK_GATEWAY_PORT" in os.environ or "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
         return True
     folder = os.environ.get("SPARK_CONF_DIR") or (os.path.join(os.environ["SPARK_HOME"], "conf") if "SPARK_HOME" in os.environ else None)
@@ -107,7 +101,6 @@ def _shared_classes() -> tuple:
     folder to keep it in), and a function that puts a new archive in place
     once the JVM has ended, or None."""
     import hashlib
-    import os
     import shutil
 
     import pyspark
@@ -246,8 +239,6 @@ def main(argv: Optional[list] = None) -> int:
     def fail(msg):
         print(f"neardup.spark: error: {msg}", file=sys.stderr)
         return 2
-
-    import os
 
     for path in args.input + (args.against or []):
         if "://" not in path and not os.path.exists(path):
