@@ -23,8 +23,9 @@ on the driver:
    sums that centre the fingerprints. Each row's position in input order is
    computed in the same worker from its file and byte offset
    (:class:`Positions`), so every pass finds the same numbers without a pass
-   of its own. With a spill folder (local mode, or ``spill_dir``) each
-   document's feature set and id are kept there.
+   of its own. With a spill folder (local mode, ``spill_dir``, or on a
+   cluster the command line's beside ``--output``) each document's feature
+   set and id are kept there.
 2. Candidates (:mod:`.candidates`, via :mod:`.distributed`): the rows centred
    on the corpus, keyed k + 1 times by block and joined in Rust group by
    group (core's ``Pigeonhole``: the same pairs as the CLI's join, a group
