@@ -1260,3 +1260,12 @@ def test_task_counts_fill_whole_waves():
             got = task_count(cores, wanted)
             need = max(wanted, 2 * cores)
             assert got % cores == 0 and need <= got < need + cores, (cores, wanted, got)
+
+
+def test_a_local_session_is_set_for_one_machine(spark):
+    """The command line's local session (the fixture's, a new JVM): the
+    JVM compiled by C1 alone, its UI off and bound to 127.0.0.1."""
+    conf = spark.sparkContext.getConf()
+    assert "-XX:TieredStopAtLevel=1" in conf.get("spark.driver.extraJavaOptions", "")
+    assert conf.get("spark.ui.enabled") == "false"
+    assert conf.get("spark.driver.host") == "127.0.0.1"
