@@ -1253,7 +1253,7 @@ def test_a_master_from_elsewhere_is_kept(tmp_path, monkeypatch):
 def test_task_counts_fill_whole_waves():
     """A stage's task count: at least what it wants and two a core, a
     multiple of the cores, and less than one wave more than needed."""
-    from neardup.spark.job import task_count
+    from neardup.spark.tasks import task_count
 
     for cores in (1, 2, 3, 8, 200):
         for wanted in (0, 1, 2, 5, 9, 10, 21, 22, 399, 401, 1000):

@@ -29,8 +29,9 @@ import numpy as np
 from neardup import _neardup as _rs
 
 from .arrow import _packed, _scored_pair_schema, _to_arrow
-from .job import ByPartition, task_count
+from .job import ByPartition
 from .report import _log
+from .tasks import task_count
 
 
 # Rows of one group of the distributed join held by one task (24 bytes

@@ -29,14 +29,6 @@ from .read import _POS_SHIFT, LocalSplits, Positions
 DRIVER_DOCUMENTS = 20_000_000
 
 
-def task_count(cores: int, wanted: int) -> int:
-    """Tasks for a stage that wants ``wanted`` of them: at least two per
-    core, and a whole number of waves (a multiple of the cores), so that no
-    core waits alone for a last task."""
-    cores = max(1, cores)
-    return -(-max(wanted, 2 * cores) // cores) * cores
-
-
 class ByPartition:
     """An accumulator (``SparkContext.accumulator({}, ByPartition())``) of a
     value per partition, each task adding ``{partition id: value}``: a

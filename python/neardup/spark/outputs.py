@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from .arrow import _frame, _local, _to_arrow
-from .job import Job, task_count
+from .job import Job
 from .read import _POS_SHIFT, _read_range, _without_newlines
+from .tasks import task_count
 from .writing import _write_lines_local
 
 # Blank lines are not records (as `neardup dedup` reads them).

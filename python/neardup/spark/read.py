@@ -17,6 +17,8 @@ import numpy as np
 
 import neardup
 
+from .tasks import task_count
+
 
 _POS_SHIFT = 40  # _pos = file rank << 40 | byte offset (or row) in the file
 
@@ -174,8 +176,7 @@ class LocalSplits:
         # multiple of the cores), so that the cores finish together.
         sized = [(path, rank, new, os.path.getsize(path)) for path, rank, new in files]
         total = sum(size for *_, size in sized)
-        cores = max(cores, 1)
-        wanted = -(-max(4 * cores, -(-total // (128 << 20))) // cores) * cores
+        wanted = task_count(cores, max(4 * cores, -(-total // (128 << 20))))
         step = int(max(self.smallest, -(-total // wanted)))
         self.ranges = [
             (path, rank, start, min(start + step, size), new)
