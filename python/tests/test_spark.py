@@ -3,6 +3,7 @@ clusters as `neardup dedup` on a corpus of 5,000 documents with planted
 near-duplicates, with and without verification, and a giant cluster of copies
 is split across tasks."""
 
+import io
 import json
 import os
 import random
@@ -822,6 +823,42 @@ def test_spilled_feature_sets_are_read_back_by_position(tmp_path, seed):
         with pytest.raises(neardup.NeardupError, match="not there"):
             spill.sets_at(np.array(asked[:1]))
 
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_large_buffers_are_written_whole_in_pieces(tmp_path, seed):
+    """write_pieces: what reaches the file is the buffer's bytes, in order,
+    whatever its kind (bytes, a memoryview slice, an Arrow buffer, a numpy
+    array of wider items), no call handing over more than WRITE_PIECE."""
+    import numpy as np
+    import pyarrow as pa
+
+    from neardup.spark.files import WRITE_PIECE, write_pieces
+
+    class Recorder(io.BytesIO):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def write(self, b):
+            self.calls.append(len(memoryview(b).cast("B")))
+            return super().write(b)
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([0, 1, WRITE_PIECE - 1, WRITE_PIECE, WRITE_PIECE + 1, 3 * WRITE_PIECE + int(rng.integers(1, 1000))]))
+    raw = rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
+    cut = int(rng.integers(0, n + 1))
+    words = np.frombuffer(raw[: n - n % 8], dtype="<u8")
+    for data, want in [(raw, raw), (memoryview(raw)[cut:], raw[cut:]), (pa.py_buffer(raw), raw), (words, words.tobytes())]:
+        f = Recorder()
+        write_pieces(f, data)
+        assert f.getvalue() == want
+        assert all(0 < c <= WRITE_PIECE for c in f.calls)
+        assert len(f.calls) == -(-len(want) // WRITE_PIECE)
+    path = tmp_path / "out.bin"
+    with open(path, "wb") as f:
+        write_pieces(f, raw)
+    assert path.read_bytes() == raw
 
 def test_a_spill_folder_that_cannot_be_made_is_refused(spark, tmp_path, capsys):
     """--spill-dir naming a folder that cannot hold one: exit 2, the

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .arrow import _frame, _local, _to_arrow
+from .files import write_pieces
 from .job import Job
 from .read import _POS_SHIFT, _read_range, _without_newlines
 from .tasks import task_count
@@ -162,7 +163,7 @@ def named_lines_local(spark: Any, spill: Any, string_ids: bool, pairs: Any, reps
         m = len(order)
         ids = ids_of(np.concatenate([a[order], b[order]]))
         take = pa.array(order)
-        f.write(_lines(['{"a":', ids.slice(0, m), ',"b":', ids.slice(m), ',"distance":',
+        write_pieces(f, _lines(['{"a":', ids.slice(0, m), ',"b":', ids.slice(m), ',"distance":',
                         t.column("distance").take(take).cast(pa.string()), ',"jaccard":',
                         _double_text(t.column("score").take(take)), "}"]))
         return m
@@ -173,7 +174,7 @@ def named_lines_local(spark: Any, spill: Any, string_ids: bool, pairs: Any, reps
         pos, rep = pos[order], rep[order]
         starts = np.flatnonzero(np.r_[True, rep[1:] != rep[:-1]])
         members = pa.ListArray.from_arrays(pa.array(np.r_[starts, len(rep)].astype(np.int32)), ids_of(pos))
-        f.write(_lines(['{"representative":', ids_of(rep[starts]), ',"size":',
+        write_pieces(f, _lines(['{"representative":', ids_of(rep[starts]), ',"size":',
                         pa.array(np.diff(np.r_[starts, len(rep)])).cast(pa.string()), ',"members":[',
                         pc.binary_join(members, ","), "]}"]))
         return len(starts)

@@ -23,6 +23,8 @@ import numpy as np
 
 import neardup
 
+from .files import write_pieces
+
 
 class Spill:
     """A folder of feature sets and ids: for byte range ``N`` of the input,
@@ -152,7 +154,7 @@ class _Writer:
             self.close()
             self.index, self.tmp = index, uuid.uuid4().hex
             self.files = tuple(open(self.spill._path(index, f"{kind}.{self.tmp}"), "wb") for kind in ("sets", "ids"))
-        self.files[0].write(sets)
+        write_pieces(self.files[0], sets)
         self.pos.append(np.asarray(pos, dtype=np.int64))
         self.ends.append(self.at + np.asarray(ends, dtype=np.int64))
         self.at += len(sets)
@@ -162,7 +164,7 @@ class _Writer:
         ids = ids.cast(pa.large_string())
         offsets = np.frombuffer(ids.buffers()[1], dtype="<i8")[ids.offset : ids.offset + len(ids) + 1]
         if offsets[-1] > offsets[0]:
-            self.files[1].write(memoryview(ids.buffers()[2])[offsets[0] : offsets[-1]])
+            write_pieces(self.files[1], memoryview(ids.buffers()[2])[offsets[0] : offsets[-1]])
         self.id_ends.append(self.id_at + offsets[1:] - offsets[0])
         self.id_at += int(offsets[-1] - offsets[0])
 

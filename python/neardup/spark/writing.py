@@ -17,6 +17,7 @@ import numpy as np
 
 from neardup import _neardup as _rs
 
+from .files import write_pieces
 from .read import _POS_SHIFT, LocalSplits, _file_key, _read_range, _without_newlines
 from .result import SparkDedupResult
 
@@ -66,7 +67,7 @@ def _write_lines_local(spark: Any, splits: LocalSplits, kept: Any, folder: str, 
                             for lines_batch in _read_range(path, rank, start, end, new, False, 16 << 20):
                                 lines = kept(lines_batch, gone) if with_gone else kept(lines_batch)
                                 if lines is not None:
-                                    f.write(_with_newlines(lines))
+                                    write_pieces(f, _with_newlines(lines))
                                     rows += len(lines)
                     os.replace(part, name)
                     yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["rows"])
