@@ -14,9 +14,11 @@
 //! Python readers (`neardup.spark.read`) cut lines.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::Path;
 
 use neardup_core::lines::{Line, LineCutter};
+use neardup_core::output::Output;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -162,13 +164,17 @@ pub fn write_kept_lines(
                 "{path}: cannot read it ({e}); check the path and its permissions"
             ))
         })?;
-        let file = File::create(out).map_err(|e| err(format!("{out}: cannot write it ({e})")))?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
+        // Core's output file: whole blocks written by direct I/O where the
+        // file system takes it, so that the kept records neither fill the
+        // page cache nor cost the kernel fresh pages, as `neardup dedup`
+        // writes its own; renamed into place once whole.
+        let mut w = Output::create(Some(Path::new(out)))
+            .map_err(|e| err(format!("{out}: cannot write it ({e})")))?;
         let rows = copy_kept(&mut input, start, end, base, &gone, &mut w).map_err(|e| match e {
             CopyError::Read(e) => err(format!("{path}: cannot read it ({e})")),
             CopyError::Write(e) => err(format!("{out}: cannot write it ({e})")),
         })?;
-        w.flush()
+        w.finish()
             .map_err(|e| err(format!("{out}: cannot write it ({e})")))?;
         Ok(rows)
     })
