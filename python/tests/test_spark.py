@@ -824,7 +824,6 @@ def test_spilled_feature_sets_are_read_back_by_position(tmp_path, seed):
             spill.sets_at(np.array(asked[:1]))
 
 
-
 @pytest.mark.parametrize("seed", range(4))
 def test_large_buffers_are_written_whole_in_pieces(tmp_path, seed):
     """write_pieces: what reaches the file is the buffer's bytes, in order,

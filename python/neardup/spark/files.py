@@ -9,7 +9,7 @@ from typing import Any
 #: in pieces of a megabyte: Linux may fill the page cache with large folios
 #: for it, whose memory a virtual machine's host must first provide (on the
 #: 2-core machine of docs/performance.md, 576 MB written in 8 MB calls took
-#: 1.4-4.7 s, in 1 MB calls 0.15-0.18 s).
+#: 1.4-4.7 s in five runs of seven, in 1 MB calls 0.15-0.18 s in every run).
 WRITE_PIECE = 1 << 20
 
 
