@@ -168,14 +168,13 @@ pub fn write_kept_lines(
         // file system takes it, so that the kept records neither fill the
         // page cache nor cost the kernel fresh pages, as `neardup dedup`
         // writes its own; renamed into place once whole.
-        let mut w = Output::create(Some(Path::new(out)))
-            .map_err(|e| err(format!("{out}: cannot write it ({e})")))?;
+        // Its errors name the file already.
+        let mut w = Output::create(Some(Path::new(out))).map_err(err)?;
         let rows = copy_kept(&mut input, start, end, base, &gone, &mut w).map_err(|e| match e {
             CopyError::Read(e) => err(format!("{path}: cannot read it ({e})")),
-            CopyError::Write(e) => err(format!("{out}: cannot write it ({e})")),
+            CopyError::Write(e) => err(e),
         })?;
-        w.finish()
-            .map_err(|e| err(format!("{out}: cannot write it ({e})")))?;
+        w.finish().map_err(err)?;
         Ok(rows)
     })
 }
