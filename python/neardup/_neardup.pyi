@@ -1,7 +1,7 @@
 """Type stubs of the Rust extension (the public API is in neardup/__init__.py)."""
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 Id = Union[int, str]
 
@@ -150,7 +150,12 @@ def pigeonhole_pairs(
     spanning: bool = ...,
     cap: Optional[int] = ...,
     sets: Optional[List[bytes]] = ...,
+    lean: bool = ...,
+    summaries_of: Optional[Callable[[bytes], bytes]] = ...,
 ) -> Tuple[bytes, bytes, bytes, List[bytes]]: ...
+def pigeonhole_rows(
+    fp: bytes, pos: bytes, bits: int, k: int, hot_keys: bytes, hot_splits: bytes, parts: int
+) -> Tuple[bytes, bytes, bytes]: ...
 class _BatchIndex:
     def __init__(
         self, fp: bytes, bits: int, k: int, summaries: Optional[bytes] = ..., threshold: Optional[float] = ...

@@ -119,22 +119,42 @@ fn write_doc(out: &mut Vec<u8>, pos: i64, fp: u128, summary: Option<&[u8]>) {
 
 /// The rows and documents of routed buffers, read back: every row's
 /// document numbered across the buffers.
-struct Parsed<'a> {
+struct Parsed {
     rows: Vec<Record>,
     pos: Vec<i64>,
     fps: Vec<u128>,
-    /// Each document's bytes (position, fingerprint, summary).
-    docs: Vec<&'a [u8]>,
+    /// Each document's summary (`summary_bytes` each, none without a
+    /// screen), one after another.
+    summaries: Vec<u8>,
+    summary_bytes: usize,
 }
 
-fn parse_routed<'a>(buffers: &[&'a [u8]], summary_bytes: usize) -> Result<Parsed<'a>, String> {
+impl Parsed {
+    fn new(summary_bytes: usize) -> Self {
+        Parsed {
+            rows: Vec::new(),
+            pos: Vec::new(),
+            fps: Vec::new(),
+            summaries: Vec::new(),
+            summary_bytes,
+        }
+    }
+
+    fn n_docs(&self) -> usize {
+        self.pos.len()
+    }
+
+    /// Document `x` as a routed buffer holds it ([`write_doc`]).
+    fn write_doc(&self, x: usize, out: &mut Vec<u8>) {
+        let b = self.summary_bytes;
+        let summary = (b > 0).then(|| &self.summaries[x * b..(x + 1) * b]);
+        write_doc(out, self.pos[x], self.fps[x], summary);
+    }
+}
+
+fn parse_routed(buffers: &[&[u8]], summary_bytes: usize) -> Result<Parsed, String> {
     let doc_bytes = DOC_BYTES + summary_bytes;
-    let mut out = Parsed {
-        rows: Vec::new(),
-        pos: Vec::new(),
-        fps: Vec::new(),
-        docs: Vec::new(),
-    };
+    let mut out = Parsed::new(summary_bytes);
     for b in buffers {
         let count = |at: usize| {
             b.get(at..at + 4)
@@ -150,7 +170,7 @@ fn parse_routed<'a>(buffers: &[&'a [u8]], summary_bytes: usize) -> Result<Parsed
                 b.len()
             ));
         }
-        let first = out.docs.len() as u32;
+        let first = out.n_docs() as u32;
         for r in b[8..8 + n_rows * RECORD_BYTES].chunks_exact(RECORD_BYTES) {
             let mut rec = Record::read(r);
             if rec.doc as usize >= n_docs {
@@ -164,7 +184,108 @@ fn parse_routed<'a>(buffers: &[&'a [u8]], summary_bytes: usize) -> Result<Parsed
             out.pos.push(u64_at(0) as i64);
             out.fps
                 .push((u128::from(u64_at(8)) << 64) | u128::from(u64_at(16)));
-            out.docs.push(d);
+            out.summaries.extend_from_slice(&d[DOC_BYTES..]);
+        }
+    }
+    Ok(out)
+}
+
+/// A lean routed buffer ([`pigeonhole_rows`]): the counts of plain and of
+/// hot rows (u32 each), then each plain row ([`LEAN_ROW`]: position i64,
+/// fingerprint high and low u64, part u8), then each row of a split group
+/// ([`LEAN_HOT_ROW`]: the same, then its salt and the other block of its
+/// block pair, u32 each). Every row holds its document: nothing in a
+/// buffer depends on which other rows share its task, so a document costs
+/// the shuffle k + 1 rows whatever the number of tasks.
+pub(crate) const LEAN_ROW: usize = 25;
+
+/// A lean row of a split group ([`LEAN_ROW`]).
+pub(crate) const LEAN_HOT_ROW: usize = 33;
+
+/// Lean buffers read back: each row's group from its part and fingerprint,
+/// its documents numbered in position order (each once, however many rows
+/// and buffers hold it), their summaries (`summary_bytes` each, in that
+/// order) from `summaries_of` (given the positions, ascending, as i64).
+fn parse_lean(
+    ph: &Pigeonhole,
+    buffers: &[&[u8]],
+    summary_bytes: usize,
+    summaries_of: impl FnOnce(&[i64]) -> Result<Vec<u8>, String>,
+) -> Result<Parsed, String> {
+    // (position, fingerprint, part, salt, other block) per row.
+    let mut raw: Vec<(i64, u128, u8, u32, u32)> = Vec::new();
+    for b in buffers {
+        let count = |at: usize| {
+            b.get(at..at + 4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize)
+        };
+        let (Some(n_plain), Some(n_hot)) = (count(0), count(4)) else {
+            return Err("a routed buffer shorter than its counts".into());
+        };
+        if b.len() != 8 + n_plain * LEAN_ROW + n_hot * LEAN_HOT_ROW {
+            return Err(format!(
+                "a lean routed buffer of {} bytes for {n_plain} rows and {n_hot} rows of split groups",
+                b.len()
+            ));
+        }
+        let u64_at = |r: &[u8], at: usize| u64::from_le_bytes(r[at..at + 8].try_into().expect("8"));
+        let u32_at = |r: &[u8], at: usize| u32::from_le_bytes(r[at..at + 4].try_into().expect("4"));
+        let head = |r: &[u8]| {
+            let part = r[24];
+            if usize::from(part) >= ph.parts() {
+                return Err(format!(
+                    "a routed row of part {part}; the join has {}",
+                    ph.parts()
+                ));
+            }
+            Ok((
+                u64_at(r, 0) as i64,
+                (u128::from(u64_at(r, 8)) << 64) | u128::from(u64_at(r, 16)),
+                part,
+            ))
+        };
+        let (plain, hot) = b[8..].split_at(n_plain * LEAN_ROW);
+        for r in plain.chunks_exact(LEAN_ROW) {
+            let (p, f, part) = head(r)?;
+            raw.push((p, f, part, 0, 0));
+        }
+        for r in hot.chunks_exact(LEAN_HOT_ROW) {
+            let (p, f, part) = head(r)?;
+            raw.push((p, f, part, u32_at(r, 25), u32_at(r, 29)));
+        }
+    }
+    let mut out = Parsed::new(summary_bytes);
+    out.pos = raw.iter().map(|r| r.0).collect();
+    out.pos.sort_unstable();
+    out.pos.dedup();
+    out.fps = vec![0; out.pos.len()];
+    let mut seen = vec![false; out.pos.len()];
+    for &(p, f, part, salt, other) in &raw {
+        let doc = out
+            .pos
+            .binary_search(&p)
+            .expect("every row's position is listed");
+        if std::mem::replace(&mut seen[doc], true) && out.fps[doc] != f {
+            return Err(format!("the rows of position {p} carry two fingerprints"));
+        }
+        out.fps[doc] = f;
+        out.rows.push(Record {
+            key: ph.key(usize::from(part), f),
+            bi: salt.min(other),
+            bj: salt.max(other),
+            salt,
+            doc: doc as u32,
+        });
+    }
+    drop(raw);
+    if summary_bytes > 0 {
+        out.summaries = summaries_of(&out.pos)?;
+        if out.summaries.len() != out.pos.len() * summary_bytes {
+            return Err(format!(
+                "{} bytes of summaries for {} documents of {summary_bytes} bytes",
+                out.summaries.len(),
+                out.pos.len()
+            ));
         }
     }
     Ok(out)
@@ -179,6 +300,159 @@ fn destination(key: i64, bi: u32, bj: u32, parts: usize) -> usize {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     ((z ^ (z >> 31)) % parts as u64) as usize
+}
+
+/// One candidate row as the router sends it.
+struct Routing {
+    doc: usize,
+    part: usize,
+    key: i64,
+    salt: u32,
+    other: u32,
+    dest: usize,
+}
+
+/// Documents to route to the join's tasks ([`pigeonhole_route`],
+/// [`pigeonhole_rows`]).
+struct Router {
+    ph: Pigeonhole,
+    fps: Vec<u128>,
+    pos: Vec<i64>,
+    /// The hot groups' keys (sorted) and how many blocks each is split into.
+    hot: Vec<i64>,
+    splits: Vec<i64>,
+    parts: usize,
+}
+
+impl Router {
+    /// The arguments of router `name`: fingerprint words `fp`, positions
+    /// `pos`, the hot groups (keys, splits: i64 bytes each) and the tasks.
+    fn new(
+        name: &str,
+        ph: Pigeonhole,
+        fp: &[u8],
+        pos: &[u8],
+        (hot_keys, hot_splits): (&[u8], &[u8]),
+        parts: usize,
+    ) -> PyResult<Self> {
+        let r = Router {
+            ph,
+            fps: fingerprints(fp),
+            pos: i64s(pos),
+            hot: i64s(hot_keys),
+            splits: i64s(hot_splits),
+            parts,
+        };
+        if r.pos.len() != r.fps.len() || r.hot.len() != r.splits.len() || parts == 0 {
+            return Err(err(format!(
+                "{name}: one position per fingerprint, one split per hot key and a task are needed"
+            )));
+        }
+        Ok(r)
+    }
+
+    /// Every candidate row, in document order: a row in each of a
+    /// document's k + 1 groups, and a hot group a row in each block pair of
+    /// the document's block (its salt, from its position); each sent to its
+    /// group's task.
+    fn each_row(&self, mut emit: impl FnMut(Routing)) {
+        for (doc, (&f, &p)) in self.fps.iter().zip(&self.pos).enumerate() {
+            for part in 0..self.ph.parts() {
+                let key = self.ph.key(part, f);
+                let split = self
+                    .hot
+                    .binary_search(&key)
+                    .map_or(1, |at| self.splits[at].max(1) as u64);
+                let salt = ((p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33) % split;
+                for other in 0..split {
+                    let (bi, bj) = (salt.min(other) as u32, salt.max(other) as u32);
+                    emit(Routing {
+                        doc,
+                        part,
+                        key,
+                        salt: salt as u32,
+                        other: other as u32,
+                        dest: destination(key, bi, bj, self.parts),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The candidate rows of documents as [`pigeonhole_route`] routes them, in
+/// lean buffers ([`LEAN_ROW`]: each row holds its document's position and
+/// fingerprint, and no summary), the non-empty ones packed as one binary
+/// column: (the task of each buffer, i32; the buffers' offsets in `data`,
+/// i32, one more than the buffers; `data`), ready to be an Arrow array
+/// without a copy.
+#[pyfunction]
+#[pyo3(signature = (fp, pos, bits, k, hot_keys, hot_splits, parts))]
+#[allow(clippy::too_many_arguments)]
+pub fn pigeonhole_rows<'py>(
+    py: Python<'py>,
+    fp: &[u8],
+    pos: &[u8],
+    bits: u32,
+    k: u32,
+    hot_keys: &[u8],
+    hot_splits: &[u8],
+    parts: usize,
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+)> {
+    let ph = Pigeonhole::new(bits, k).map_err(err)?;
+    let router = Router::new(
+        "pigeonhole_rows",
+        ph,
+        fp,
+        pos,
+        (hot_keys, hot_splits),
+        parts,
+    )?;
+    let (fps, pos) = (&router.fps, &router.pos);
+    let (tasks, offsets, data) = py
+        .detach(|| {
+            // Each task's plain and split-group rows.
+            let mut out: Vec<(Vec<u8>, Vec<u8>)> = (0..parts).map(|_| Default::default()).collect();
+            router.each_row(|row| {
+                // A row of block pair (0, 0) reads as a plain one.
+                let (plain, split) = &mut out[row.dest];
+                let hot = row.salt != 0 || row.other != 0;
+                let to = if hot { split } else { plain };
+                to.extend_from_slice(&pos[row.doc].to_le_bytes());
+                to.extend_from_slice(&((fps[row.doc] >> 64) as u64).to_le_bytes());
+                to.extend_from_slice(&(fps[row.doc] as u64).to_le_bytes());
+                to.push(row.part as u8);
+                if hot {
+                    to.extend_from_slice(&row.salt.to_le_bytes());
+                    to.extend_from_slice(&row.other.to_le_bytes());
+                }
+            });
+            let (mut tasks, mut offsets, mut data) = (Vec::new(), vec![0i32], Vec::new());
+            for (task, (plain, split)) in out.iter().enumerate() {
+                if plain.is_empty() && split.is_empty() {
+                    continue;
+                }
+                data.extend_from_slice(&((plain.len() / LEAN_ROW) as u32).to_le_bytes());
+                data.extend_from_slice(&((split.len() / LEAN_HOT_ROW) as u32).to_le_bytes());
+                data.extend_from_slice(plain);
+                data.extend_from_slice(split);
+                tasks.push(task as i32);
+                offsets.push(i32::try_from(data.len()).map_err(|_| {
+                "pigeonhole_rows: over 2 GB of rows from one batch; give fewer documents at a time"
+            })?);
+            }
+            Ok::<_, &str>((tasks, offsets, data))
+        })
+        .map_err(err)?;
+    Ok((
+        PyBytes::new(py, bytemuck::cast_slice(&tasks)),
+        PyBytes::new(py, bytemuck::cast_slice(&offsets)),
+        PyBytes::new(py, &data),
+    ))
 }
 
 /// The candidate rows of documents (fingerprint words `fp`, two u64 each,
@@ -204,14 +478,15 @@ pub fn pigeonhole_route<'py>(
     summaries: Option<&[u8]>,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
     let ph = Pigeonhole::new(bits, k).map_err(err)?;
-    let fps = fingerprints(fp);
-    let pos = i64s(pos);
-    let (hot, splits) = (i64s(hot_keys), i64s(hot_splits));
-    if pos.len() != fps.len() || hot.len() != splits.len() || parts == 0 {
-        return Err(err(
-            "pigeonhole_route: one position per fingerprint, one split per hot key and a task are needed",
-        ));
-    }
+    let router = Router::new(
+        "pigeonhole_route",
+        ph,
+        fp,
+        pos,
+        (hot_keys, hot_splits),
+        parts,
+    )?;
+    let (fps, pos) = (&router.fps, &router.pos);
     if summaries.is_some_and(|s| s.len() != fps.len() * SUMMARY_BYTES) {
         return Err(err(
             "pigeonhole_route: one summary per fingerprint is needed",
@@ -221,35 +496,25 @@ pub fn pigeonhole_route<'py>(
         let mut out: Vec<Routed> = (0..parts).map(|_| Routed::default()).collect();
         // The document each buffer holds last (each document is added once).
         let mut last = vec![usize::MAX; parts];
-        for (i, (&f, &p)) in fps.iter().zip(&pos).enumerate() {
-            let summary = summaries.map(|s| &s[i * SUMMARY_BYTES..(i + 1) * SUMMARY_BYTES]);
-            for part in 0..ph.parts() {
-                let key = ph.key(part, f);
-                let split = hot
-                    .binary_search(&key)
-                    .map_or(1, |at| splits[at].max(1) as u64);
-                let salt = ((p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33) % split;
-                for other in 0..split {
-                    let (bi, bj) = (salt.min(other) as u32, salt.max(other) as u32);
-                    let d = destination(key, bi, bj, parts);
-                    let to = &mut out[d];
-                    if last[d] != i {
-                        last[d] = i;
-                        write_doc(&mut to.docs, p, f, summary);
-                        to.n_docs += 1;
-                    }
-                    let rec = Record {
-                        key,
-                        bi,
-                        bj,
-                        salt: salt as u32,
-                        doc: to.n_docs - 1,
-                    };
-                    rec.write(&mut to.rows);
-                    to.n_rows += 1;
-                }
+        router.each_row(|row| {
+            let to = &mut out[row.dest];
+            if last[row.dest] != row.doc {
+                last[row.dest] = row.doc;
+                let summary =
+                    summaries.map(|s| &s[row.doc * SUMMARY_BYTES..(row.doc + 1) * SUMMARY_BYTES]);
+                write_doc(&mut to.docs, pos[row.doc], fps[row.doc], summary);
+                to.n_docs += 1;
             }
-        }
+            let rec = Record {
+                key: row.key,
+                bi: row.salt.min(row.other),
+                bj: row.salt.max(row.other),
+                salt: row.salt,
+                doc: to.n_docs - 1,
+            };
+            rec.write(&mut to.rows);
+            to.n_rows += 1;
+        });
         out
     });
     Ok(out
@@ -290,12 +555,16 @@ pub fn pigeonhole_route<'py>(
 /// undecided are checked exactly here, so that a group of m near copies
 /// costs at most m - 1 pairs and no undecided one.
 ///
+/// `lean`: the buffers are [`pigeonhole_rows`]'s, their documents numbered
+/// by position (ascending); with a `threshold`, `summaries_of(positions)`
+/// (i64 bytes, ascending) gives their summaries, one after another.
+///
 /// Returns (`kept`, `scores`, `undecided`, `overflow`): rows of (pos a,
 /// pos b, distance) i64 with a < b, a score per kept row (-1 without a
 /// screen), the pairs only the features can decide, and a routed buffer
 /// for each group over `cap`.
 #[pyfunction]
-#[pyo3(signature = (records, bits, k, threshold=None, spanning=false, cap=None, sets=None))]
+#[pyo3(signature = (records, bits, k, threshold=None, spanning=false, cap=None, sets=None, lean=false, summaries_of=None))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn pigeonhole_pairs<'py>(
     py: Python<'py>,
@@ -306,6 +575,8 @@ pub fn pigeonhole_pairs<'py>(
     spanning: bool,
     cap: Option<usize>,
     sets: Option<Vec<PyBackedBytes>>,
+    lean: bool,
+    summaries_of: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
@@ -315,15 +586,32 @@ pub fn pigeonhole_pairs<'py>(
     let ph = Pigeonhole::new(bits, k).map_err(err)?;
     let summary_bytes = threshold.map_or(0, |_| SUMMARY_BYTES);
     let buffers: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
-    let parsed =
-        parse_routed(&buffers, summary_bytes).map_err(|e| err(format!("pigeonhole_pairs: {e}")))?;
+    let parsed = if lean {
+        if summary_bytes > 0 && summaries_of.is_none() {
+            return Err(err(
+                "pigeonhole_pairs: lean buffers carry no summaries; give summaries_of",
+            ));
+        }
+        parse_lean(&ph, &buffers, summary_bytes, |positions| {
+            let f = summaries_of.as_ref().expect("checked above");
+            let got = f
+                .call1((PyBytes::new(py, bytemuck::cast_slice(positions)),))
+                .map_err(|e| format!("summaries_of: {e}"))?;
+            got.extract::<PyBackedBytes>()
+                .map(|b| b.to_vec())
+                .map_err(|e| format!("summaries_of gave no bytes: {e}"))
+        })
+    } else {
+        parse_routed(&buffers, summary_bytes)
+    }
+    .map_err(|e| err(format!("pigeonhole_pairs: {e}")))?;
     match &sets {
         Some(_) if !spanning || threshold.is_none() => {
             return Err(err(
                 "pigeonhole_pairs: feature sets check a spanning join's screened pairs",
             ));
         }
-        Some(s) if s.len() != parsed.docs.len() => {
+        Some(s) if s.len() != parsed.n_docs() => {
             return Err(err(
                 "pigeonhole_pairs: one feature set per document is needed",
             ));
@@ -333,10 +621,11 @@ pub fn pigeonhole_pairs<'py>(
     let width_of = Width::from_bits(bits).map_err(err)?;
     let (triage, overflow) = py.detach(|| {
         let Parsed {
-            rows,
-            pos,
-            fps,
-            docs,
+            ref rows,
+            ref pos,
+            ref fps,
+            ref summaries,
+            ..
         } = parsed;
         // The rows by group (then position), as columns.
         let mut keyed: Vec<(u64, u64, i64, u32)> = rows
@@ -364,11 +653,6 @@ pub fn pigeonhole_pairs<'py>(
         ];
         let doc: Vec<u32> = sorted.iter().map(|r| r.doc).collect();
         let row_fps: Vec<u128> = sorted.iter().map(|r| fps[r.doc as usize]).collect();
-        let summaries: Vec<u8> = if summary_bytes > 0 {
-            docs.iter().flat_map(|d| &d[DOC_BYTES..]).copied().collect()
-        } else {
-            Vec::new()
-        };
         // The features in place when aligned (CPython's bytes usually are),
         // else copied.
         let sets: Option<Vec<Cow<'_, [SetFeature]>>> = sets.as_ref().map(|s| {
@@ -381,7 +665,7 @@ pub fn pigeonhole_pairs<'py>(
         });
         let screen_by = Screen::of(
             "pigeonhole_pairs",
-            docs.len(),
+            parsed.n_docs(),
             threshold.map(|_| summaries.as_slice()),
             threshold,
         )?;
@@ -406,7 +690,7 @@ pub fn pigeonhole_pairs<'py>(
                 for rec in &sorted[r[0] as usize..r[1] as usize] {
                     let next = local.len() as u32;
                     let at = *local.entry(rec.doc).or_insert_with(|| {
-                        out.docs.extend_from_slice(docs[rec.doc as usize]);
+                        parsed.write_doc(rec.doc as usize, &mut out.docs);
                         next
                     });
                     Record { doc: at, ..*rec }.write(&mut out.rows);

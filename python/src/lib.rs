@@ -151,6 +151,7 @@ fn _neardup(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pigeonhole_keys, m)?)?;
     m.add_function(wrap_pyfunction!(pigeonhole_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(join::pigeonhole_route, m)?)?;
+    m.add_function(wrap_pyfunction!(join::pigeonhole_rows, m)?)?;
     m.add(
         "PIGEONHOLE_RECORD",
         (join::RECORD_BYTES, join::DOC_BYTES, spark::SUMMARY_BYTES),

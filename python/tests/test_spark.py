@@ -677,13 +677,15 @@ def test_each_task_of_the_join_gets_the_records_sent_to_it(spark, parts):
     assert sorted(placed) == [(i, i) for i in range(parts)]
 
 
+@pytest.mark.parametrize("lean", [False, True])
 @pytest.mark.parametrize("seed", range(30))
-def test_routed_records_join_as_the_pigeonhole_groups_do(seed):
+def test_routed_records_join_as_the_pigeonhole_groups_do(seed, lean):
     """The distributed join's shuffle (no Spark needed): documents routed to
-    a few tasks as packed records, each task's records (in any order) joined
-    on their own, give exactly the pairs within k of a brute-force
-    comparison, each once, whatever the number of tasks and with hot
-    groups split into salted blocks."""
+    a few tasks as packed records (with each task's documents once, or
+    lean: every row holding its document), each task's records (in any
+    order) joined on their own, give exactly the pairs within k of a
+    brute-force comparison, each once, whatever the number of tasks and
+    with hot groups split into salted blocks."""
     import numpy as np
     from neardup import _neardup as _rs
 
@@ -712,7 +714,16 @@ def test_routed_records_join_as_the_pigeonhole_groups_do(seed):
     tasks = [[] for _ in range(parts)]
     for start in range(0, n, 17):  # map batches of 17 documents
         end = min(n, start + 17)
-        routed = _rs.pigeonhole_route(words[16 * start:16 * end], pos_bytes[8 * start:8 * end], bits, k, hot_keys, hot_splits, parts)
+        args = (words[16 * start:16 * end], pos_bytes[8 * start:8 * end], bits, k, hot_keys, hot_splits, parts)
+        if lean:
+            dest, offsets, data = _rs.pigeonhole_rows(*args)
+            dest, offsets = np.frombuffer(dest, dtype="<i4"), np.frombuffer(offsets, dtype="<i4")
+            assert len(offsets) == len(dest) + 1 and offsets[-1] == len(data)
+            routed = [b""] * parts
+            for t, x, y in zip(dest, offsets[:-1], offsets[1:]):
+                routed[t] = data[x:y]
+        else:
+            routed = _rs.pigeonhole_route(*args)
         assert len(routed) == parts
         for t, r in enumerate(routed):
             if r:
@@ -721,12 +732,81 @@ def test_routed_records_join_as_the_pigeonhole_groups_do(seed):
     for records in tasks:
         rng.shuffle(records)
         if records:
-            kept, _, und, over = _rs.pigeonhole_pairs(records, bits, k)
+            kept, _, und, over = _rs.pigeonhole_pairs(records, bits, k, lean=lean)
             assert und == b"" and over == []
             got += [tuple(r) for r in np.frombuffer(kept, dtype="<i8").reshape(-1, 3).tolist()]
     want = sorted((min(pos[i], pos[j]), max(pos[i], pos[j]), bin(fps[i] ^ fps[j]).count("1"))
                   for i in range(n) for j in range(i + 1, n) if bin(fps[i] ^ fps[j]).count("1") <= k)
     assert sorted(got) == want
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_lean_rows_screen_as_the_rows_with_summaries_do(seed):
+    """The join's lean rows carry no summaries: each task asks for those of
+    its documents (by position, ascending, each once) and screens its pairs
+    with them exactly as the rows that carry their documents' summaries
+    (kept with their scores, undecided), whatever the tasks and batches."""
+    import numpy as np
+    import pyarrow as pa
+
+    import neardup
+    from neardup import _neardup as _rs
+
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(300)]
+    bases = [[rng.choice(words) for _ in range(rng.randrange(20, 80))] for _ in range(rng.randrange(1, 4))]
+    texts = []
+    for _ in range(rng.randrange(5, 60)):
+        doc = list(rng.choice(bases))
+        for _ in range(rng.randrange(0, 6)):
+            doc[rng.randrange(len(doc))] = rng.choice(words)
+        texts.append(" ".join(doc))
+    texts.insert(rng.randrange(len(texts)), texts[0])  # a pair at least
+    r = _rs.spark_rows(neardup.FingerprintConfig(bits=128), *neardup._string_buffers(pa.array(texts)), False, "text", "id", summaries=True)
+    n, (_, _, size) = len(texts), _rs.PIGEONHOLE_RECORD
+    fp, sums = r["fp"], r["summaries"]
+    pos = sorted(rng.sample(range(1 << 40), n))
+    pos_bytes = np.array(pos, dtype="<i8").tobytes()
+    by_pos = {p: sums[i * size:(i + 1) * size] for i, p in enumerate(pos)}
+    asked = []
+
+    def summaries_of(need):
+        need = np.frombuffer(need, dtype="<i8").tolist()
+        asked.append(need)
+        return b"".join(by_pos[p] for p in need)
+
+    bits, k, threshold, parts = 128, 19, 0.5, rng.randrange(1, 5)
+    none = np.zeros(0, dtype="<i8").tobytes()
+    results = []
+    for lean in (False, True):
+        tasks = [[] for _ in range(parts)]
+        for start in range(0, n, 13):
+            end = min(n, start + 13)
+            args = (fp[16 * start:16 * end], pos_bytes[8 * start:8 * end], bits, k, none, none, parts)
+            if lean:
+                dest, offsets, data = _rs.pigeonhole_rows(*args)
+                offsets = np.frombuffer(offsets, dtype="<i4")
+                for t, x, y in zip(np.frombuffer(dest, dtype="<i4"), offsets[:-1], offsets[1:]):
+                    tasks[t].append(data[x:y])
+            else:
+                routed = _rs.pigeonhole_route(*args, sums[size * start:size * end])
+                for t, b in enumerate(routed):
+                    if b:
+                        tasks[t].append(b)
+        kept, und = set(), set()
+        for records in tasks:
+            if not records:
+                continue
+            asked.clear()
+            k_, scores, u, _ = _rs.pigeonhole_pairs(records, bits, k, threshold, lean=lean, summaries_of=summaries_of if lean else None)
+            if lean:
+                assert len(asked) == 1 and asked[0] == sorted(set(asked[0]))
+            kept |= set(zip(map(tuple, np.frombuffer(k_, dtype="<i8").reshape(-1, 3).tolist()), np.frombuffer(scores, dtype="<f8").tolist()))
+            und |= set(map(tuple, np.frombuffer(u, dtype="<i8").reshape(-1, 3).tolist()))
+        results.append((kept, und))
+    assert results[0] == results[1] and results[0][0]
+    with pytest.raises(neardup.NeardupError, match="summaries_of"):
+        _rs.pigeonhole_pairs([_rs.pigeonhole_rows(fp[:32], pos_bytes[:16], bits, k, none, none, 1)[2]], bits, k, threshold, lean=True)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -777,22 +857,23 @@ def test_executors_read_every_line_of_a_range_once(tmp_path, seed):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_spilled_feature_sets_are_read_back_by_position(tmp_path, seed):
-    """The fingerprint pass's spill: sets and ids written by range (several
-    batches a range, ranges in any order of tasks) are read back by
-    position, each its own bytes, whatever positions are asked; a position
-    with no set, or a folder emptied while the job ran, is a clear error."""
+    """The fingerprint pass's spill: sets, ids and summaries written by
+    range (several batches a range, ranges in any order of tasks) are read
+    back by position, each its own bytes, whatever positions are asked
+    (summaries as bytes too); a position with no set, a summaries file cut
+    short, or a folder emptied while the job ran, is a clear error."""
     import numpy as np
     import pyarrow as pa
 
     import neardup
     from neardup.spark.read import _POS_SHIFT
-    from neardup.spark.spill import Spill
+    from neardup.spark.spill import SUMMARY_BYTES, Spill
 
     rng = random.Random(seed)
     starts = sorted({(r << _POS_SHIFT) | s for r in range(2) for s in [0] + rng.sample(range(1, 10_000), 3)})
     spill = Spill(str(tmp_path), starts)
     bounds = starts[1:] + [(2 << _POS_SHIFT)]
-    want, ids = {}, {}
+    want, ids, sums = {}, {}, {}
     order = list(range(len(starts)))
     rng.shuffle(order)
     for i in order:  # one task a range, in any order
@@ -805,11 +886,15 @@ def test_spilled_feature_sets_are_read_back_by_position(tmp_path, seed):
             want.update(zip(chunk, sets))
             names = [rng.choice(['"é-', "", '"\\u00e9']) + str(p) * rng.randrange(0, 3) for p in chunk]
             ids.update(zip(chunk, names))
-            writer.add(np.array(chunk), b"".join(sets), np.cumsum([len(x) for x in sets]), pa.array(names, pa.string()))
+            summaries = [bytes(rng.randrange(256) for _ in range(SUMMARY_BYTES)) for _ in chunk]
+            sums.update(zip(chunk, summaries))
+            writer.add(np.array(chunk), b"".join(sets), np.cumsum([len(x) for x in sets]), pa.array(names, pa.string()),
+                       b"".join(summaries))
         writer.close()
     asked = sorted(rng.sample(sorted(want), min(len(want), 30)))
     assert spill.sets_at(np.array(asked, dtype=np.int64)) == [want[p] for p in asked]
     assert spill.ids_at(np.array(asked, dtype=np.int64)).to_pylist() == [ids[p] for p in asked]
+    assert spill.summaries_at(np.array(asked, dtype="<i8").tobytes()) == b"".join(sums[p] for p in asked)
     # A position with no set, in a range with files.
     def index_of(p):
         return int(np.searchsorted(starts, p, side="right")) - 1
@@ -817,6 +902,11 @@ def test_spilled_feature_sets_are_read_back_by_position(tmp_path, seed):
     missing = next(p + 1 for p in sorted(want) if p + 1 not in want and index_of(p + 1) == index_of(p))
     with pytest.raises(neardup.NeardupError, match="no feature set"):
         spill.sets_at(np.array([missing]))
+    if asked:
+        cut = tmp_path / f"{index_of(asked[-1])}.sums"
+        cut.write_bytes(cut.read_bytes()[:-1])
+        with pytest.raises(neardup.NeardupError, match="not a summary for each document"):
+            spill.summaries_at(np.array(asked[-1:]))
     for f in tmp_path.iterdir():
         f.unlink()
     if asked:

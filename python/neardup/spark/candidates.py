@@ -6,10 +6,12 @@ screen, ``summary``). Centres them on the corpus when the job does (the
 fingerprint pass's sums of the shares, broadcast: :func:`_centred_words`
 decides each fingerprint as the join reads it). Collects the hot keys
 (groups above ``max_group`` rows) to the driver. Shuffles each document
-k + 1 times keyed by block (24 bytes a row, and the document's position,
-fingerprint and summary once per task that holds a row of it), packed
-into a few large values per task, and joins each task's groups in Rust
-(:func:`_candidates`). With ``against``, the existing set is not shuffled:
+k + 1 times keyed by block, packed into a few large values per task, and
+joins each task's groups in Rust (:func:`_candidates`): with the spill
+folder (:mod:`.spill`) or without a screen, each row holds its document's
+position and fingerprint (25 bytes) and the tasks read the summaries
+there; else the rows name their documents, each sent with its summary
+once per task that holds a row of it. With ``against``, the existing set is not shuffled:
 the new batch is broadcast and every partition of the existing set looks
 its documents up in it (:func:`_batch_pairs`). When the fingerprint pass
 kept the feature sets (:mod:`.spill`), each task of the join checks the
@@ -129,28 +131,33 @@ SPAN_CACHE_BYTES = 256 << 20
 EXACT_PAIRS_AT_ONCE = 50_000
 
 
-# Rows of the candidate stage's shuffle per task (24 bytes each, and 168
-# per document they name: all held while the task joins them). Fewer tasks
-# send each document's summary to fewer of them: at 4 GB, 2 million rows a
-# task made the stage 27.0 s against 37.1 s at 1 million (9 tasks, not 17).
+# Rows of the candidate stage's shuffle per task (25 bytes each crossing,
+# and about 130 bytes a row while the task sorts and joins them, with 168
+# a document for its summary). With summaries in the rows (no spill
+# folder), fewer tasks send each document's summary to fewer of them: at 4
+# GB, 2 million rows a task made the stage 27.0 s against 37.1 s at 1
+# million (9 tasks, not 17).
 CANDIDATE_ROWS_PER_TASK = 2_000_000
 
 
 def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Optional[float], max_group: int,
                 quiet: bool, spanning: bool = False, features_at: Any = None, centre: Any = None,
-                kept_sets: Any = None) -> tuple:
+                kept_sets: Any = None, kept_summaries: Any = None) -> tuple:
     """Candidate pairs, in the executors (core's ``Pigeonhole``).
 
     Reads ``fps`` (``_pos``, ``fp_hi``, ``fp_lo`` and, to screen,
     ``summary``; with a ``centre``, the broadcast sums of every document's
     shares, ``shares`` instead of the fingerprint, decided around it as the
     rows are read). Shuffles each document k + 1 times, keyed by (block,
-    block value): 24 bytes a row, and the document (position, fingerprint,
-    summary) once per task that holds a row of it, packed by core's
-    ``pigeonhole_route`` into one value per map batch and task (Spark moves
+    block value), packed into one value per map batch and task (Spark moves
     a few large values, not a row each; the task of a group is chosen by
     the router, and :func:`_partition_values` makes Spark's partitioning
-    agree). A group of more
+    agree). With ``kept_summaries`` (positions, ascending, to their
+    summaries: those the fingerprint pass kept) or without a ``threshold``,
+    lean rows (``pigeonhole_rows``: position, fingerprint and part, 25
+    bytes a row) and each task reads its documents' summaries itself; else
+    ``pigeonhole_route``'s rows (24 bytes) and each document (position,
+    fingerprint, summary: 168 bytes) once per task that holds a row of it. A group of more
     than ``max_group`` rows (counted first: only distinct keys move) is split
     into B = ceil(rows / max_group) salted blocks, each row sent to the B
     block pairs of its block, so that a task holds at most about
@@ -220,17 +227,27 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     parts = task_count(cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))
     dest_of = spark.sparkContext.broadcast(_partition_values(spark, parts))
 
+    # Lean rows (each its document's position and fingerprint, no summary:
+    # k + 1 rows a document whatever the number of tasks) when the join's
+    # tasks need no summaries or read them from the spill folder.
+    lean = not screened or kept_summaries is not None
+
     def keyed(batches):
         hk, hs = (x.astype("<i8").tobytes() for x in hot.value)
-        dests = dest_of.value
+        dests = np.asarray(dest_of.value, dtype=np.int64)
         for b in batches:
             if not b.num_rows:
                 continue
-            routed = _rs.pigeonhole_route(words_of(b), b.column("_pos").to_numpy().astype("<i8").tobytes(), bits, k, hk, hs,
-                                          parts, _packed(b.column("summary")) if screened else None)
+            pos = b.column("_pos").to_numpy().astype("<i8").tobytes()
+            if lean:
+                tasks, offsets, data = _rs.pigeonhole_rows(words_of(b), pos, bits, k, hk, hs, parts)
+                tasks = np.frombuffer(tasks, dtype="<i4")
+                rows = pa.Array.from_buffers(pa.binary(), len(tasks), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+                yield pa.RecordBatch.from_arrays([pa.array(dests[tasks]), rows], names=["dest", "rows"])
+                continue
+            routed = _rs.pigeonhole_route(words_of(b), pos, bits, k, hk, hs, parts, _packed(b.column("summary")) if screened else None)
             ds = [d for d, r in enumerate(routed) if r]
-            yield pa.RecordBatch.from_arrays([pa.array([dests[d] for d in ds], pa.int64()),
-                                              pa.array([routed[d] for d in ds], pa.binary())], names=["dest", "rows"])
+            yield pa.RecordBatch.from_arrays([pa.array(dests[ds]), pa.array([routed[d] for d in ds], pa.binary())], names=["dest", "rows"])
 
     pair_schema = _scored_pair_schema()
     checking = kept_sets is not None and screened and not spanning
@@ -255,10 +272,10 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
                 cache[i] = f
         return [cache[i] for i in ident]
 
-    def joined(records, sets=None, cache=None):
+    def joined(records, sets=None, cache=None, lean=False):
         kept, scores, und, over = _rs.pigeonhole_pairs(records, bits, k, threshold, spanning,
                                                        cap=SPAN_UNDECIDED_PER_ROW if exact and sets is None else None,
-                                                       sets=sets)
+                                                       sets=sets, lean=lean, summaries_of=kept_summaries if lean else None)
         kept = np.frombuffer(kept, dtype="<i8").reshape(-1, 3)
         und = np.frombuffer(und, dtype="<i8").reshape(-1, 3)
         if len(kept) + len(und):
@@ -267,7 +284,8 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
             yield pa.RecordBatch.from_arrays([pa.array(both[:, 0]), pa.array(both[:, 1]), pa.array(both[:, 2]), pa.array(score)],
                                              names=pair_schema.fieldNames())
         for group in over:
-            # A crowd of near copies: its pairs checked exactly, here.
+            # A crowd of near copies (a buffer of routed documents with their
+            # summaries): its pairs checked exactly, here.
             yield from joined([group], sets_of(group, cache), cache)
 
     def checked(batches):
@@ -303,13 +321,13 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
         # destination).
         records = [r for b in batches for r in b.column("rows").to_pylist()]
         if records:
-            out = joined(records, cache={})
+            out = joined(records, cache={}, lean=lean)
             yield from checked(out) if checking else out
         elif checking:
             yield from checked([])
 
     schema = T.StructType([T.StructField("dest", T.LongType(), False), T.StructField("rows", T.BinaryType(), False)])
-    shuffled = fps.select(*(["_pos"] + (["shares"] if centre is not None else ["fp_hi", "fp_lo"]) + (["summary"] if screened else [])))
+    shuffled = fps.select(*(["_pos"] + (["shares"] if centre is not None else ["fp_hi", "fp_lo"]) + (["summary"] if screened and not lean else [])))
     shuffled = shuffled.mapInArrow(keyed, schema)
     pairs = shuffled.repartition(parts, "dest").mapInArrow(pairs_of, pair_schema).localCheckpoint()
     dest_of.unpersist()

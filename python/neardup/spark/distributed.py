@@ -141,16 +141,20 @@ def candidates(spark: Any, job: Job, rows: Any, centre_sums: Optional[bytes], n:
     # their byte offsets, when the executors read the input).
     features_at = _features_at(spark, job.splits, job.rows_of, job.spill) if job.splits is not None and not job.pairs else None
     tally = None
+    # The join's tasks read their documents' summaries there too: the rows
+    # cross the shuffle without them.
+    kept_summaries = job.spill.summaries_at if job.spill is not None else None
     if first_new is None:
         # With the fingerprint pass's feature sets at hand, each task of the
         # join checks its own undecided pairs.
         kept_sets = job.spill.sets_at if job.spill is not None and job.pairs else None
         kept, undecided, tally = _candidates(spark, rows, n, bits, k, threshold, job.max_group, quiet, spanning=not job.pairs,
-                                             features_at=features_at, centre=centre, kept_sets=kept_sets)
+                                             features_at=features_at, centre=centre, kept_sets=kept_sets,
+                                             kept_summaries=kept_summaries)
     else:
         new_fps, old_fps = rows.where(F.col("_pos") >= first_new), rows.where(F.col("_pos") < first_new)
         kept, undecided, _ = _candidates(spark, new_fps, inputs.n_new, bits, k, threshold, job.max_group, quiet,
-                                         spanning=not job.pairs, features_at=features_at)
+                                         spanning=not job.pairs, features_at=features_at, kept_summaries=kept_summaries)
         tb = time.monotonic()
         batch_kept, batch_und = _batch_pairs(spark, old_fps, new_fps, bits, k, threshold)
         _log(quiet, f"against: {n - inputs.n_new:,} old documents looked up in the {inputs.n_new:,} new ones: "

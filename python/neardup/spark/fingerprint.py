@@ -10,8 +10,8 @@ one row per record: position, whether it is new (not ``against``'s) or
 skipped as invalid, fingerprint, id and, as the job needs them, the
 144-byte verification summary (count, digest, MinHash sketch), the shares
 to centre the fingerprints on the corpus, and the keep-by key; with a
-spill folder (:mod:`.spill`), each document's feature set there, for the
-exact check.
+spill folder (:mod:`.spill`), each document's feature set and summary
+there, for the join and the exact check.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def fingerprint(spark: Any, job: Job, records: Any, stages: dict, report: Any) -
             if ids is not None and len(ids):
                 tally.string_ids |= pc.any(pc.starts_with(ids, '"')).as_py()
             if writer is not None:
-                writer.add(kept_pos, r["features"], np.frombuffer(r["feature_ends"], dtype="<u8"), ids)
+                writer.add(kept_pos, r["features"], np.frombuffer(r["feature_ends"], dtype="<u8"), ids, r.get("summaries"))
             take = pa.array(rows.astype(np.int64))
             fp = np.frombuffer(r["fp"], dtype="<u8").reshape(-1, 2)
             if r["errors"]:

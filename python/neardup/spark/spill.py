@@ -23,16 +23,22 @@ import numpy as np
 
 import neardup
 
+from neardup import _neardup as _rs
+
 from .files import write_pieces
+
+# A document's verification summary (count, digest, MinHash sketch).
+SUMMARY_BYTES = _rs.PIGEONHOLE_RECORD[2]
 
 
 class Spill:
-    """A folder of feature sets and ids: for byte range ``N`` of the input,
-    ``N.sets`` (its documents' sets one after another, as core gives them),
-    ``N.ids`` (their ids as JSON text, UTF-8, one after another) and
-    ``N.idx`` (each document's position, the end of its set in ``N.sets``
-    and the end of its id in ``N.ids``: little-endian i64 triples, in
-    position order), ``N.idx`` written last. ``starts``: each range's first
+    """A folder of feature sets, ids and summaries: for byte range ``N`` of
+    the input, ``N.sets`` (its documents' sets one after another, as core
+    gives them), ``N.ids`` (their ids as JSON text, UTF-8, one after
+    another), ``N.sums`` (their verification summaries, 144 bytes each, in
+    position order) and ``N.idx`` (each document's position, the end of
+    its set in ``N.sets`` and the end of its id in ``N.ids``: little-endian
+    i64 triples, in position order), ``N.idx`` written last. ``starts``: each range's first
     position, ascending (range N holds the positions from ``starts[N]`` to
     the next start)."""
 
@@ -49,12 +55,13 @@ class Spill:
 
     def _by_range(self, need: Any, kind: str) -> Any:
         """For each range holding positions of ``need`` (ascending): the
-        range's ``kind`` file (open), its size, and where each of its
-        positions' records begins and ends there."""
+        range's ``kind`` file (open), its size, where each of its positions'
+        records begins and ends there (for ``sums``, whose records are of
+        one size, their indexes), and their indexes in the range."""
         need = np.asarray(need, dtype=np.int64)
         ranges = np.searchsorted(self.starts, need, side="right") - 1
         cuts = np.flatnonzero(np.r_[True, ranges[1:] != ranges[:-1], True]) if len(need) else np.array([0])
-        column = 1 if kind == "sets" else 2
+        column = {"sets": 1, "ids": 2, "sums": None}[kind]
         for x, y in zip(cuts[:-1], cuts[1:]):
             index = int(ranges[x])
             try:
@@ -70,17 +77,20 @@ class Spill:
                 if (at >= len(idx)).any() or (idx[np.minimum(at, len(idx) - 1), 0] != want).any():
                     raise neardup.NeardupError(f"{self._path(index, 'idx')}: no feature set for a document the job needs; "
                                                "the folder changed while the job ran")
+                size = os.fstat(f.fileno()).st_size
+                if column is None:  # records of one size: by index
+                    yield f, size, at, at, at
+                    continue
                 ends = idx[at, column]
                 begins = np.where(at > 0, idx[np.maximum(at - 1, 0), column], 0)
-                size = os.fstat(f.fileno()).st_size
                 if size < (int(ends.max()) if len(ends) else 0):
                     raise neardup.NeardupError(f"{self._path(index, kind)}: shorter than its index says; the folder changed while the job ran")
-                yield f, size, begins, ends
+                yield f, size, begins, ends, at
 
     def drop_sets(self) -> None:
-        """Removes the feature sets, keeping the ids."""
+        """Removes the feature sets and summaries, keeping the ids."""
         for name in os.listdir(self.folder):
-            if name.endswith(".sets"):
+            if name.endswith((".sets", ".sums")):
                 os.remove(os.path.join(self.folder, name))
 
     def sets_at(self, need: Any) -> list:
@@ -89,7 +99,7 @@ class Spill:
         import mmap
 
         out: list = []
-        for f, size, begins, ends in self._by_range(need, "sets"):
+        for f, size, begins, ends, _ in self._by_range(need, "sets"):
             if size == 0:
                 out += [b""] * len(ends)
                 continue
@@ -103,7 +113,7 @@ class Spill:
         import pyarrow as pa
 
         data, lengths = [], []
-        for f, size, begins, ends in self._by_range(need, "ids"):
+        for f, size, begins, ends, _ in self._by_range(need, "ids"):
             # Only the pages of the ids asked are read.
             raw = np.memmap(f, dtype=np.uint8, mode="r", shape=(size,)) if size else np.zeros(0, dtype=np.uint8)
             n = ends - begins
@@ -115,6 +125,20 @@ class Spill:
         offsets = np.r_[0, np.cumsum(n)].astype(np.int64)
         values = np.concatenate(data) if data else np.zeros(0, dtype=np.uint8)
         return pa.LargeStringArray.from_buffers(len(n), pa.py_buffer(offsets), pa.py_buffer(values)).cast(pa.string())
+
+    def summaries_at(self, need: Any) -> bytes:
+        """The summaries of the documents at positions ``need`` (ascending
+        i64, or their bytes), one after another."""
+        if isinstance(need, bytes):
+            need = np.frombuffer(need, dtype="<i8")
+        out = []
+        for f, size, _, _, at in self._by_range(need, "sums"):
+            n = size // SUMMARY_BYTES
+            if size % SUMMARY_BYTES or (len(at) and int(at.max()) >= n):
+                raise neardup.NeardupError(f"{f.name}: {size} bytes, not a summary for each document its index lists; "
+                                           "the folder changed while the job ran")
+            out.append(np.asarray(np.memmap(f, dtype=np.uint8, mode="r", shape=(n, SUMMARY_BYTES))[at]) if n else np.zeros((0, SUMMARY_BYTES), np.uint8))
+        return b"".join(x.tobytes() for x in out)
 
 
 def _mapped(path: str) -> Any:
@@ -141,10 +165,12 @@ class _Writer:
         self.at = 0
         self.id_at = 0
 
-    def add(self, pos: Any, sets: bytes, ends: Any, ids: Any = None) -> None:
-        """The sets and ids of documents at positions ``pos`` (ascending, of
-        one range): ``sets`` one after another, each ending at ``ends``;
-        ``ids`` their JSON text (an Arrow string array; None: none kept)."""
+    def add(self, pos: Any, sets: bytes, ends: Any, ids: Any = None, summaries: Any = None) -> None:
+        """The sets, ids and summaries of documents at positions ``pos``
+        (ascending, of one range): ``sets`` one after another, each ending
+        at ``ends``; ``ids`` their JSON text (an Arrow string array; None:
+        none kept); ``summaries`` theirs, one after another (None: none
+        kept)."""
         import pyarrow as pa
 
         if not len(pos):
@@ -153,8 +179,12 @@ class _Writer:
         if index != self.index:
             self.close()
             self.index, self.tmp = index, uuid.uuid4().hex
-            self.files = tuple(open(self.spill._path(index, f"{kind}.{self.tmp}"), "wb") for kind in ("sets", "ids"))
+            self.files = tuple(open(self.spill._path(index, f"{kind}.{self.tmp}"), "wb") for kind in ("sets", "ids", "sums"))
         write_pieces(self.files[0], sets)
+        if summaries is not None:
+            if len(summaries) != len(pos) * SUMMARY_BYTES:
+                raise ValueError(f"{len(summaries)} bytes of summaries for {len(pos)} documents")
+            write_pieces(self.files[2], summaries)
         self.pos.append(np.asarray(pos, dtype=np.int64))
         self.ends.append(self.at + np.asarray(ends, dtype=np.int64))
         self.at += len(sets)
@@ -177,6 +207,6 @@ class _Writer:
         index, tmp = self.index, self.tmp
         idx = np.column_stack([np.concatenate(self.pos), np.concatenate(self.ends), np.concatenate(self.id_ends)]).astype("<i8")
         idx.tofile(self.spill._path(index, f"idx.{tmp}"))
-        for kind in ("sets", "ids", "idx"):
+        for kind in ("sets", "ids", "sums", "idx"):
             os.replace(self.spill._path(index, f"{kind}.{tmp}"), self.spill._path(index, kind))
         self.files, self.pos, self.ends, self.id_ends, self.at, self.id_at = None, [], [], [], 0, 0
