@@ -212,8 +212,8 @@ fn parse_lean(
     summary_bytes: usize,
     summaries_of: impl FnOnce(&[i64]) -> Result<Vec<u8>, String>,
 ) -> Result<Parsed, String> {
-    // (position, fingerprint, part, salt, other block) per row.
-    let mut raw: Vec<(i64, u128, u8, u32, u32)> = Vec::new();
+    // Each buffer's plain and split-group rows, checked.
+    let mut sections = Vec::with_capacity(buffers.len());
     for b in buffers {
         let count = |at: usize| {
             b.get(at..at + 4)
@@ -228,39 +228,43 @@ fn parse_lean(
                 b.len()
             ));
         }
-        let u64_at = |r: &[u8], at: usize| u64::from_le_bytes(r[at..at + 8].try_into().expect("8"));
-        let u32_at = |r: &[u8], at: usize| u32::from_le_bytes(r[at..at + 4].try_into().expect("4"));
-        let head = |r: &[u8]| {
-            let part = r[24];
-            if usize::from(part) >= ph.parts() {
-                return Err(format!(
-                    "a routed row of part {part}; the join has {}",
-                    ph.parts()
-                ));
-            }
-            Ok((
-                u64_at(r, 0) as i64,
-                (u128::from(u64_at(r, 8)) << 64) | u128::from(u64_at(r, 16)),
-                part,
-            ))
-        };
-        let (plain, hot) = b[8..].split_at(n_plain * LEAN_ROW);
-        for r in plain.chunks_exact(LEAN_ROW) {
-            let (p, f, part) = head(r)?;
-            raw.push((p, f, part, 0, 0));
-        }
-        for r in hot.chunks_exact(LEAN_HOT_ROW) {
-            let (p, f, part) = head(r)?;
-            raw.push((p, f, part, u32_at(r, 25), u32_at(r, 29)));
-        }
+        sections.push(b[8..].split_at(n_plain * LEAN_ROW));
     }
+    let rows = || {
+        sections.iter().flat_map(|(plain, hot)| {
+            plain
+                .chunks_exact(LEAN_ROW)
+                .chain(hot.chunks_exact(LEAN_HOT_ROW))
+        })
+    };
+    let u64_at = |r: &[u8], at: usize| u64::from_le_bytes(r[at..at + 8].try_into().expect("8"));
+    let u32_at = |r: &[u8], at: usize| u32::from_le_bytes(r[at..at + 4].try_into().expect("4"));
+    // The documents: every row's position, each once (read twice rather
+    // than held: a task holds millions of rows).
     let mut out = Parsed::new(summary_bytes);
-    out.pos = raw.iter().map(|r| r.0).collect();
+    out.pos = rows().map(|r| u64_at(r, 0) as i64).collect();
     out.pos.sort_unstable();
     out.pos.dedup();
     out.fps = vec![0; out.pos.len()];
     let mut seen = vec![false; out.pos.len()];
-    for &(p, f, part, salt, other) in &raw {
+    out.rows.reserve(rows().count());
+    for r in rows() {
+        let (p, f, part) = (
+            u64_at(r, 0) as i64,
+            (u128::from(u64_at(r, 8)) << 64) | u128::from(u64_at(r, 16)),
+            r[24],
+        );
+        if usize::from(part) >= ph.parts() {
+            return Err(format!(
+                "a routed row of part {part}; the join has {}",
+                ph.parts()
+            ));
+        }
+        let (salt, other) = if r.len() == LEAN_HOT_ROW {
+            (u32_at(r, 25), u32_at(r, 29))
+        } else {
+            (0, 0)
+        };
         let doc = out
             .pos
             .binary_search(&p)
@@ -277,7 +281,6 @@ fn parse_lean(
             doc: doc as u32,
         });
     }
-    drop(raw);
     if summary_bytes > 0 {
         out.summaries = summaries_of(&out.pos)?;
         if out.summaries.len() != out.pos.len() * summary_bytes {
@@ -586,7 +589,7 @@ pub fn pigeonhole_pairs<'py>(
     let ph = Pigeonhole::new(bits, k).map_err(err)?;
     let summary_bytes = threshold.map_or(0, |_| SUMMARY_BYTES);
     let buffers: Vec<&[u8]> = records.iter().map(|r| &r[..]).collect();
-    let parsed = if lean {
+    let mut parsed = if lean {
         if summary_bytes > 0 && summaries_of.is_none() {
             return Err(err(
                 "pigeonhole_pairs: lean buffers carry no summaries; give summaries_of",
@@ -620,8 +623,9 @@ pub fn pigeonhole_pairs<'py>(
     }
     let width_of = Width::from_bits(bits).map_err(err)?;
     let (triage, overflow) = py.detach(|| {
+        // The rows are read once more, sorted: not kept beside their copy.
+        let rows = std::mem::take(&mut parsed.rows);
         let Parsed {
-            ref rows,
             ref pos,
             ref fps,
             ref summaries,
@@ -642,7 +646,7 @@ pub fn pigeonhole_pairs<'py>(
             .collect();
         keyed.sort_unstable();
         let sorted: Vec<Record> = keyed.iter().map(|e| rows[e.3 as usize]).collect();
-        drop(keyed);
+        drop((keyed, rows));
         let col = |f: fn(&Record) -> i64| -> Vec<i64> { sorted.iter().map(f).collect() };
         let cols = [
             col(|r| r.key),
