@@ -152,17 +152,23 @@ impl Parsed {
     }
 }
 
+/// The two counts (u32 each) a routed buffer opens with.
+fn counts(b: &[u8]) -> Result<(usize, usize), String> {
+    let count = |at: usize| {
+        b.get(at..at + 4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize)
+    };
+    match (count(0), count(4)) {
+        (Some(x), Some(y)) => Ok((x, y)),
+        _ => Err("a routed buffer shorter than its counts".into()),
+    }
+}
+
 fn parse_routed(buffers: &[&[u8]], summary_bytes: usize) -> Result<Parsed, String> {
     let doc_bytes = DOC_BYTES + summary_bytes;
     let mut out = Parsed::new(summary_bytes);
     for b in buffers {
-        let count = |at: usize| {
-            b.get(at..at + 4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize)
-        };
-        let (Some(n_rows), Some(n_docs)) = (count(0), count(4)) else {
-            return Err("a routed buffer shorter than its counts".into());
-        };
+        let (n_rows, n_docs) = counts(b)?;
         if b.len() != 8 + n_rows * RECORD_BYTES + n_docs * doc_bytes {
             return Err(format!(
                 "a routed buffer of {} bytes for {n_rows} rows and {n_docs} documents of {doc_bytes} bytes \
@@ -215,13 +221,7 @@ fn parse_lean(
     // Each buffer's plain and split-group rows, checked.
     let mut sections = Vec::with_capacity(buffers.len());
     for b in buffers {
-        let count = |at: usize| {
-            b.get(at..at + 4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize)
-        };
-        let (Some(n_plain), Some(n_hot)) = (count(0), count(4)) else {
-            return Err("a routed buffer shorter than its counts".into());
-        };
+        let (n_plain, n_hot) = counts(b)?;
         if b.len() != 8 + n_plain * LEAN_ROW + n_hot * LEAN_HOT_ROW {
             return Err(format!(
                 "a lean routed buffer of {} bytes for {n_plain} rows and {n_hot} rows of split groups",
