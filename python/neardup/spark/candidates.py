@@ -11,9 +11,9 @@ joins each task's groups in Rust (:func:`_candidates`): with the spill
 folder (:mod:`.spill`) or without a screen, each row holds its document's
 position and fingerprint (25 bytes) and the tasks read the summaries
 there; else the rows name their documents, each sent with its summary
-once per task that holds a row of it. With ``against``, the existing set is not shuffled:
-the new batch is broadcast and every partition of the existing set looks
-its documents up in it (:func:`_batch_pairs`). When the fingerprint pass
+once per task that holds a row of it. With ``against``, the existing set
+is not shuffled: the new batch is broadcast and every partition of the
+existing set looks its documents up in it (:func:`_batch_pairs`). When the fingerprint pass
 kept the feature sets (:mod:`.spill`), each task of the join checks the
 pairs its summaries leave undecided itself, reading the sets of their
 documents: no pair crosses another shuffle to be verified. Returns
@@ -132,11 +132,11 @@ EXACT_PAIRS_AT_ONCE = 50_000
 
 
 # Rows of the candidate stage's shuffle per task (25 bytes each crossing,
-# and about 110 bytes a row while the task sorts and joins them, and 168
-# a document: position, fingerprint, summary). With summaries in the rows (no spill
-# folder), fewer tasks send each document's summary to fewer of them: at 4
-# GB, 2 million rows a task made the stage 27.0 s against 37.1 s at 1
-# million (9 tasks, not 17).
+# and about 110 bytes a row while the task sorts and joins them, and 168 a
+# document: position, fingerprint, summary). With summaries in the rows
+# (no spill folder), fewer tasks send each document's summary to fewer of
+# them: at 4 GB, 2 million rows a task made the stage 27.0 s against 37.1
+# s at 1 million (9 tasks, not 17).
 CANDIDATE_ROWS_PER_TASK = 2_000_000
 
 
@@ -157,11 +157,11 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     lean rows (``pigeonhole_rows``: position, fingerprint and part, 25
     bytes a row) and each task reads its documents' summaries itself; else
     ``pigeonhole_route``'s rows (24 bytes) and each document (position,
-    fingerprint, summary: 168 bytes) once per task that holds a row of it. A group of more
-    than ``max_group`` rows (counted first: only distinct keys move) is split
-    into B = ceil(rows / max_group) salted blocks, each row sent to the B
-    block pairs of its block, so that a task holds at most about
-    2 ``max_group`` rows of it. Each group is joined in Rust as ``neardup
+    fingerprint, summary: 168 bytes) once per task that holds a row of it.
+    A group of more than ``max_group`` rows (counted first: only distinct
+    keys move) is split into B = ceil(rows / max_group) salted blocks, each
+    row sent to the B block pairs of its block, so that a task holds at
+    most about 2 ``max_group`` rows of it. Each group is joined in Rust as ``neardup
     dedup`` joins (the planner's design for its fingerprints); a pair is
     reported by the group of the first block it shares, and screened by
     its summaries. Nothing per document reaches the driver: only the hot

@@ -38,9 +38,9 @@ class Spill:
     another), ``N.sums`` (their verification summaries, 144 bytes each, in
     position order) and ``N.idx`` (each document's position, the end of
     its set in ``N.sets`` and the end of its id in ``N.ids``: little-endian
-    i64 triples, in position order), ``N.idx`` written last. ``starts``: each range's first
-    position, ascending (range N holds the positions from ``starts[N]`` to
-    the next start)."""
+    i64 triples, in position order), ``N.idx`` written last. ``starts``:
+    each range's first position, ascending (range N holds the positions
+    from ``starts[N]`` to the next start)."""
 
     def __init__(self, folder: str, starts: Any):
         self.folder = folder
