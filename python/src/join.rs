@@ -328,18 +328,19 @@ struct Router {
 }
 
 impl Router {
-    /// The arguments of router `name`: fingerprint words `fp`, positions
-    /// `pos`, the hot groups (keys, splits: i64 bytes each) and the tasks.
+    /// The arguments of router `name`: the join's (bits, k), fingerprint
+    /// words `fp`, positions `pos`, the hot groups (keys, splits: i64 bytes
+    /// each) and the tasks.
     fn new(
         name: &str,
-        ph: Pigeonhole,
+        (bits, k): (u32, u32),
         fp: &[u8],
         pos: &[u8],
         (hot_keys, hot_splits): (&[u8], &[u8]),
         parts: usize,
     ) -> PyResult<Self> {
         let r = Router {
-            ph,
+            ph: Pigeonhole::new(bits, k).map_err(err)?,
             fps: fingerprints(fp),
             pos: i64s(pos),
             hot: i64s(hot_keys),
@@ -406,10 +407,9 @@ pub fn pigeonhole_rows<'py>(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
 )> {
-    let ph = Pigeonhole::new(bits, k).map_err(err)?;
     let router = Router::new(
         "pigeonhole_rows",
-        ph,
+        (bits, k),
         fp,
         pos,
         (hot_keys, hot_splits),
@@ -480,10 +480,9 @@ pub fn pigeonhole_route<'py>(
     parts: usize,
     summaries: Option<&[u8]>,
 ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-    let ph = Pigeonhole::new(bits, k).map_err(err)?;
     let router = Router::new(
         "pigeonhole_route",
-        ph,
+        (bits, k),
         fp,
         pos,
         (hot_keys, hot_splits),
