@@ -220,8 +220,10 @@ fn parse_lean(
 ) -> Result<Parsed, String> {
     // Each buffer's plain and split-group rows, checked.
     let mut sections = Vec::with_capacity(buffers.len());
+    let mut n_rows = 0;
     for b in buffers {
         let (n_plain, n_hot) = counts(b)?;
+        n_rows += n_plain + n_hot;
         if b.len() != 8 + n_plain * LEAN_ROW + n_hot * LEAN_HOT_ROW {
             return Err(format!(
                 "a lean routed buffer of {} bytes for {n_plain} rows and {n_hot} rows of split groups",
@@ -247,7 +249,7 @@ fn parse_lean(
     out.pos.dedup();
     out.fps = vec![0; out.pos.len()];
     let mut seen = vec![false; out.pos.len()];
-    out.rows.reserve(rows().count());
+    out.rows.reserve(n_rows);
     for r in rows() {
         let (p, f, part) = (
             u64_at(r, 0) as i64,

@@ -55,9 +55,9 @@ class Spill:
 
     def _by_range(self, need: Any, kind: str) -> Any:
         """For each range holding positions of ``need`` (ascending): the
-        range's ``kind`` file (open), its size, where each of its positions'
-        records begins and ends there (for ``sums``, whose records are of
-        one size, their indexes), and their indexes in the range."""
+        range's ``kind`` file (open), its size, and where each of its
+        positions' records begins and ends there (by the index, or for
+        ``sums``, whose records are of one size, by their place in it)."""
         need = np.asarray(need, dtype=np.int64)
         ranges = np.searchsorted(self.starts, need, side="right") - 1
         cuts = np.flatnonzero(np.r_[True, ranges[1:] != ranges[:-1], True]) if len(need) else np.array([0])
@@ -78,14 +78,18 @@ class Spill:
                     raise neardup.NeardupError(f"{self._path(index, 'idx')}: no feature set for a document the job needs; "
                                                "the folder changed while the job ran")
                 size = os.fstat(f.fileno()).st_size
-                if column is None:  # records of one size: by index
-                    yield f, size, at, at, at
-                    continue
-                ends = idx[at, column]
-                begins = np.where(at > 0, idx[np.maximum(at - 1, 0), column], 0)
+                if column is None:
+                    if size % SUMMARY_BYTES:
+                        raise neardup.NeardupError(f"{f.name}: {size} bytes, not a summary for each document its index lists; "
+                                                   "the folder changed while the job ran")
+                    begins = at * SUMMARY_BYTES
+                    ends = begins + SUMMARY_BYTES
+                else:
+                    ends = idx[at, column]
+                    begins = np.where(at > 0, idx[np.maximum(at - 1, 0), column], 0)
                 if size < (int(ends.max()) if len(ends) else 0):
                     raise neardup.NeardupError(f"{self._path(index, kind)}: shorter than its index says; the folder changed while the job ran")
-                yield f, size, begins, ends, at
+                yield f, size, begins, ends
 
     def drop_sets(self) -> None:
         """Removes the feature sets and summaries, keeping the ids."""
@@ -99,7 +103,7 @@ class Spill:
         import mmap
 
         out: list = []
-        for f, size, begins, ends, _ in self._by_range(need, "sets"):
+        for f, size, begins, ends in self._by_range(need, "sets"):
             if size == 0:
                 out += [b""] * len(ends)
                 continue
@@ -113,7 +117,7 @@ class Spill:
         import pyarrow as pa
 
         data, lengths = [], []
-        for f, size, begins, ends, _ in self._by_range(need, "ids"):
+        for f, size, begins, ends in self._by_range(need, "ids"):
             # Only the pages of the ids asked are read.
             raw = np.memmap(f, dtype=np.uint8, mode="r", shape=(size,)) if size else np.zeros(0, dtype=np.uint8)
             n = ends - begins
@@ -132,12 +136,9 @@ class Spill:
         if isinstance(need, bytes):
             need = np.frombuffer(need, dtype="<i8")
         out = []
-        for f, size, _, _, at in self._by_range(need, "sums"):
-            n = size // SUMMARY_BYTES
-            if size % SUMMARY_BYTES or (len(at) and int(at.max()) >= n):
-                raise neardup.NeardupError(f"{f.name}: {size} bytes, not a summary for each document its index lists; "
-                                           "the folder changed while the job ran")
-            out.append(np.asarray(np.memmap(f, dtype=np.uint8, mode="r", shape=(n, SUMMARY_BYTES))[at]) if n else np.zeros((0, SUMMARY_BYTES), np.uint8))
+        for f, size, begins, _ in self._by_range(need, "sums"):
+            if len(begins):
+                out.append(np.memmap(f, dtype=np.uint8, mode="r", shape=(size // SUMMARY_BYTES, SUMMARY_BYTES))[begins // SUMMARY_BYTES])
         return b"".join(x.tobytes() for x in out)
 
 
