@@ -663,14 +663,28 @@ def test_exact_check_routes_each_pair_with_both_documents(cap, seed):
             assert len({bucket_of_pair[p][0] for p in pairs if find(p[0]) == root}) == 1
 
 
-@pytest.mark.parametrize("parts", [1, 2, 7, 64])
+def test_spark_hash_of_longs_is_sparks_own(spark):
+    """The driver's Murmur3 of long values gives what Spark's ``hash()``
+    gives, for small, large and negative values."""
+    import numpy as np
+    from neardup.spark.candidates import _spark_hash
+
+    rng = np.random.default_rng(5)
+    values = np.concatenate([np.arange(-300, 300), rng.integers(-(1 << 63), (1 << 63) - 1, size=400, dtype=np.int64),
+                             np.array([-(1 << 63), (1 << 63) - 1, 1 << 32, (1 << 32) - 1], dtype=np.int64)])
+    frame = spark.createDataFrame([(int(v),) for v in values], "v long")
+    want = [r[0] for r in frame.selectExpr("hash(v)").collect()]
+    assert _spark_hash(values).tolist() == want
+
+
+@pytest.mark.parametrize("parts", [1, 2, 7, 64, 2000])
 def test_each_task_of_the_join_gets_the_records_sent_to_it(spark, parts):
     """The candidate join's shuffle sends each routed buffer by a value
     that Spark's hash partitioning maps to the task the router chose: each
     of the ``parts`` values lands alone in its own partition."""
     from neardup.spark.candidates import _partition_values
 
-    values = _partition_values(spark, parts)
+    values = _partition_values(parts)
     assert len(set(values)) == parts
     frame = spark.createDataFrame([(v, i) for i, v in enumerate(values)], "dest long, task long")
     placed = frame.repartition(parts, "dest").rdd.mapPartitionsWithIndex(lambda p, rows: [(p, r.task) for r in rows]).collect()

@@ -89,19 +89,43 @@ def _routed_documents(routed: bytes) -> Any:
     return np.frombuffer(routed, dtype=kind, count=n_docs, offset=8 + n_rows * row)
 
 
-def _partition_values(spark: Any, parts: int) -> list:
-    """A value for each of ``parts`` partitions that Spark's hash
-    partitioning (``repartition(parts, column)`` of a long column) sends
-    there: the rows' own destinations then decide their tasks."""
-    from pyspark.sql import functions as F
+def _spark_hash(values: Any) -> Any:
+    """Spark's ``hash()`` of long values (Murmur3 x86 32-bit of the 8 bytes,
+    seed 42: ``Murmur3_x86_32.hashLong``), as int32, computed here."""
+    v = np.asarray(values, dtype=np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        def rotl(x, r):
+            return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
-    found: dict = {}
-    span = 64 * parts
-    while len(found) < parts:
-        for v, p in spark.range(span - 64 * parts, span).select("id", F.expr(f"pmod(hash(id), {parts})")).collect():
-            found.setdefault(int(p), int(v))
-        span += 64 * parts
-    return [found[p] for p in range(parts)]
+        h = np.full(len(v), 42, dtype=np.uint32)
+        for word in ((v & np.uint64(0xFFFFFFFF)).astype(np.uint32), (v >> np.uint64(32)).astype(np.uint32)):
+            k = rotl(word * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+            h = rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+        h ^= np.uint32(8)
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    return h.view(np.int32)
+
+
+def _partition_values(parts: int) -> list:
+    """A value for each of ``parts`` partitions that Spark's hash
+    partitioning (``repartition(parts, column)`` of a long column:
+    ``pmod(hash(value), parts)``) sends there: the rows' own destinations
+    then decide their tasks. Computed on the driver (:func:`_spark_hash`),
+    with no Spark job; the smallest such value of each partition."""
+    found = np.full(parts, -1, dtype=np.int64)
+    start = 0
+    while (found < 0).any():
+        values = np.arange(start, start + 64 * parts, dtype=np.int64)
+        part = np.mod(_spark_hash(values).astype(np.int64), parts)
+        first = np.full(parts, -1, dtype=np.int64)
+        first[part[::-1]] = values[::-1]  # the smallest value of each partition in this span
+        found = np.where(found < 0, first, found)
+        start += 64 * parts
+    return [int(x) for x in found]
 
 
 def _hot_sample_every(max_group: int) -> int:
@@ -225,7 +249,7 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     # and each task sorts its records into groups itself.
     cores = spark.sparkContext.defaultParallelism
     parts = task_count(cores, -(-n * blocks // CANDIDATE_ROWS_PER_TASK))
-    dest_of = spark.sparkContext.broadcast(_partition_values(spark, parts))
+    dest_of = spark.sparkContext.broadcast(_partition_values(parts))
 
     # Lean rows (each its document's position and fingerprint, no summary:
     # k + 1 rows a document whatever the number of tasks) when the join's

@@ -196,7 +196,11 @@ class LocalSplits:
         )
 
     def frame(self, spark: Any) -> Any:
-        """One row per byte range, one range per partition."""
+        """One row per byte range, one range per partition. Made in the JVM:
+        a range of partition numbers joined with the ranges (a local
+        relation, broadcast), where a Python RDD's rows (``parallelize``)
+        would need a Python worker beside each task's own to feed it."""
+        from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
         schema = T.StructType([
@@ -208,8 +212,9 @@ class LocalSplits:
             T.StructField("index", T.LongType(), False),
         ])
         indexed = [r + (i,) for i, r in enumerate(self.ranges)]
-        rows = spark.sparkContext.parallelize(indexed, max(len(indexed), 1))
-        return spark.createDataFrame(rows, schema)
+        ranges = spark.createDataFrame(indexed, schema)
+        parts = spark.range(0, len(indexed), 1, max(len(indexed), 1)).withColumnRenamed("id", "index")
+        return parts.join(F.broadcast(ranges), "index").select(*schema.fieldNames())
 
     def map(self, spark: Any, fn: Any, schema: Any, strip: bool = False, large: bool = False) -> Any:
         """``fn`` over the input's records, as ``mapInArrow`` would run it over
