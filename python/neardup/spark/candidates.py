@@ -206,8 +206,8 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     ``score``) with pa < pb (score -1 without verification; NaN in the
     undecided ones, which only the features can decide; with ``kept_sets``,
     none are undecided, and only the pairs at or above the threshold are
-    kept), and the counts of pairs within k and of those the exact check
-    measured (with ``kept_sets``; else None)."""
+    kept), and the counts of pairs within k, of those the exact check
+    measured and of those kept (with ``kept_sets``; else None)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -314,17 +314,20 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
 
     def checked(batches):
         # The undecided pairs measured here, the others passed on; the
-        # task's counts of pairs within k and of those measured.
+        # task's counts of pairs within k, of those measured and of those
+        # kept (every pair it yields).
         from pyspark import TaskContext
 
-        found = measured = 0
+        found = measured = passed = 0
         for b in batches:
             score = b.column("score").to_numpy()
             und = np.isnan(score)
             found += len(score)
             if not und.any():
+                passed += len(score)
                 yield b
                 continue
+            passed += len(score) - int(und.sum())
             yield b.filter(pa.array(~und))
             a, c, d = (b.column(x).to_numpy()[und] for x in ("pa", "pb", "distance"))
             measured += len(a)
@@ -336,9 +339,10 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
                 ic = np.searchsorted(need, c[sel]).astype(np.uint32)
                 js = np.array(_rs.exact_indexed(kept_sets(need), ia.tobytes(), ic.tobytes(), threshold), dtype=np.float64)
                 keep = js >= threshold
+                passed += int(keep.sum())
                 yield pa.RecordBatch.from_arrays([pa.array(a[sel][keep]), pa.array(c[sel][keep]), pa.array(d[sel][keep]),
                                                   pa.array(js[keep])], names=pair_schema.fieldNames())
-        counts.add({TaskContext.get().partitionId(): (found, measured)})
+        counts.add({TaskContext.get().partitionId(): (found, measured, passed)})
 
     def pairs_of(batches):
         # This task's records: whole groups (every row of a group has one
@@ -358,7 +362,7 @@ def _candidates(spark: Any, fps: Any, n: int, bits: int, k: int, threshold: Opti
     hot.unpersist()
     tally = None
     if checking:
-        tally = tuple(int(x) for x in np.sum([v for v in counts.value.values()], axis=0)) if counts.value else (0, 0)
+        tally = tuple(int(x) for x in np.sum([v for v in counts.value.values()], axis=0)) if counts.value else (0, 0, 0)
     return pairs.where(~F.isnan("score")), pairs.where(F.isnan("score")), tally
 
 

@@ -77,8 +77,8 @@ def run(spark: Any, job: Job, records: Any, fps: Any, stages: dict, report: Any)
         # The joins' shuffles (Spark's default of 200 partitions is too many
         # on a few cores, too few at billions of documents), unless set.
         spark.conf.set("spark.sql.shuffle.partitions", str(max(4 * cores, -(-n // DOCUMENTS_PER_PARTITION))))
-    rows, kept, undecided, n_und = candidates(spark, job, fps.rows, fps.centre, n, inputs, stages, report)
-    edges, n_edges = verify(spark, job, rows, n, kept, undecided, n_und, inputs, stages, report)
+    rows, kept, undecided, n_und, n_kept = candidates(spark, job, fps.rows, fps.centre, n, inputs, stages, report)
+    edges, n_edges = verify(spark, job, rows, n, kept, undecided, n_und, inputs, stages, report, n_kept)
     reps, dropped, edges = components(spark, job, rows, n, edges, n_edges, inputs, stages, report)
     _log_shuffles(report, job.quiet)
     return outputs(spark, job, rows, edges, reps, dropped, inputs, stages, report, fps.string_ids, n_edges)
@@ -123,7 +123,8 @@ def candidates(spark: Any, job: Job, rows: Any, centre_sums: Optional[bytes], n:
                report: Any) -> tuple:
     """Stage 2: the rows centred on the corpus (when the job centres), and
     the candidate pairs: (rows, kept, undecided, the undecided pairs'
-    count), the pairs as DataFrames of (``pa``, ``pb``, ``distance``,
+    count, the kept pairs' count when the join's tasks counted them, else
+    None), the pairs as DataFrames of (``pa``, ``pb``, ``distance``,
     ``score``). With ``against``, the new
     documents are joined among themselves by :func:`._candidates` and with
     the old ones by :func:`._batch_pairs` (the existing set read, never
@@ -162,18 +163,19 @@ def candidates(spark: Any, job: Job, rows: Any, centre_sums: Optional[bytes], n:
         kept, undecided = kept.unionByName(batch_kept), undecided.unionByName(batch_und)
     if tally is not None:
         # Counted by the join's tasks, which left nothing undecided.
-        (total, measured), n_und = tally, 0
+        (total, measured, n_kept), n_und = tally, 0
         said = f", {measured:,} checked exactly by the same tasks"
     else:
         # Both counted in one job.
         counted = kept.select(F.lit(0).alias("u")).unionByName(undecided.select(F.lit(1).alias("u"))).agg(F.count("*"), F.sum("u"))
         total, n_und = counted.collect()[0]
         n_und = measured = n_und or 0
+        n_kept = None
         said = f", {n_und:,} left to the exact check" if threshold is not None else ""
     stages["candidates"] = time.monotonic() - t1
     report.done("candidates", stages["candidates"], n, pairs=total, undecided=measured)
     _log(quiet, f"candidates: {total:,} pairs within k = {k}{said} in {stages['candidates']:.1f} s")
-    return rows, kept, undecided, n_und
+    return rows, kept, undecided, n_und, n_kept
 
 
 # Pairs a partition of the verified pairs holds (at least two partitions a
@@ -182,10 +184,12 @@ EDGES_PER_PARTITION = 1_000_000
 
 
 def verify(spark: Any, job: Job, rows: Any, n: int, kept: Any, undecided: Any, n_und: int, inputs: Inputs,
-           stages: dict, report: Any) -> tuple:
+           stages: dict, report: Any, n_kept: Optional[int] = None) -> tuple:
     """Stage 3: the undecided pairs checked exactly (:func:`._verify_distributed`),
     and with ``against`` the pairs of old documents the new ones reach
-    (:func:`_old_links`). Returns the verified pairs and their count."""
+    (:func:`_old_links`). Returns the verified pairs and their count
+    (``n_kept``, the kept pairs' count, when nothing is left to check and the
+    join's tasks counted them; else counted here)."""
     from pyspark.sql import functions as F
 
     threshold, first_new = job.threshold, inputs.first_new
@@ -206,7 +210,7 @@ def verify(spark: Any, job: Job, rows: Any, n: int, kept: Any, undecided: Any, n
         edges = _old_links(spark, edges, old_fps, first_new, bits=job.bits, k=job.k, threshold=threshold, quiet=job.quiet,
                            verify=checked)
     stages["verify"] = time.monotonic() - t2
-    n_edges = edges.count()
+    n_edges = n_kept if n_kept is not None and not n_und and first_new is None else edges.count()
     report.done("verify", stages["verify"], n, verified=n_edges)
     if threshold is not None:
         _log(job.quiet, f"verify: {n_edges:,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
