@@ -677,7 +677,25 @@ def test_spark_hash_of_longs_is_sparks_own(spark):
     assert _spark_hash(values).tolist() == want
 
 
-@pytest.mark.parametrize("parts", [1, 2, 7, 64, 2000])
+@pytest.mark.parametrize("parts", [3, 2000, 20011])
+def test_partition_values_are_the_smallest_of_their_partitions(parts):
+    """Each task's value is the smallest long that Spark's partitioning
+    (``pmod(hash(v), parts)``, its hash checked against Spark's above)
+    sends to that task: no Spark needed, so many tasks are cheap to check."""
+    import numpy as np
+    from neardup.spark.candidates import _partition_values, _spark_hash
+
+    values = np.array(_partition_values(parts), dtype=np.int64)
+    assert (np.mod(_spark_hash(values).astype(np.int64), parts) == np.arange(parts)).all()
+    span = np.arange(int(values.max()) + 1, dtype=np.int64)
+    part = np.mod(_spark_hash(span).astype(np.int64), parts)
+    first = {}
+    for v, p in zip(span.tolist(), part.tolist()):
+        first.setdefault(p, v)
+    assert [first[p] for p in range(parts)] == values.tolist()
+
+
+@pytest.mark.parametrize("parts", [1, 2, 7, 64])
 def test_each_task_of_the_join_gets_the_records_sent_to_it(spark, parts):
     """The candidate join's shuffle sends each routed buffer by a value
     that Spark's hash partitioning maps to the task the router chose: each
