@@ -121,8 +121,9 @@ def _partition_values(parts: int) -> list:
     while (found < 0).any():
         values = np.arange(start, start + 64 * parts, dtype=np.int64)
         part = np.mod(_spark_hash(values).astype(np.int64), parts)
+        seen, at = np.unique(part, return_index=True)  # each partition's first (smallest) value in this span
         first = np.full(parts, -1, dtype=np.int64)
-        first[part[::-1]] = values[::-1]  # the smallest value of each partition in this span
+        first[seen] = values[at]
         found = np.where(found < 0, first, found)
         start += 64 * parts
     return [int(x) for x in found]
