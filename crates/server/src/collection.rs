@@ -69,6 +69,10 @@ struct State<B: Bits> {
     /// Counts the times every fingerprint was rewritten (a centre learned):
     /// a merge built from an older snapshot is dropped.
     generation: u64,
+    /// Counts the changes of content (batches of writes applied, centres
+    /// learned): a search reports the count it saw, so that what changed
+    /// since can be found.
+    applied: u64,
     main: Arc<OnlineIndex<B>>,
     mid: Arc<OnlineIndex<B>>,
     recent: Vec<(u64, B)>,
@@ -236,6 +240,7 @@ impl<B: Bits> Collection<B> {
                 design,
                 centre: None,
                 generation: 0,
+                applied: 0,
                 main: Arc::new(main),
                 mid: Arc::new(mid),
                 recent: Vec::new(),
@@ -311,6 +316,7 @@ impl<B: Bits> Collection<B> {
         s.tombstones.clear();
         s.centre = Some(Arc::new(centre));
         s.generation += 1;
+        s.applied += 1;
     }
 
     /// [`Collection::nearest`] of a text: its fingerprint is `plain`, or
@@ -325,6 +331,20 @@ impl<B: Bits> Collection<B> {
         cap: usize,
         skip: impl Fn(&str) -> bool,
     ) -> (B, Vec<Found>, bool) {
+        let (fp, found, more, _) = self.nearest_text_at(plain, shares, k, cap, skip);
+        (fp, found, more)
+    }
+
+    /// [`Collection::nearest_text`], with the count of changes applied
+    /// ([`Collection::applied`]) when the search ran.
+    pub fn nearest_text_at(
+        &self,
+        plain: B,
+        shares: Option<&[u8]>,
+        k: u32,
+        cap: usize,
+        skip: impl Fn(&str) -> bool,
+    ) -> (B, Vec<Found>, bool, u64) {
         let s = self.state.read().expect("collection lock");
         let fp = centred(s.centre.as_deref(), plain, shares);
         let k = match shares {
@@ -332,7 +352,13 @@ impl<B: Bits> Collection<B> {
             None => k,
         };
         let (found, more) = Self::nearest_in(&s, fp, k, cap, skip);
-        (fp, found, more)
+        (fp, found, more, s.applied)
+    }
+
+    /// How many changes of content (batches of writes, centres learned)
+    /// the collection has applied.
+    pub fn applied(&self) -> u64 {
+        self.state.read().expect("collection lock").applied
     }
 
     /// Every live document within `k` of `fp`, nearest first (ties by id),
@@ -428,6 +454,7 @@ impl<B: Bits> Collection<B> {
     /// same id), `None` deletes.
     pub fn apply<'a>(&self, writes: impl IntoIterator<Item = (&'a str, Option<B>)>) {
         let mut s = self.state.write().expect("collection lock");
+        s.applied += 1;
         for (id, fp) in writes {
             if let Some(old) = s.ids.remove(id) {
                 s.tombstones.insert(old);

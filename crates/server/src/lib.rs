@@ -236,6 +236,7 @@ fn start<B: Bits>(
         replies: Arc::new(tokio::sync::Semaphore::new(
             api::reply_memory_kib(options.max_body) as usize,
         )),
+        searchers: api::searchers()?,
     });
     let router = api::router(Arc::clone(&service), options.max_body, options.body_timeout);
     let closer = move || {

@@ -17,7 +17,7 @@ use neardup_core::{Fingerprint, Input, InputKind};
 use crate::collection::Found;
 use crate::error::{ApiError, ServiceError};
 use crate::store::Signatures;
-use crate::writer::{Evidence, Job, JobSender, Mode, NewDoc, Outcome, verify_found};
+use crate::writer::{Evidence, Job, JobSender, Mode, NewDoc, Outcome, predecide, verify_found};
 use neardup_core::jaccard::shingles_for;
 use neardup_core::sketch::Signature;
 
@@ -449,7 +449,7 @@ pub(super) async fn post_documents<B: Bits>(
         }
     } else {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let docs = ids
+        let mut docs: Vec<NewDoc<B>> = ids
             .iter()
             .zip(&fps)
             .zip(metas)
@@ -463,9 +463,22 @@ pub(super) async fn post_documents<B: Bits>(
                 evidence,
                 dim,
                 shares,
+                pre: None,
             })
             .collect();
         let sender = s.sender()?;
+        // Each document searched by the search threads, and read against
+        // what the writer applied since: the writer's one thread is left the
+        // writes.
+        let (searched, done) = tokio::sync::oneshot::channel();
+        let s2 = Arc::clone(&s);
+        s.searchers.spawn(move || {
+            predecide(&s2.store, &s2.collection, &mut docs, k, verify);
+            let _ = searched.send(docs);
+        });
+        let docs = done
+            .await
+            .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "interrupted"))?;
         let job = Job::Upsert {
             docs,
             mode: req.mode,

@@ -64,6 +64,23 @@ pub struct Service<B: Bits> {
     /// [`REPLY_MEMORY_BODIES`] times `max_body`: a reply that would go over
     /// is answered 503 `busy` with Retry-After.
     pub replies: Arc<tokio::sync::Semaphore>,
+    /// The threads that search for writes' documents ahead of the writer
+    /// ([`crate::writer::predecide`]): a few, so that a burst of writes
+    /// costs neither a thread (and its allocator's memory) a request nor
+    /// more than the cores.
+    pub searchers: rayon::ThreadPool,
+}
+
+/// The threads of [`Service::searchers`], twice the cores (a search may
+/// wait on a read of the store).
+pub fn searchers() -> Result<rayon::ThreadPool, crate::ServiceError> {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads((2 * cores).clamp(2, 32))
+        .thread_name(|i| format!("neardup-search-{i}"))
+        .panic_handler(|_| tracing::error!("a search ahead of the writer failed"))
+        .build()
+        .map_err(|e| crate::ServiceError::Config(format!("cannot start the search threads: {e}")))
 }
 
 /// Replies of the largest size that may wait for their clients at once.
