@@ -210,7 +210,8 @@ def verify(spark: Any, job: Job, rows: Any, n: int, kept: Any, undecided: Any, n
         edges = _old_links(spark, edges, old_fps, first_new, bits=job.bits, k=job.k, threshold=threshold, quiet=job.quiet,
                            verify=checked)
     stages["verify"] = time.monotonic() - t2
-    n_edges = n_kept if n_kept is not None and not n_und and first_new is None else edges.count()
+    # Set only by the join's tasks' tally, which leaves nothing undecided.
+    n_edges = n_kept if n_kept is not None else edges.count()
     report.done("verify", stages["verify"], n, verified=n_edges)
     if threshold is not None:
         _log(job.quiet, f"verify: {n_edges:,} pairs at Jaccard >= {threshold} in {stages['verify']:.1f} s")
