@@ -583,6 +583,68 @@ fn search<B: Bits>(
     Ok((dups, more))
 }
 
+/// A search done ahead of the writer ([`Pre`]) completed as the writer
+/// would have searched: the matches it found that were not written since,
+/// verified already, and the writes `since` (held by `recent`) and of this
+/// batch as [`search`] takes the batch's; the `cap` nearest, and `true`
+/// when there were more.
+fn complete<'a, B: Bits>(
+    pre: &Pre<B>,
+    since: impl Iterator<Item = (u64, usize, &'a Pending<B>)>,
+    recent: &Recent<B>,
+    batch: &Batch<B>,
+    (k, cap, verify): (u32, usize, Option<f64>),
+    d: &NewDoc<B>,
+) -> (B, Vec<Found>, bool) {
+    let fp = pre.fp;
+    let fresh = |id: &str| !batch.last.contains_key(id) && !recent.written_after(id, pre.applied);
+    // Matches among the writes since, as in `search`: past `enough`, the
+    // nearest of those examined; at most `cap` verified.
+    let enough = cap.saturating_mul(4).max(256);
+    let mut more = false;
+    let mut evidence: Vec<Option<&Evidence>> = Vec::new();
+    let mut near: Vec<(u32, &str, usize)> = Vec::new();
+    let held = since.filter(|&(at, i, (id, _))| {
+        // The latest write of its id, not overridden by this batch.
+        recent.last.get(id) == Some(&(at, i)) && !batch.last.contains_key(id)
+    });
+    let batched = batch.writes.iter().zip(&batch.live).filter(|(_, l)| **l);
+    for (id, w) in held.map(|(_, _, w)| w).chain(batched.map(|(w, _)| w)) {
+        if let Some((other, e)) = w {
+            let dist = fp.distance(*other);
+            if dist <= k {
+                if near.len() >= enough {
+                    more = true;
+                    break;
+                }
+                near.push((dist, id, evidence.len()));
+                evidence.push(e.as_ref());
+            }
+        }
+    }
+    more |= keep_nearest(&mut near, cap);
+    let mut dups: Vec<Found> = pre.found.iter().filter(|f| fresh(&f.id)).cloned().collect();
+    let verifying = verify.zip(d.evidence.as_ref());
+    for (distance, id, e) in near {
+        let similarity = match verifying {
+            Some((t, probe)) => match evidence[e].and_then(|e| probe.similarity(e)) {
+                Some(j) if j < t => continue,
+                j => j,
+            },
+            None => None,
+        };
+        dups.push(Found {
+            id: Arc::from(id),
+            distance,
+            similarity,
+        });
+    }
+    dups.sort_unstable_by(|a, b| (a.distance, &a.id).cmp(&(b.distance, &b.id)));
+    more |= dups.len() > cap;
+    dups.truncate(cap);
+    (fp, dups, more)
+}
+
 /// Decides one upsert's documents against the collection and the batch's
 /// earlier decisions (its own included), in order, adding its writes to
 /// `batch`. Each document keeps at most its limit of matches (the nearest),
@@ -642,59 +704,7 @@ fn decide<B: Bits>(
             .as_ref()
             .and_then(|p| Some((p, recent.since(p.applied)?)));
         let (fp, mut dups, mut more) = match ahead {
-            Some((pre, since)) => {
-                let fp = pre.fp;
-                let fresh = |id: &str| {
-                    !batch.last.contains_key(id) && !recent.written_after(id, pre.applied)
-                };
-                // Matches among the writes since, as in `search`: past
-                // `enough`, the nearest of those examined; at most `cap`
-                // verified.
-                let enough = cap.saturating_mul(4).max(256);
-                let mut more = false;
-                let mut evidence: Vec<Option<&Evidence>> = Vec::new();
-                let mut near: Vec<(u32, &str, usize)> = Vec::new();
-                let held = since.filter(|&(at, i, (id, _))| {
-                    // The latest write of its id, not overridden by this batch.
-                    recent.last.get(id) == Some(&(at, i)) && !batch.last.contains_key(id)
-                });
-                let batched = batch.writes.iter().zip(&batch.live).filter(|(_, l)| **l);
-                for (id, w) in held.map(|(_, _, w)| w).chain(batched.map(|(w, _)| w)) {
-                    if let Some((other, e)) = w {
-                        let dist = fp.distance(*other);
-                        if dist <= k {
-                            if near.len() >= enough {
-                                more = true;
-                                break;
-                            }
-                            near.push((dist, id, evidence.len()));
-                            evidence.push(e.as_ref());
-                        }
-                    }
-                }
-                more |= keep_nearest(&mut near, cap);
-                let mut dups: Vec<Found> =
-                    pre.found.iter().filter(|f| fresh(&f.id)).cloned().collect();
-                let verifying = verify.zip(d.evidence.as_ref());
-                for (distance, id, e) in near {
-                    let similarity = match verifying {
-                        Some((t, probe)) => match evidence[e].and_then(|e| probe.similarity(e)) {
-                            Some(j) if j < t => continue,
-                            j => j,
-                        },
-                        None => None,
-                    };
-                    dups.push(Found {
-                        id: Arc::from(id),
-                        distance,
-                        similarity,
-                    });
-                }
-                dups.sort_unstable_by(|a, b| (a.distance, &a.id).cmp(&(b.distance, &b.id)));
-                more |= dups.len() > cap;
-                dups.truncate(cap);
-                (fp, dups, more)
-            }
+            Some((pre, since)) => complete(pre, since, recent, batch, (k, cap, verify), d),
             None => {
                 let fp = centred(centre.as_deref(), d.fp, d.shares.as_deref());
                 let (dups, more) = search(store, collection, batch, (fp, k, cap), verify, d)?;
