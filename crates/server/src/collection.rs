@@ -322,22 +322,9 @@ impl<B: Bits> Collection<B> {
     /// [`Collection::nearest`] of a text: its fingerprint is `plain`, or
     /// decided from its `shares` once the collection has a centre (under the
     /// same lock as the search, so that a centre learned meanwhile never
-    /// mixes the two). Returns the fingerprint searched for too.
+    /// mixes the two). Returns the fingerprint searched for too, and the
+    /// count of changes applied ([`Collection::applied`]) when it ran.
     pub fn nearest_text(
-        &self,
-        plain: B,
-        shares: Option<&[u8]>,
-        k: u32,
-        cap: usize,
-        skip: impl Fn(&str) -> bool,
-    ) -> (B, Vec<Found>, bool) {
-        let (fp, found, more, _) = self.nearest_text_at(plain, shares, k, cap, skip);
-        (fp, found, more)
-    }
-
-    /// [`Collection::nearest_text`], with the count of changes applied
-    /// ([`Collection::applied`]) when the search ran.
-    pub fn nearest_text_at(
         &self,
         plain: B,
         shares: Option<&[u8]>,

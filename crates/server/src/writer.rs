@@ -450,6 +450,15 @@ impl<B: Bits> Batch<B> {
         self.live.push(true);
     }
 
+    /// The writes still the latest of their id.
+    fn live_writes(&self) -> impl Iterator<Item = &Pending<B>> {
+        self.writes
+            .iter()
+            .zip(&self.live)
+            .filter(|(_, l)| **l)
+            .map(|(w, _)| w)
+    }
+
     /// The latest write of `id` in this batch: Some(None) for a delete.
     fn latest(&self, id: &str) -> Option<&Option<(B, Option<Evidence>)>> {
         self.last.get(id).map(|&i| &self.writes[i].1)
@@ -517,7 +526,7 @@ pub fn predecide<B: Bits>(
         // Every match is wanted: the writer adds those written since.
         let cap = VERIFY_CANDIDATES;
         let (fp, found, more, applied) =
-            collection.nearest_text_at(d.fp, d.shares.as_deref(), k, cap, |_| false);
+            collection.nearest_text(d.fp, d.shares.as_deref(), k, cap, |_| false);
         if more {
             continue;
         }
@@ -530,6 +539,44 @@ pub fn predecide<B: Bits>(
         };
         d.pre = Some(Pre { applied, fp, found });
     }
+}
+
+/// Writes near a document: (distance, id, place in `evidence`) each.
+struct Within<'a> {
+    near: Vec<(u32, &'a str, usize)>,
+    evidence: Vec<Option<&'a Evidence>>,
+    /// The scan stopped early: there were more.
+    cut: bool,
+}
+
+/// The `writes` within `k` of `fp`; as in the collection, past four times
+/// `cap` matches (at least 256) the scan stops.
+fn within<'a, B: Bits>(
+    writes: impl Iterator<Item = &'a Pending<B>>,
+    fp: B,
+    k: u32,
+    cap: usize,
+) -> Within<'a> {
+    let enough = cap.saturating_mul(4).max(256);
+    let mut out = Within {
+        near: Vec::new(),
+        evidence: Vec::new(),
+        cut: false,
+    };
+    for (id, w) in writes {
+        if let Some((other, e)) = w {
+            let dist = fp.distance(*other);
+            if dist <= k {
+                if out.near.len() >= enough {
+                    out.cut = true;
+                    break;
+                }
+                out.near.push((dist, id.as_str(), out.evidence.len()));
+                out.evidence.push(e.as_ref());
+            }
+        }
+    }
+    out
 }
 
 /// The writer's own search for a document: the collection's `cap` nearest
@@ -546,22 +593,9 @@ fn search<B: Bits>(
     // Later decisions of this batch override the collection.
     let (dups, mut more) = collection.nearest(fp, k, cap, |id| batch.last.contains_key(id));
     let mut near: Vec<(u32, &str)> = dups.iter().map(|f| (f.distance, &*f.id)).collect();
-    // As in the collection: past `enough` matches, the nearest of those
-    // examined are kept.
-    let enough = near.len() + cap.saturating_mul(4).max(256);
-    for ((id, w), _) in batch.writes.iter().zip(&batch.live).filter(|(_, l)| **l) {
-        if let Some((other, _)) = w {
-            let dist = fp.distance(*other);
-            if dist <= k {
-                if near.len() >= enough {
-                    more = true;
-                    break;
-                }
-                near.push((dist, id));
-            }
-        }
-    }
-    more |= keep_nearest(&mut near, cap);
+    let batched = within(batch.live_writes(), fp, k, cap);
+    near.extend(batched.near.into_iter().map(|(d, id, _)| (d, id)));
+    more |= batched.cut | keep_nearest(&mut near, cap);
     let mut dups: Vec<Found> = near
         .into_iter()
         .map(|(distance, id)| Found {
@@ -598,31 +632,23 @@ fn complete<'a, B: Bits>(
 ) -> (B, Vec<Found>, bool) {
     let fp = pre.fp;
     let fresh = |id: &str| !batch.last.contains_key(id) && !recent.written_after(id, pre.applied);
-    // Matches among the writes since, as in `search`: past `enough`, the
-    // nearest of those examined; at most `cap` verified.
-    let enough = cap.saturating_mul(4).max(256);
-    let mut more = false;
-    let mut evidence: Vec<Option<&Evidence>> = Vec::new();
-    let mut near: Vec<(u32, &str, usize)> = Vec::new();
+    // Matches among the writes since, as in `search`; at most `cap`
+    // verified.
     let held = since.filter(|&(at, i, (id, _))| {
         // The latest write of its id, not overridden by this batch.
         recent.last.get(id) == Some(&(at, i)) && !batch.last.contains_key(id)
     });
-    let batched = batch.writes.iter().zip(&batch.live).filter(|(_, l)| **l);
-    for (id, w) in held.map(|(_, _, w)| w).chain(batched.map(|(w, _)| w)) {
-        if let Some((other, e)) = w {
-            let dist = fp.distance(*other);
-            if dist <= k {
-                if near.len() >= enough {
-                    more = true;
-                    break;
-                }
-                near.push((dist, id, evidence.len()));
-                evidence.push(e.as_ref());
-            }
-        }
-    }
-    more |= keep_nearest(&mut near, cap);
+    let Within {
+        mut near,
+        evidence,
+        cut,
+    } = within(
+        held.map(|(_, _, w)| w).chain(batch.live_writes()),
+        fp,
+        k,
+        cap,
+    );
+    let mut more = cut | keep_nearest(&mut near, cap);
     let mut dups: Vec<Found> = pre.found.iter().filter(|f| fresh(&f.id)).cloned().collect();
     let verifying = verify.zip(d.evidence.as_ref());
     for (distance, id, e) in near {

@@ -424,7 +424,7 @@ pub(super) async fn post_documents<B: Bits>(
                 .map(|((&plain, evidence), shares)| {
                     let verified = verify.is_some() && evidence.is_some();
                     let cap = Service::<B>::candidates(limit, verified);
-                    let (fp, found, more) =
+                    let (fp, found, more, _) =
                         s2.collection
                             .nearest_text(plain, shares.as_deref(), k, cap, |_| false);
                     let duplicates = match (verify, evidence) {
@@ -548,7 +548,7 @@ pub(super) async fn post_query<B: Bits>(
         Err(msg) => return Err(ApiError::bad_request("invalid_query", msg)),
     };
     let cap = Service::<B>::candidates(limit, verify.is_some() && evidence.is_some());
-    let (_, mut found, mut truncated) =
+    let (_, mut found, mut truncated, _) =
         s.collection
             .nearest_text(fp, shares.as_deref(), k, cap, |_| false);
     if let (Some(t), Some(e)) = (verify, evidence) {
