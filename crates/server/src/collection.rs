@@ -61,6 +61,17 @@ pub struct Found {
     pub similarity: Option<f64>,
 }
 
+impl Found {
+    /// A document found at `distance`, not verified.
+    pub fn at(distance: u32, id: &str) -> Found {
+        Found {
+            id: Arc::from(id),
+            distance,
+            similarity: None,
+        }
+    }
+}
+
 struct State<B: Bits> {
     /// The levels' design (planned again when a centre is learned).
     design: OnlineDesign,
@@ -416,14 +427,7 @@ impl<B: Bits> Collection<B> {
             }
         }
         more |= keep_nearest(&mut near, cap);
-        let found = near
-            .into_iter()
-            .map(|(distance, id)| Found {
-                id: Arc::from(id),
-                distance,
-                similarity: None,
-            })
-            .collect();
+        let found = near.into_iter().map(|(d, id)| Found::at(d, id)).collect();
         (found, more)
     }
 

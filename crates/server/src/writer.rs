@@ -596,14 +596,7 @@ fn search<B: Bits>(
     let batched = within(batch.live_writes(), fp, k, cap);
     near.extend(batched.near.into_iter().map(|(d, id, _)| (d, id)));
     more |= batched.cut | keep_nearest(&mut near, cap);
-    let mut dups: Vec<Found> = near
-        .into_iter()
-        .map(|(distance, id)| Found {
-            id: Arc::from(id),
-            distance,
-            similarity: None,
-        })
-        .collect();
+    let mut dups: Vec<Found> = near.into_iter().map(|(d, id)| Found::at(d, id)).collect();
     if let (Some(t), Some(probe)) = (verify, &d.evidence) {
         let in_batch = |id: &str| {
             batch.latest(id).map(|w| {
