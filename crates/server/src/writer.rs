@@ -126,11 +126,7 @@ impl<B: Bits> Recent<B> {
     /// Holds a batch just applied as the collection's change `applied`,
     /// dropping the oldest batches past its most writes.
     fn push(&mut self, applied: u64, writes: Vec<Pending<B>>) {
-        if self.floor + self.batches.len() as u64 + 1 != applied {
-            // A change not seen (a centre learned): nothing older is known.
-            *self = Recent::holding(applied, self.max);
-            return;
-        }
+        self.sync(applied - 1);
         for (i, (id, _)) in writes.iter().enumerate() {
             self.last.insert(id.clone(), (applied, i));
         }
@@ -499,22 +495,22 @@ pub const MAX_MATCHES: usize = 1000;
 /// drops some, and the nearest that pass are reported.
 const VERIFY_CANDIDATES: usize = MAX_MATCHES;
 
-/// The candidates a document examines: its limit, or more when it is
-/// verified (verification drops some).
-fn candidates<B>(verify: Option<f64>, limit: usize, d: &NewDoc<B>) -> usize {
-    match (verify, &d.evidence) {
-        (Some(_), Some(_)) => limit.max(VERIFY_CANDIDATES),
-        _ => limit,
+/// Candidates a lookup examines for `limit` matches: more when
+/// verification will drop some.
+pub fn candidates(limit: usize, verified: bool) -> usize {
+    if verified {
+        limit.max(VERIFY_CANDIDATES)
+    } else {
+        limit
     }
-    .max(1)
 }
 
 /// Searches ahead of the writer ([`Pre`]) for each of `docs` that has no
 /// search yet, with the request's `k` and `verify`, on the calling thread
 /// (the service's search threads), so that the writer's one thread is left
-/// the writes applied since. A document whose matches in the collection are more than
-/// it examines, or whose verification cannot read the store, is left to
-/// the writer.
+/// the writes applied since. A document whose matches in the collection
+/// are more than it examines, or whose verification cannot read the store,
+/// is left to the writer.
 pub fn predecide<B: Bits>(
     store: &Store,
     collection: &Collection<B>,
@@ -713,7 +709,7 @@ fn decide<B: Bits>(
                 None => batch.dim = Some(dim),
             }
         }
-        let cap = candidates(verify, limit, d);
+        let cap = candidates(limit, verify.is_some() && d.evidence.is_some()).max(1);
         // A search done ahead of the writer, completed with the writes
         // applied since (when every one is still held): the matches it
         // found that were not written since, verified already, and the

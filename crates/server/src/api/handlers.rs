@@ -17,7 +17,9 @@ use neardup_core::{Fingerprint, Input, InputKind};
 use crate::collection::Found;
 use crate::error::{ApiError, ServiceError};
 use crate::store::Signatures;
-use crate::writer::{Evidence, Job, JobSender, Mode, NewDoc, Outcome, predecide, verify_found};
+use crate::writer::{
+    Evidence, Job, JobSender, Mode, NewDoc, Outcome, candidates, predecide, verify_found,
+};
 use neardup_core::jaccard::shingles_for;
 use neardup_core::sketch::Signature;
 
@@ -98,16 +100,6 @@ impl<B: Bits> Service<B> {
             });
         }
         Ok((out, false))
-    }
-
-    /// Candidates a lookup examines for `limit` matches: more when
-    /// verification will drop some.
-    pub(super) fn candidates(limit: usize, verified: bool) -> usize {
-        if verified {
-            limit.max(MAX_MATCHES)
-        } else {
-            limit
-        }
     }
 
     /// Whether the collection keeps its documents' vectors: a verified
@@ -423,7 +415,7 @@ pub(super) async fn post_documents<B: Bits>(
                 .zip(&shares)
                 .map(|((&plain, evidence), shares)| {
                     let verified = verify.is_some() && evidence.is_some();
-                    let cap = Service::<B>::candidates(limit, verified);
+                    let cap = candidates(limit, verified);
                     let (fp, found, more, _) =
                         s2.collection
                             .nearest_text(plain, shares.as_deref(), k, cap, |_| false);
@@ -547,7 +539,7 @@ pub(super) async fn post_query<B: Bits>(
         Ok(Ok(h)) => (s.parse_simhash(&h)?, None, None),
         Err(msg) => return Err(ApiError::bad_request("invalid_query", msg)),
     };
-    let cap = Service::<B>::candidates(limit, verify.is_some() && evidence.is_some());
+    let cap = candidates(limit, verify.is_some() && evidence.is_some());
     let (_, mut found, mut truncated, _) =
         s.collection
             .nearest_text(fp, shares.as_deref(), k, cap, |_| false);
